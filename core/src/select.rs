@@ -1,0 +1,1 @@
+//! Placeholder: being written (see the module table in the crate docs).

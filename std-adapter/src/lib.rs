@@ -1,0 +1,2 @@
+//! `starling-std`: Starling's threaded adapter.
+#![forbid(unsafe_code)]
