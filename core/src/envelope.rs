@@ -153,18 +153,18 @@ impl Envelope {
     /// For [`Kind::Eager`] the `size` inline bytes must follow them in the same message
     /// (see [`encode_with_inline`](Self::encode_with_inline)).
     pub fn encode(&self) -> [u8; HEADER_LEN] {
-        let mut out = [0u8; HEADER_LEN];
-        let (version, rest) = out.split_at_mut(1);
-        version.copy_from_slice(&[VERSION]);
-        let (kind, rest) = rest.split_at_mut(1);
-        kind.copy_from_slice(&[self.kind.to_byte()]);
-        let (comm, rest) = rest.split_at_mut(2);
-        comm.copy_from_slice(&self.comm.0.to_le_bytes());
-        let (msg, rest) = rest.split_at_mut(4);
-        msg.copy_from_slice(&self.msg.0.to_le_bytes());
-        let (tag, size) = rest.split_at_mut(8);
-        tag.copy_from_slice(&self.tag.0.to_le_bytes());
-        size.copy_from_slice(&self.size.to_le_bytes());
+        let [c0, c1] = self.comm.0.to_le_bytes();
+        let [m0, m1, m2, m3] = self.msg.0.to_le_bytes();
+        let [t0, t1, t2, t3, t4, t5, t6, t7] = self.tag.0.to_le_bytes();
+        let [s0, s1, s2, s3, s4, s5, s6, s7] = self.size.to_le_bytes();
+        #[rustfmt::skip]
+        let out = [
+            VERSION, self.kind.to_byte(),
+            c0, c1,
+            m0, m1, m2, m3,
+            t0, t1, t2, t3, t4, t5, t6, t7,
+            s0, s1, s2, s3, s4, s5, s6, s7,
+        ];
         out
     }
 
@@ -287,31 +287,13 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, DecodeError> {
         return Err(DecodeError::Truncated { len: bytes.len() });
     };
     // Infallible field split of the fixed-size header (byte 0 is the version, checked).
+    #[rustfmt::skip]
     let [
-        _,
-        kind_byte,
-        c0,
-        c1,
-        m0,
-        m1,
-        m2,
-        m3,
-        t0,
-        t1,
-        t2,
-        t3,
-        t4,
-        t5,
-        t6,
-        t7,
-        s0,
-        s1,
-        s2,
-        s3,
-        s4,
-        s5,
-        s6,
-        s7,
+        _version, kind_byte,
+        c0, c1,
+        m0, m1, m2, m3,
+        t0, t1, t2, t3, t4, t5, t6, t7,
+        s0, s1, s2, s3, s4, s5, s6, s7,
     ] = *head;
     let Some(kind) = Kind::from_byte(kind_byte) else {
         return Err(DecodeError::UnknownKind { found: kind_byte });

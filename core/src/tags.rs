@@ -416,7 +416,9 @@ impl<const N: usize> TagAllocator<N> {
     /// The allocated ranges as `(first tag, count)`, in increasing order.
     pub fn ranges(&self) -> impl Iterator<Item = (Tag, u64)> + '_ {
         // Every start is below `limit <= 2^63`, so it fits `i64`.
-        self.ranges.iter().map(|&(lo, hi)| (Tag(lo as i64), hi - lo))
+        self.ranges
+            .iter()
+            .map(|&(lo, hi)| (Tag(lo as i64), hi - lo))
     }
 
     /// How many ranges are allocated.

@@ -92,7 +92,12 @@ fn each_kind_round_trips() {
 
 #[test]
 fn extreme_values_round_trip() {
-    for (tag, size) in [(i64::MIN, u64::MAX), (i64::MAX, 0), (0, u64::MAX - 1), (-1, 1)] {
+    for (tag, size) in [
+        (i64::MIN, u64::MAX),
+        (i64::MAX, 0),
+        (0, u64::MAX - 1),
+        (-1, 1),
+    ] {
         for kind in [Kind::Data, Kind::SyncData] {
             let e = Envelope {
                 kind,
@@ -199,7 +204,7 @@ fn eager_inline_shorter_or_longer_than_size_is_rejected() {
         }
     );
     assert_eq!(err.field(), Field::Size);
-    let mut long = full.clone();
+    let mut long = full;
     long.push(0);
     assert_eq!(
         decode(&long),
