@@ -1,0 +1,454 @@
+extern crate std;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::vec::Vec;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const W: CommId = CommId::WORLD;
+
+fn id(n: u32) -> ReqId {
+    ReqId {
+        index: n,
+        generation: 0,
+    }
+}
+
+fn key(peer: u32, tag: i64) -> Key {
+    Key::new(W, Rank(peer), Tag(tag))
+}
+
+fn drain<const N: usize>(list: &ReadyList<N>) -> Vec<ReqId> {
+    let mut list = list.clone();
+    core::iter::from_fn(|| list.pop()).collect()
+}
+
+// ---------------------------------------------------------------------------------
+// ReadyList
+// ---------------------------------------------------------------------------------
+
+#[test]
+fn ready_list_pops_highest_priority_first() {
+    let mut l: ReadyList<8> = ReadyList::new();
+    l.push(id(0), Priority(0)).unwrap();
+    l.push(id(1), Priority(5)).unwrap();
+    l.push(id(2), Priority(-3)).unwrap();
+    l.push(id(3), Priority(2)).unwrap();
+    assert_eq!(l.peek(), Some(id(1)));
+    assert_eq!(drain(&l), [id(1), id(3), id(0), id(2)]);
+}
+
+#[test]
+fn ready_list_is_fifo_among_equal_priorities() {
+    let mut l: ReadyList<16> = ReadyList::new();
+    for n in 0..12 {
+        l.push(id(n), Priority(if n % 3 == 0 { 1 } else { 0 }))
+            .unwrap();
+    }
+    assert_eq!(drain(&l), [0, 3, 6, 9, 1, 2, 4, 5, 7, 8, 10, 11].map(id));
+}
+
+#[test]
+fn full_ready_list_hands_the_id_back_and_changes_nothing() {
+    let mut l: ReadyList<2> = ReadyList::new();
+    l.push(id(0), Priority(0)).unwrap();
+    l.push(id(1), Priority(0)).unwrap();
+    let err = l.push(id(2), Priority(9)).unwrap_err();
+    assert_eq!(err, Full::new(Table::ReadyList, id(2)));
+    assert_eq!(l.len(), 2);
+    assert_eq!(drain(&l), [id(0), id(1)]);
+    // A refused push does not disturb FIFO order of later pushes.
+    l.pop();
+    l.push(id(3), Priority(0)).unwrap();
+    assert_eq!(drain(&l), [id(1), id(3)]);
+}
+
+#[test]
+fn ready_list_remove_keeps_the_order_of_the_others() {
+    let mut l: ReadyList<8> = ReadyList::new();
+    for n in 0..6 {
+        l.push(id(n), Priority((n % 2) as i32)).unwrap();
+    }
+    assert!(l.remove(id(3)));
+    assert!(!l.remove(id(3)));
+    assert!(!l.contains(id(3)));
+    assert!(l.contains(id(4)));
+    assert_eq!(drain(&l), [1, 5, 0, 2, 4].map(id));
+    assert_eq!(l.iter().count(), 5);
+    assert_eq!(l.capacity(), 8);
+}
+
+#[test]
+fn empty_ready_list_pops_nothing() {
+    let mut l: ReadyList<1> = ReadyList::new();
+    assert!(l.is_empty());
+    assert_eq!(l.pop(), None);
+    assert_eq!(l.peek(), None);
+    assert!(!l.remove(id(0)));
+}
+
+// ---------------------------------------------------------------------------------
+// KeyedFifo
+// ---------------------------------------------------------------------------------
+
+type Fifo = KeyedFifo<u32, 4, 6>;
+
+#[test]
+fn keyed_fifo_is_fifo_per_key() {
+    let mut f = Fifo::new(Table::EarlyData);
+    f.push_back(key(0, 1), 10).unwrap();
+    f.push_back(key(1, 1), 20).unwrap();
+    f.push_back(key(0, 1), 11).unwrap();
+    f.push_back(key(0, 2), 30).unwrap();
+    f.push_back(key(0, 1), 12).unwrap();
+    assert_eq!(f.len(), 5);
+    assert_eq!(f.len_of(key(0, 1)), 3);
+    assert_eq!(f.front(key(0, 1)), Some(&10));
+    assert_eq!(
+        f.iter_key(key(0, 1)).copied().collect::<Vec<_>>(),
+        [10, 11, 12]
+    );
+    assert_eq!(f.pop_front(key(0, 1)), Some(10));
+    assert_eq!(f.pop_front(key(0, 1)), Some(11));
+    assert_eq!(f.pop_front(key(1, 1)), Some(20));
+    assert_eq!(f.pop_front(key(0, 1)), Some(12));
+    assert_eq!(f.pop_front(key(0, 1)), None);
+    assert_eq!(f.pop_front(key(0, 2)), Some(30));
+    assert!(f.is_empty());
+}
+
+#[test]
+fn keys_are_exact_on_comm_peer_and_tag() {
+    let mut f = Fifo::new(Table::EarlyData);
+    f.push_back(Key::new(CommId(1), Rank(0), Tag(5)), 1)
+        .unwrap();
+    assert_eq!(f.pop_front(Key::new(CommId(0), Rank(0), Tag(5))), None);
+    assert_eq!(f.pop_front(Key::new(CommId(1), Rank(1), Tag(5))), None);
+    assert_eq!(f.pop_front(Key::new(CommId(1), Rank(0), Tag(-5))), None);
+    assert_eq!(f.pop_front(Key::new(CommId(1), Rank(0), Tag(5))), Some(1));
+}
+
+#[test]
+fn key_is_removed_when_its_list_empties() {
+    let mut f = Fifo::new(Table::EarlyData);
+    for k in 0..4 {
+        f.push_back(key(k, 0), k).unwrap();
+    }
+    assert_eq!(f.key_count(), 4);
+    assert_eq!(
+        f.push_back(key(9, 0), 9),
+        Err(Full::new(Table::MatchKeys, 9))
+    );
+    assert_eq!(f.pop_front(key(2, 0)), Some(2));
+    assert!(!f.contains_key(key(2, 0)));
+    assert_eq!(f.key_count(), 3);
+    // The freed key slot can be used by a new key.
+    f.push_back(key(9, 0), 9).unwrap();
+    assert_eq!(f.remove(key(9, 0), |v| *v == 9), Some(9));
+    assert!(!f.contains_key(key(9, 0)));
+    assert_eq!(f.keys().count(), 3);
+}
+
+#[test]
+fn full_pool_reports_its_table_and_changes_nothing() {
+    let mut f = Fifo::new(Table::EarlyRequests);
+    for v in 0..6 {
+        f.push_back(key(0, 0), v).unwrap();
+    }
+    assert_eq!(
+        f.push_back(key(0, 0), 6),
+        Err(Full::new(Table::EarlyRequests, 6))
+    );
+    // Pool full and key table not: the pool is reported for a new key too.
+    assert_eq!(
+        f.push_back(key(1, 0), 7),
+        Err(Full::new(Table::EarlyRequests, 7))
+    );
+    assert_eq!(f.len(), 6);
+    assert_eq!(f.key_count(), 1);
+    assert_eq!(
+        f.iter_key(key(0, 0)).copied().collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4, 5]
+    );
+    assert_eq!(f.table(), Table::EarlyRequests);
+    assert_eq!((f.capacity(), f.key_capacity()), (6, 4));
+}
+
+#[test]
+fn full_key_table_still_accepts_known_keys() {
+    let mut f = Fifo::new(Table::EarlyData);
+    for k in 0..4 {
+        f.push_back(key(k, 0), k).unwrap();
+    }
+    assert_eq!(
+        f.push_back(key(4, 0), 4),
+        Err(Full::new(Table::MatchKeys, 4))
+    );
+    f.push_back(key(3, 0), 33).unwrap();
+    assert_eq!(f.len_of(key(3, 0)), 2);
+}
+
+#[test]
+fn remove_takes_the_first_match_and_fixes_the_tail() {
+    let mut f = Fifo::new(Table::EarlyData);
+    for v in [1, 2, 3, 2] {
+        f.push_back(key(0, 0), v).unwrap();
+    }
+    assert_eq!(f.remove(key(0, 0), |v| *v == 2), Some(2));
+    assert_eq!(
+        f.iter_key(key(0, 0)).copied().collect::<Vec<_>>(),
+        [1, 3, 2]
+    );
+    // Remove the tail, then append: the new item must follow 3.
+    assert_eq!(f.remove(key(0, 0), |v| *v == 2), Some(2));
+    f.push_back(key(0, 0), 4).unwrap();
+    assert_eq!(
+        f.iter_key(key(0, 0)).copied().collect::<Vec<_>>(),
+        [1, 3, 4]
+    );
+    // Remove the head.
+    assert_eq!(f.remove(key(0, 0), |v| *v == 1), Some(1));
+    assert_eq!(f.front(key(0, 0)), Some(&3));
+    assert_eq!(f.remove(key(0, 0), |v| *v == 99), None);
+    assert_eq!(f.remove(key(5, 0), |_| true), None);
+    assert_eq!(f.len(), 2);
+}
+
+#[test]
+fn iter_lists_each_key_in_fifo_order() {
+    let mut f = Fifo::new(Table::EarlyData);
+    for (k, v) in [(0, 1), (1, 2), (0, 3), (1, 4), (0, 5)] {
+        f.push_back(key(k, 0), v).unwrap();
+    }
+    let mut by_key: BTreeMap<Key, Vec<u32>> = BTreeMap::new();
+    for (k, v) in f.iter() {
+        by_key.entry(k).or_default().push(*v);
+    }
+    assert_eq!(by_key[&key(0, 0)], [1, 3, 5]);
+    assert_eq!(by_key[&key(1, 0)], [2, 4]);
+}
+
+// ---------------------------------------------------------------------------------
+// SyncSends and Detached
+// ---------------------------------------------------------------------------------
+
+#[test]
+fn sync_sends_are_found_by_destination_and_message_id() {
+    let mut s: SyncSends<4> = SyncSends::new();
+    s.insert(W, Rank(1), MsgId(0), id(10)).unwrap();
+    s.insert(W, Rank(1), MsgId(1), id(11)).unwrap();
+    s.insert(W, Rank(2), MsgId(0), id(12)).unwrap();
+    s.insert(CommId(1), Rank(1), MsgId(0), id(13)).unwrap();
+    assert_eq!(s.len(), 4);
+    assert_eq!(s.remove(W, Rank(1), MsgId(1)), Some(id(11)));
+    assert_eq!(s.remove(W, Rank(1), MsgId(1)), None);
+    assert_eq!(s.remove(W, Rank(3), MsgId(0)), None);
+    assert_eq!(s.get(CommId(1), Rank(1), MsgId(0)), Some(id(13)));
+    assert!(s.contains(W, Rank(2), MsgId(0)));
+    let order: Vec<_> = s.iter().map(|(_, r)| r).collect();
+    assert_eq!(order, [id(10), id(12), id(13)]);
+}
+
+#[test]
+fn duplicate_sync_send_is_refused_and_the_first_kept() {
+    let mut s: SyncSends<4> = SyncSends::new();
+    s.insert(W, Rank(1), MsgId(7), id(1)).unwrap();
+    let err = s.insert(W, Rank(1), MsgId(7), id(2)).unwrap_err();
+    assert_eq!(
+        err,
+        SyncInsertError::Duplicate {
+            existing: id(1),
+            item: id(2)
+        }
+    );
+    assert_eq!(err.item(), id(2));
+    assert_eq!(s.len(), 1);
+    assert_eq!(s.get(W, Rank(1), MsgId(7)), Some(id(1)));
+}
+
+#[test]
+fn full_sync_sends_hands_the_id_back() {
+    let mut s: SyncSends<1> = SyncSends::new();
+    s.insert(W, Rank(1), MsgId(0), id(1)).unwrap();
+    let err = s.insert(W, Rank(1), MsgId(1), id(2)).unwrap_err();
+    assert_eq!(
+        err,
+        SyncInsertError::Full(Full::new(Table::SyncSends, id(2)))
+    );
+    assert_eq!(err.item(), id(2));
+    assert_eq!(std::format!("{err}"), "the sync-send table is full");
+    assert_eq!(s.len(), 1);
+    assert_eq!(s.capacity(), 1);
+}
+
+#[test]
+fn detached_set_inserts_once_and_keeps_order() {
+    let mut d: Detached<3> = Detached::new();
+    d.insert(id(1)).unwrap();
+    d.insert(id(2)).unwrap();
+    d.insert(id(1)).unwrap();
+    assert_eq!(d.len(), 2);
+    d.insert(id(3)).unwrap();
+    assert_eq!(d.insert(id(4)), Err(Full::new(Table::Detached, id(4))));
+    // Already present: accepted even when full.
+    d.insert(id(2)).unwrap();
+    assert!(d.remove(id(2)));
+    assert!(!d.remove(id(2)));
+    assert!(!d.contains(id(2)));
+    assert_eq!(d.iter().collect::<Vec<_>>(), [id(1), id(3)]);
+    assert!(!d.is_empty());
+    assert_eq!(d.capacity(), 3);
+}
+
+// ---------------------------------------------------------------------------------
+// Model-based tests
+// ---------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum ReadyOp {
+    Push(i32),
+    Pop,
+    Peek,
+    Remove(usize),
+}
+
+fn ready_op() -> impl Strategy<Value = ReadyOp> {
+    prop_oneof![
+        4 => (-2i32..3).prop_map(ReadyOp::Push),
+        3 => Just(ReadyOp::Pop),
+        1 => Just(ReadyOp::Peek),
+        1 => any::<usize>().prop_map(ReadyOp::Remove),
+    ]
+}
+
+proptest! {
+    /// The model: a `BTreeMap` from (reversed priority, sequence) to id, whose first
+    /// entry is the one that leaves next.
+    #[test]
+    fn ready_list_agrees_with_model(ops in proptest::collection::vec(ready_op(), 1..200)) {
+        const N: usize = 6;
+        let mut list: ReadyList<N> = ReadyList::new();
+        let mut model: BTreeMap<(core::cmp::Reverse<i32>, u64), ReqId> = BTreeMap::new();
+        let mut seq = 0u64;
+        let mut next_id = 0u32;
+        for op in ops {
+            match op {
+                ReadyOp::Push(p) => {
+                    let r = id(next_id);
+                    next_id += 1;
+                    let got = list.push(r, Priority(p));
+                    if model.len() < N {
+                        prop_assert_eq!(got, Ok(()));
+                        model.insert((core::cmp::Reverse(p), seq), r);
+                        seq += 1;
+                    } else {
+                        prop_assert_eq!(got, Err(Full::new(Table::ReadyList, r)));
+                    }
+                }
+                ReadyOp::Pop => {
+                    let want = model.pop_first().map(|(_, r)| r);
+                    prop_assert_eq!(list.pop(), want);
+                }
+                ReadyOp::Peek => {
+                    prop_assert_eq!(list.peek(), model.values().next().copied());
+                }
+                ReadyOp::Remove(i) => {
+                    // Some existing id, or one never pushed.
+                    let r = id(if next_id == 0 { 0 } else { (i % (next_id as usize + 1)) as u32 });
+                    let at = model.iter().find(|(_, v)| **v == r).map(|(k, _)| *k);
+                    let want = at.and_then(|k| model.remove(&k)).is_some();
+                    prop_assert_eq!(list.remove(r), want);
+                }
+            }
+            prop_assert_eq!(list.len(), model.len());
+            prop_assert_eq!(list.is_empty(), model.is_empty());
+            prop_assert_eq!(drain(&list), model.values().copied().collect::<Vec<_>>());
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum FifoOp {
+    Push(Key, u32),
+    Pop(Key),
+    Front(Key),
+    Remove(Key, u32),
+}
+
+/// 3 comms × 2 peers × 3 tags = 18 keys, for a key table of 4.
+fn small_key() -> impl Strategy<Value = Key> {
+    (0u16..3, 0u32..2, -1i64..2).prop_map(|(c, p, t)| Key::new(CommId(c), Rank(p), Tag(t)))
+}
+
+fn fifo_op() -> impl Strategy<Value = FifoOp> {
+    prop_oneof![
+        4 => (small_key(), 0u32..4).prop_map(|(k, v)| FifoOp::Push(k, v)),
+        3 => small_key().prop_map(FifoOp::Pop),
+        1 => small_key().prop_map(FifoOp::Front),
+        2 => (small_key(), 0u32..4).prop_map(|(k, v)| FifoOp::Remove(k, v)),
+    ]
+}
+
+type Model<V> = BTreeMap<Key, VecDeque<V>>;
+
+fn contents<const K: usize, const E: usize>(f: &KeyedFifo<u32, K, E>) -> Model<u32> {
+    let mut m = Model::new();
+    for (k, v) in f.iter() {
+        m.entry(k).or_default().push_back(*v);
+    }
+    m
+}
+
+proptest! {
+    #[test]
+    fn keyed_fifo_agrees_with_model(ops in proptest::collection::vec(fifo_op(), 1..200)) {
+        const KEYS: usize = 4;
+        const ENTRIES: usize = 6;
+        let mut f: KeyedFifo<u32, KEYS, ENTRIES> = KeyedFifo::new(Table::EarlyData);
+        let mut model: Model<u32> = Model::new();
+        for op in ops {
+            match op {
+                FifoOp::Push(k, v) => {
+                    let total: usize = model.values().map(VecDeque::len).sum();
+                    let want = if total >= ENTRIES {
+                        Err(Full::new(Table::EarlyData, v))
+                    } else if !model.contains_key(&k) && model.len() >= KEYS {
+                        Err(Full::new(Table::MatchKeys, v))
+                    } else {
+                        model.entry(k).or_default().push_back(v);
+                        Ok(())
+                    };
+                    prop_assert_eq!(f.push_back(k, v), want);
+                }
+                FifoOp::Pop(k) => {
+                    let want = model.get_mut(&k).and_then(VecDeque::pop_front);
+                    prop_assert_eq!(f.pop_front(k), want);
+                }
+                FifoOp::Front(k) => {
+                    let want = model.get(&k).and_then(|q| q.front());
+                    prop_assert_eq!(f.front(k), want);
+                }
+                FifoOp::Remove(k, v) => {
+                    let want = model.get_mut(&k).and_then(|q| {
+                        let at = q.iter().position(|x| *x == v)?;
+                        q.remove(at)
+                    });
+                    prop_assert_eq!(f.remove(k, |x| *x == v), want);
+                }
+            }
+            model.retain(|_, q| !q.is_empty());
+            prop_assert_eq!(&contents(&f), &model);
+            prop_assert_eq!(f.len(), model.values().map(VecDeque::len).sum::<usize>());
+            prop_assert_eq!(f.key_count(), model.len());
+            let mut keys: Vec<Key> = f.keys().collect();
+            keys.sort();
+            prop_assert_eq!(keys, model.keys().copied().collect::<Vec<_>>());
+            for (k, q) in &model {
+                prop_assert_eq!(f.len_of(*k), q.len());
+                prop_assert_eq!(f.iter_key(*k).collect::<Vec<_>>(), q.iter().collect::<Vec<_>>());
+            }
+        }
+    }
+}
