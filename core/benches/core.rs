@@ -1,1 +1,2 @@
+//! Benchmarks of the core (being written).
 fn main() {}

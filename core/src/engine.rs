@@ -1,1 +1,1392 @@
-//! Placeholder: being written (see the module table in the crate docs).
+//! The progression engine: point-to-point messaging of one rank, sans-IO.
+//!
+//! The engine ties the [request slab](crate::request), the [ready list](crate::lists),
+//! the [matcher](crate::matcher), the [sync-send table](crate::lists::SyncSends), the
+//! [tag space](crate::tags) and the [statistics](crate::stats) into the two-message
+//! protocol of the reference (internals §3): every user message is an
+//! [envelope](crate::envelope) — kind, communicator, 64-bit user tag, size, message id —
+//! then, unless the payload travelled inline, a payload on a physical data tag.
+//!
+//! It performs no I/O. The adapter (the in-process cluster, the MPI progression thread,
+//! the deterministic simulator) feeds it what the transport reports and performs what
+//! it asks for.
+//!
+//! # The driving contract
+//!
+//! The engine has four kinds of methods:
+//!
+//! * **commands** from the application: [`Engine::submit_send`], [`Engine::submit_recv`],
+//!   [`Engine::handle_data_ready`] (the runtime acquired the request's data: R for a send,
+//!   W for a receive), [`Engine::retire`] (the application waited on a non-detached request);
+//! * **inputs** from the transport: [`Engine::handle_message`] (a message arrived on the
+//!   envelope tag), [`Engine::handle_sent`] (a posted send finished),
+//!   [`Engine::handle_received`] (a posted receive finished);
+//! * **outputs**: [`Engine::poll_transmit`] (what to post to the transport) and
+//!   [`Engine::poll_event`] (what to tell the application);
+//! * **getters**: [`Engine::request`], [`Engine::is_idle`], [`Engine::leftovers`], ...
+//!
+//! The rule: **after any command or input, drain [`Engine::poll_transmit`] and
+//! [`Engine::poll_event`] until both return `None`.** The engine keeps only a small,
+//! fixed queue of outputs ([`OUTPUTS`] each); an input that finds too little room left
+//! is refused with [`Table::Transmits`] or [`Table::Events`] before it changes anything,
+//! so a careless adapter gets an error, never a lost message.
+//!
+//! Payload bytes never enter the engine. Each [`Transmit`] names the request whose buffer
+//! the adapter sends from or receives into; requests the engine creates for itself
+//! (early data, see below) are named too, and the adapter allocates their buffers of
+//! the size given.
+//!
+//! ```
+//! use starling_core::engine::{Arrival, Config, Engine, Event, RecvArgs, SendArgs, Transmit};
+//! use starling_core::tags::TagSpace;
+//! use starling_core::{CommId, Rank, Tag};
+//!
+//! let tags = TagSpace::new(32767).unwrap();
+//! let mut a: Engine<8, 8, 4> = Engine::new(Config::new(Rank(0), 2, tags));
+//! let mut b: Engine<8, 8, 4> = Engine::new(Config::new(Rank(1), 2, tags));
+//!
+//! // Rank 0 sends 3 bytes with tag 7; rank 1 receives them.
+//! let send = a.submit_send(SendArgs::new(CommId::WORLD, Rank(1), Tag(7), 3)).unwrap();
+//! a.handle_data_ready(send).unwrap();
+//! let recv = b.submit_recv(RecvArgs::new(CommId::WORLD, Rank(0), Tag(7), 16)).unwrap();
+//! b.handle_data_ready(recv).unwrap();
+//!
+//! let payload = [1u8, 2, 3];
+//! let mut inbox = [0u8; 16];
+//! let mut got = None;
+//! // The adapter's loop: perform every transmit, feed back what the transport reports.
+//! while let Some(t) = a.poll_transmit() {
+//!     match t {
+//!         Transmit::Envelope { header, inline, .. } => {
+//!             // A 3-byte payload is under the eager limit: it travels inline.
+//!             let mut msg = header.to_vec();
+//!             if let Some(req) = inline {
+//!                 msg.extend_from_slice(&payload);
+//!                 a.handle_sent(req).unwrap();
+//!             }
+//!             match b.handle_message(Rank(0), CommId::WORLD, &msg).unwrap() {
+//!                 Arrival::Deliver { req, inline } => {
+//!                     inbox[..inline.len()].copy_from_slice(inline);
+//!                     got = Some(req);
+//!                 }
+//!                 other => unreachable!("{other:?}"),
+//!             }
+//!         }
+//!         other => unreachable!("{other:?}"),
+//!     }
+//! }
+//! assert_eq!(got, Some(recv));
+//! assert!(matches!(a.poll_event(), Some(Event::Completed { req, .. }) if req == send));
+//! assert!(matches!(b.poll_event(), Some(Event::Completed { req, len: 3, .. }) if req == recv));
+//! assert_eq!(&inbox[..3], &payload);
+//! ```
+//!
+//! # Early data, synchronous sends, ordering
+//!
+//! * A data envelope with no posted receive is **early data**: the engine creates an
+//!   internal receive (an *early request*) of the envelope's size and asks the adapter to
+//!   post it at once ([`Transmit::Receive`] with `early: true`), so payload receives are
+//!   posted in envelope order per source — the ordering invariant of internals §3.4. When
+//!   the application's receive arrives, [`Event::Completed`] carries `from_early`: the
+//!   adapter moves that buffer into the request's buffer, then frees it.
+//! * An eager envelope with no posted receive is stashed by the adapter
+//!   ([`Arrival::Stash`]) and delivered the same way.
+//! * A synchronous send (`sync`) sends only its envelope; the payload waits for the
+//!   receiver's `SyncReady` acknowledgement, which names the send by [`MsgId`], so no
+//!   early buffer is ever made for it and two handshakes can never be confused (the
+//!   reference's sync-table collision, internals §12.6, cannot happen: pending sync sends
+//!   are keyed by message id, arrived sync envelopes by user key, in separate tables).
+//! * Messages with the same (communicator, source, tag) are received in the order they
+//!   were sent, whatever their kinds (data, eager, sync): one FIFO per key holds them all.
+//! * Sends leave in priority order (highest first, FIFO among equals) when more are ready
+//!   than the in-flight cap ([`Config::max_inflight_sends`]) lets out.
+
+use core::fmt;
+
+use heapless::Deque;
+
+use crate::envelope::{self, DecodeError, Envelope, HEADER_LEN, Kind as EnvKind};
+use crate::error::Table;
+use crate::lists::{Detached, Key, ReadyList, SyncSends};
+use crate::matcher::{Matcher, Orphan, Unexpected, UnexpectedKind};
+use crate::request::{IllegalStep, Kind, Link, Request, Slab, State, Step};
+use crate::stats::Stats;
+use crate::tags::TagSpace;
+use crate::types::{CommId, MsgId, PhysTag, Priority, Rank, ReqId, Tag};
+
+/// Capacity of each output queue ([`Engine::poll_transmit`], [`Engine::poll_event`]).
+///
+/// One input never produces more than [`WORST_CASE_OUTPUTS`] of either kind, so an
+/// adapter that drains after each input never sees a full queue.
+pub const OUTPUTS: usize = 16;
+
+/// The most transmits, or events, one command or input can produce.
+pub const WORST_CASE_OUTPUTS: usize = 2;
+
+/// The default largest payload sent inline in its envelope (bytes).
+pub const DEFAULT_EAGER_LIMIT: u32 = 256;
+
+/// How one rank's engine is set up. All ranks of a job should agree on `tags`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Config {
+    /// This rank.
+    pub rank: Rank,
+    /// Number of ranks in the world communicator.
+    pub nranks: u32,
+    /// The physical tags the transport may use.
+    pub tags: TagSpace,
+    /// Payloads of at most this many bytes travel inside their envelope (one message
+    /// instead of two). 0 sends every payload separately. Synchronous sends never go
+    /// inline. A receiver accepts inline payloads of any size, so ranks need not agree.
+    pub eager_limit: u32,
+    /// Whether send priorities are honoured (`STARLING_MPI_PRIORITIES`); when off every
+    /// send has the default priority and sends leave in submission order.
+    pub priorities: bool,
+    /// The most sends whose payload may be in flight at once (the reference's
+    /// `STARPU_MPI_NDETACHED_SEND`); 0 means no cap. Ready sends beyond it wait in the
+    /// ready list, in priority order.
+    pub max_inflight_sends: u32,
+}
+
+impl Config {
+    /// A configuration with the defaults: eager limit [`DEFAULT_EAGER_LIMIT`],
+    /// priorities on, at most 10 sends in flight (the reference's default).
+    pub const fn new(rank: Rank, nranks: u32, tags: TagSpace) -> Self {
+        Self {
+            rank,
+            nranks,
+            tags,
+            eager_limit: DEFAULT_EAGER_LIMIT,
+            priorities: true,
+            max_inflight_sends: 10,
+        }
+    }
+}
+
+/// A send to submit ([`Engine::submit_send`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SendArgs {
+    /// The communicator.
+    pub comm: CommId,
+    /// The destination rank.
+    pub dest: Rank,
+    /// The user tag.
+    pub tag: Tag,
+    /// The payload size in bytes.
+    pub size: u64,
+    /// The send's priority (ignored when [`Config::priorities`] is off).
+    pub priority: Priority,
+    /// Synchronous mode (`issend`): the payload leaves only once the receiver has posted
+    /// the matching receive.
+    pub sync: bool,
+    /// Detached: the request is forgotten when it completes (no [`Engine::retire`]).
+    pub detached: bool,
+}
+
+impl SendArgs {
+    /// A standard, non-detached send with the default priority.
+    pub const fn new(comm: CommId, dest: Rank, tag: Tag, size: u64) -> Self {
+        Self {
+            comm,
+            dest,
+            tag,
+            size,
+            priority: Priority::DEFAULT,
+            sync: false,
+            detached: false,
+        }
+    }
+}
+
+/// A receive to submit ([`Engine::submit_recv`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RecvArgs {
+    /// The communicator.
+    pub comm: CommId,
+    /// The source rank.
+    pub source: Rank,
+    /// The user tag.
+    pub tag: Tag,
+    /// The size of the receive buffer in bytes; a longer message fails the request
+    /// with [`RequestError::Truncated`].
+    pub capacity: u64,
+    /// Detached: the request is forgotten when it completes (no [`Engine::retire`]).
+    pub detached: bool,
+}
+
+impl RecvArgs {
+    /// A non-detached receive.
+    pub const fn new(comm: CommId, source: Rank, tag: Tag, capacity: u64) -> Self {
+        Self {
+            comm,
+            source,
+            tag,
+            capacity,
+            detached: false,
+        }
+    }
+}
+
+/// Something for the adapter to post to the transport ([`Engine::poll_transmit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Transmit {
+    /// Send an envelope message to `dest` on the envelope tag: `header`, followed, when
+    /// `inline` names a request, by that request's whole payload. When `inline` is set,
+    /// report [`Engine::handle_sent`] for it once the message has left (or was copied);
+    /// an envelope without `inline` needs no report.
+    Envelope {
+        /// The destination rank.
+        dest: Rank,
+        /// The communicator.
+        comm: CommId,
+        /// The physical tag (always [`TagSpace::envelope`]).
+        tag: PhysTag,
+        /// The encoded envelope.
+        header: [u8; HEADER_LEN],
+        /// The send whose payload follows the header in the same message.
+        inline: Option<ReqId>,
+    },
+    /// Send the payload of `req` (`size` bytes from its buffer) to `dest` on `tag`;
+    /// report [`Engine::handle_sent`] when done.
+    Payload {
+        /// The send request.
+        req: ReqId,
+        /// The destination rank.
+        dest: Rank,
+        /// The communicator.
+        comm: CommId,
+        /// The physical data or sync tag.
+        tag: PhysTag,
+        /// Payload bytes.
+        size: u64,
+    },
+    /// Post a receive of `size` bytes from `source` on `tag` into the buffer of `req`;
+    /// report [`Engine::handle_received`] when done. When `early` is set, `req` is the
+    /// engine's own: allocate a buffer of `size` bytes for it, keep it until an event
+    /// names it (`from_early` of [`Event::Completed`], or [`Event::Discard`]).
+    Receive {
+        /// The receive request.
+        req: ReqId,
+        /// The source rank.
+        source: Rank,
+        /// The communicator.
+        comm: CommId,
+        /// The physical data or sync tag.
+        tag: PhysTag,
+        /// Payload bytes expected.
+        size: u64,
+        /// Whether `req` is an engine-owned early-data buffer.
+        early: bool,
+    },
+}
+
+/// Something for the application side of the adapter ([`Engine::poll_event`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Event {
+    /// `req` finished successfully: run its callback, release its data, wake its waiters.
+    ///
+    /// For a receive with `from_early` set, first move the first `len` bytes of that early
+    /// buffer into `req`'s buffer and free the early buffer. A detached request is
+    /// forgotten by the engine now; a non-detached one stays until [`Engine::retire`].
+    Completed {
+        /// The request.
+        req: ReqId,
+        /// Send or receive.
+        kind: Kind,
+        /// Payload bytes moved.
+        len: u64,
+        /// The early buffer holding the payload of a receive, if it arrived early.
+        from_early: Option<ReqId>,
+    },
+    /// `req` failed; it is finished (as for [`Event::Completed`]) but its buffer holds
+    /// nothing valid.
+    Failed {
+        /// The request.
+        req: ReqId,
+        /// Send or receive.
+        kind: Kind,
+        /// Why.
+        error: RequestError,
+    },
+    /// Free the early buffer of `early`: its payload was not wanted (the receive that
+    /// matched it failed).
+    Discard {
+        /// The engine's early request.
+        early: ReqId,
+    },
+}
+
+/// What to do with the inline payload of a message given to [`Engine::handle_message`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival<'a> {
+    /// Nothing to keep (an envelope without inline payload, or an acknowledgement).
+    Nothing,
+    /// Copy `inline` into the buffer of `req` now; its [`Event::Completed`] follows.
+    Deliver {
+        /// The matched receive.
+        req: ReqId,
+        /// The payload, borrowed from the message.
+        inline: &'a [u8],
+    },
+    /// Keep a copy of `inline` as the early buffer of `early` until an event names it.
+    Stash {
+        /// The engine's early request.
+        early: ReqId,
+        /// The payload, borrowed from the message.
+        inline: &'a [u8],
+    },
+}
+
+/// Why a request failed ([`Event::Failed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The matched message is longer than the receive buffer. The payload is drained and
+    /// discarded. Size the receive for the largest message of its key.
+    Truncated {
+        /// Bytes the receive can hold.
+        capacity: u64,
+        /// Bytes the sender announced.
+        size: u64,
+    },
+    /// The payload that arrived is not the length its envelope announced: the peer is
+    /// faulty or runs an incompatible version.
+    LengthMismatch {
+        /// Bytes announced by the envelope.
+        expected: u64,
+        /// Bytes received.
+        got: u64,
+    },
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Truncated { capacity, size } => write!(
+                f,
+                "message of {size} bytes does not fit the {capacity}-byte receive buffer"
+            ),
+            Self::LengthMismatch { expected, got } => write!(
+                f,
+                "payload of {got} bytes arrived where the envelope announced {expected}"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for RequestError {}
+
+/// A command was refused ([`Engine::submit_send`], [`Engine::submit_recv`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum SubmitError {
+    /// The peer rank is not in the world (`rank >= nranks`). Nothing was submitted.
+    RankOutOfRange {
+        /// The rank given.
+        rank: Rank,
+        /// The number of ranks.
+        nranks: u32,
+    },
+    /// The request slab is full: wait for requests to complete (or retire completed
+    /// ones), or build the engine with a larger `REQ`.
+    Full(Table),
+}
+
+impl fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::RankOutOfRange { rank, nranks } => {
+                write!(f, "{rank} is out of range: the world has {nranks} ranks")
+            }
+            Self::Full(t) => write!(f, "the {t} is full"),
+        }
+    }
+}
+
+impl core::error::Error for SubmitError {}
+
+/// The local caller misused the engine (a bug in the adapter or the application).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum UsageError {
+    /// The id names no live request (never issued, already retired, or stale).
+    UnknownRequest(ReqId),
+    /// The request is not in a state where this call makes sense, e.g. data ready twice,
+    /// or a send completion reported for a receive.
+    IllegalStep(IllegalStep),
+    /// [`Engine::retire`] on a request that has not completed yet, or on a detached one.
+    NotRetirable(ReqId),
+    /// An output queue has too little room: drain [`Engine::poll_transmit`] and
+    /// [`Engine::poll_event`], then call again. Nothing was changed.
+    Full(Table),
+}
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownRequest(r) => write!(f, "{r} is not a live request"),
+            Self::IllegalStep(s) => write!(f, "{s}"),
+            Self::NotRetirable(r) => write!(f, "{r} is detached or not completed"),
+            Self::Full(t) => write!(f, "the {t} is full: drain the engine's outputs first"),
+        }
+    }
+}
+
+impl core::error::Error for UsageError {}
+
+impl From<IllegalStep> for UsageError {
+    fn from(s: IllegalStep) -> Self {
+        Self::IllegalStep(s)
+    }
+}
+
+/// A peer sent something wrong ([`Engine::handle_message`]). The message was ignored and
+/// nothing changed; the run can go on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum PeerError {
+    /// The envelope does not decode.
+    Decode(DecodeError),
+    /// The transport reported a source outside the world.
+    SourceOutOfRange {
+        /// The source reported.
+        source: Rank,
+        /// The number of ranks.
+        nranks: u32,
+    },
+    /// The envelope names another communicator than the one it arrived on.
+    CommMismatch {
+        /// The communicator in the envelope.
+        envelope: CommId,
+        /// The communicator it arrived on.
+        arrived: CommId,
+    },
+    /// A ready acknowledgement for no synchronous send of ours.
+    UnexpectedReady {
+        /// Who sent it.
+        source: Rank,
+        /// The message id it names.
+        msg: MsgId,
+    },
+}
+
+impl fmt::Display for PeerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Decode(e) => write!(f, "malformed envelope: {e}"),
+            Self::SourceOutOfRange { source, nranks } => {
+                write!(
+                    f,
+                    "message from {source}, outside a world of {nranks} ranks"
+                )
+            }
+            Self::CommMismatch { envelope, arrived } => {
+                write!(f, "envelope for {envelope} arrived on {arrived}")
+            }
+            Self::UnexpectedReady { source, msg } => write!(
+                f,
+                "ready acknowledgement from {source} for message {} that no synchronous send awaits",
+                msg.0
+            ),
+        }
+    }
+}
+
+impl core::error::Error for PeerError {}
+
+/// [`Engine::handle_message`] refused a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum MessageError {
+    /// The peer is at fault; the message was dropped.
+    Peer(PeerError),
+    /// A table is full; nothing changed. Keep the message, drain the outputs, complete or
+    /// retire requests, and hand it in again.
+    Full(Table),
+}
+
+impl fmt::Display for MessageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Peer(e) => e.fmt(f),
+            Self::Full(t) => write!(f, "the {t} is full: message kept for a retry"),
+        }
+    }
+}
+
+impl core::error::Error for MessageError {}
+
+impl From<PeerError> for MessageError {
+    fn from(e: PeerError) -> Self {
+        Self::Peer(e)
+    }
+}
+
+/// Something left at shutdown ([`Engine::leftovers`]): the reference asserts on these;
+/// Starling reports them as data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Leftover {
+    /// A message arrived and no receive ever took it ("did you forget to post a receive
+    /// corresponding to a send?").
+    Orphan(Orphan),
+    /// A request that never completed.
+    Pending {
+        /// The request.
+        req: ReqId,
+        /// Send or receive.
+        kind: Kind,
+        /// The communicator.
+        comm: CommId,
+        /// Destination (send) or source (receive).
+        peer: Rank,
+        /// The user tag.
+        tag: Tag,
+        /// Payload size (send) or buffer size (receive).
+        size: u64,
+        /// Where it stopped.
+        state: State,
+    },
+    /// A non-detached request that completed but was never waited on ([`Engine::retire`]).
+    NotRetired {
+        /// The request.
+        req: ReqId,
+        /// Send or receive.
+        kind: Kind,
+        /// Destination (send) or source (receive).
+        peer: Rank,
+        /// The user tag.
+        tag: Tag,
+    },
+}
+
+/// The progression engine of one rank.
+///
+/// `REQ` bounds live requests (application and early ones together) and must be a power
+/// of two; `KEYS` bounds distinct (communicator, source, tag) keys waiting in the matcher,
+/// a power of two; `PEERS` bounds the peers the statistics tell apart.
+pub struct Engine<const REQ: usize, const KEYS: usize, const PEERS: usize> {
+    config: Config,
+    requests: Slab<REQ>,
+    ready: ReadyList<REQ>,
+    matcher: Matcher<KEYS, REQ>,
+    sync_sends: SyncSends<REQ>,
+    detached: Detached<REQ>,
+    /// Sends whose payload goes out next: after its envelope, or after the ready ack.
+    payloads: Deque<ReqId, REQ>,
+    transmits: Deque<Transmit, OUTPUTS>,
+    events: Deque<Event, OUTPUTS>,
+    next_msg: MsgId,
+    inflight_sends: u32,
+    stats: Stats<PEERS>,
+}
+
+impl<const REQ: usize, const KEYS: usize, const PEERS: usize> fmt::Debug
+    for Engine<REQ, KEYS, PEERS>
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine")
+            .field("config", &self.config)
+            .field("requests", &self.requests.len())
+            .field("ready", &self.ready.len())
+            .field("inflight_sends", &self.inflight_sends)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, PEERS> {
+    /// A new engine with nothing pending.
+    pub const fn new(config: Config) -> Self {
+        Self {
+            config,
+            requests: Slab::new(),
+            ready: ReadyList::new(),
+            matcher: Matcher::new(),
+            sync_sends: SyncSends::new(),
+            detached: Detached::new(),
+            payloads: Deque::new(),
+            transmits: Deque::new(),
+            events: Deque::new(),
+            next_msg: MsgId(0),
+            inflight_sends: 0,
+            stats: Stats::new(),
+        }
+    }
+
+    // ----- getters ---------------------------------------------------------------------
+
+    /// The configuration.
+    pub const fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A live request (submitted, or completed and not yet retired).
+    pub fn request(&self, req: ReqId) -> Option<&Request> {
+        self.requests.get(req)
+    }
+
+    /// The communication statistics (payload bytes per peer).
+    pub const fn stats(&self) -> &Stats<PEERS> {
+        &self.stats
+    }
+
+    /// The communication statistics, to enable, disable or reset them.
+    pub const fn stats_mut(&mut self) -> &mut Stats<PEERS> {
+        &mut self.stats
+    }
+
+    /// Application requests submitted and not yet completed (the reference's
+    /// `posted_requests`, which `wait_for_all` waits to reach zero).
+    pub fn pending(&self) -> usize {
+        self.requests
+            .iter()
+            .filter(|(_, r)| !r.internal && r.state != State::Completed)
+            .count()
+    }
+
+    /// Whether nothing at all is in progress: no pending request, no early data, no
+    /// output waiting. A non-detached completed request not yet retired does not count.
+    pub fn is_idle(&self) -> bool {
+        self.pending() == 0
+            && self.matcher.is_empty()
+            && self.transmits.is_empty()
+            && self.events.is_empty()
+            && self.requests.iter().all(|(_, r)| !r.internal)
+    }
+
+    /// What is left: messages never received, requests never completed, completed
+    /// requests never retired. Empty after a clean run. Call it at shutdown and report
+    /// each item (Starling never aborts on them, unlike the reference).
+    pub fn leftovers(&self) -> impl Iterator<Item = Leftover> + '_ {
+        let orphans = self.matcher.orphans().map(Leftover::Orphan);
+        let requests = self.requests.iter().filter_map(|(id, r)| {
+            if r.internal {
+                return None; // reported as its orphan, or through the receive it feeds
+            }
+            if r.state == State::Completed {
+                return (!r.detached).then_some(Leftover::NotRetired {
+                    req: id,
+                    kind: r.kind,
+                    peer: r.peer,
+                    tag: r.tag,
+                });
+            }
+            Some(Leftover::Pending {
+                req: id,
+                kind: r.kind,
+                comm: r.comm,
+                peer: r.peer,
+                tag: r.tag,
+                size: r.size,
+                state: r.state,
+            })
+        });
+        orphans.chain(requests)
+    }
+
+    // ----- commands --------------------------------------------------------------------
+
+    /// Submits a send. It leaves once [`Engine::handle_data_ready`] says its data can be
+    /// read.
+    ///
+    /// # Errors
+    /// [`SubmitError::RankOutOfRange`] for a destination outside the world;
+    /// [`SubmitError::Full`] when the slab or the detached list is full. Nothing is
+    /// submitted on error.
+    pub fn submit_send(&mut self, args: SendArgs) -> Result<ReqId, SubmitError> {
+        self.check_rank(args.dest)?;
+        let priority = if self.config.priorities {
+            args.priority
+        } else {
+            Priority::DEFAULT
+        };
+        let request = Request::send(args.comm, args.dest, args.tag, args.size)
+            .with_priority(priority)
+            .with_sync(args.sync)
+            .with_detached(args.detached);
+        self.insert(request)
+    }
+
+    /// Submits a receive. It is matched once [`Engine::handle_data_ready`] says its buffer
+    /// can be written.
+    ///
+    /// # Errors
+    /// As for [`Engine::submit_send`].
+    pub fn submit_recv(&mut self, args: RecvArgs) -> Result<ReqId, SubmitError> {
+        self.check_rank(args.source)?;
+        let request = Request::recv(args.comm, args.source, args.tag, args.capacity)
+            .with_detached(args.detached);
+        self.insert(request)
+    }
+
+    /// The runtime acquired the data of `req` (read for a send, write for a receive): a
+    /// send joins the ready list, a receive is matched against early data or waits for
+    /// its envelope.
+    ///
+    /// # Errors
+    /// [`UsageError::UnknownRequest`], [`UsageError::IllegalStep`] (data ready twice),
+    /// [`UsageError::Full`] when an output queue or the matcher has no room; nothing is
+    /// changed on error.
+    pub fn handle_data_ready(&mut self, req: ReqId) -> Result<(), UsageError> {
+        self.check_room()?;
+        let r = *self.get(req)?;
+        let next = r.state.step(r.kind, r.sync, Step::DataReady)?;
+        match r.kind {
+            Kind::Send => {
+                self.ready
+                    .push(req, r.priority)
+                    .map_err(|e| UsageError::Full(e.table))?;
+                self.set_state(req, next);
+            }
+            Kind::Recv => {
+                let key = Key {
+                    comm: r.comm,
+                    peer: r.peer,
+                    tag: r.tag,
+                };
+                if let Some(u) = self.matcher.peek_unexpected(key).copied() {
+                    self.room_for_match(&r, &u)?;
+                    let _ = self.matcher.take_unexpected(key);
+                    self.set_state(req, next);
+                    self.match_recv(req, u);
+                } else {
+                    self.matcher
+                        .push_recv(key, req)
+                        .map_err(|e| UsageError::Full(e.table))?;
+                    self.set_state(req, next);
+                    self.step(req, Step::Queued);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets a completed, non-detached request (the application waited on it) and
+    /// returns it.
+    ///
+    /// # Errors
+    /// [`UsageError::UnknownRequest`]; [`UsageError::NotRetirable`] when it has not
+    /// completed or is detached.
+    pub fn retire(&mut self, req: ReqId) -> Result<Request, UsageError> {
+        let r = self.get(req)?;
+        if r.state != State::Completed || r.detached || r.internal {
+            return Err(UsageError::NotRetirable(req));
+        }
+        self.requests
+            .remove(req)
+            .ok_or(UsageError::UnknownRequest(req))
+    }
+
+    // ----- inputs ----------------------------------------------------------------------
+
+    /// A message arrived on the envelope tag from `source` on `comm`.
+    ///
+    /// Returns what to do with its inline payload, if any ([`Arrival`]).
+    ///
+    /// # Errors
+    /// [`MessageError::Peer`] when the message is malformed or unexpected (it is
+    /// dropped); [`MessageError::Full`] when a table has no room (nothing changed: hand
+    /// the message in again after draining).
+    pub fn handle_message<'m>(
+        &mut self,
+        source: Rank,
+        comm: CommId,
+        bytes: &'m [u8],
+    ) -> Result<Arrival<'m>, MessageError> {
+        let decoded = envelope::decode(bytes).map_err(PeerError::Decode)?;
+        let env = decoded.envelope;
+        if source.0 >= self.config.nranks {
+            return Err(PeerError::SourceOutOfRange {
+                source,
+                nranks: self.config.nranks,
+            }
+            .into());
+        }
+        if env.comm != comm {
+            return Err(PeerError::CommMismatch {
+                envelope: env.comm,
+                arrived: comm,
+            }
+            .into());
+        }
+        self.check_room()
+            .map_err(|_| MessageError::Full(Table::Transmits))?;
+        if env.kind == EnvKind::SyncReady {
+            return self.on_ready(source, env);
+        }
+        let key = Key {
+            comm,
+            peer: source,
+            tag: env.tag,
+        };
+        let kind = match env.kind {
+            EnvKind::Eager => UnexpectedKind::Eager,
+            EnvKind::SyncData => UnexpectedKind::Sync,
+            _ => UnexpectedKind::Data,
+        };
+        let unexpected = Unexpected {
+            kind,
+            msg: env.msg,
+            size: env.size,
+            internal: None,
+        };
+        // Every arrival may need a request slot (an early buffer, or a discard buffer for
+        // a truncated message): refuse up front rather than half-handle it.
+        if self.requests.len() >= self.requests.capacity() {
+            return Err(MessageError::Full(Table::Requests));
+        }
+        if let Some(req) = self.matcher.take_recv(key) {
+            return Ok(self.on_matched_arrival(req, unexpected, decoded.inline));
+        }
+        self.on_early_arrival(key, unexpected, decoded.inline)
+    }
+
+    /// A send posted by a [`Transmit`] finished: the payload of `req` left (for an
+    /// envelope with `inline`, once the whole message left or was copied).
+    ///
+    /// # Errors
+    /// [`UsageError::UnknownRequest`], or [`UsageError::IllegalStep`] when `req` is not a
+    /// send in flight; [`UsageError::Full`] when the event queue has no room.
+    pub fn handle_sent(&mut self, req: ReqId) -> Result<(), UsageError> {
+        self.check_room()?;
+        let r = *self.get(req)?;
+        if r.kind != Kind::Send {
+            return Err(IllegalStep {
+                from: r.state,
+                step: Step::Done,
+            }
+            .into());
+        }
+        let next = r.state.step(r.kind, r.sync, Step::Done)?;
+        self.set_state(req, next);
+        self.inflight_sends = self.inflight_sends.saturating_sub(1);
+        let _ = self.stats.record_send(r.peer, r.size);
+        self.complete(req, r.size, None);
+        Ok(())
+    }
+
+    /// A receive posted by a [`Transmit::Receive`] finished with `len` bytes.
+    ///
+    /// # Errors
+    /// [`UsageError::UnknownRequest`], or [`UsageError::IllegalStep`] when `req` is not a
+    /// receive in flight; [`UsageError::Full`] when the event queue has no room.
+    pub fn handle_received(&mut self, req: ReqId, len: u64) -> Result<(), UsageError> {
+        self.check_room()?;
+        let r = *self.get(req)?;
+        if r.kind != Kind::Recv {
+            return Err(IllegalStep {
+                from: r.state,
+                step: Step::Done,
+            }
+            .into());
+        }
+        let next = r.state.step(r.kind, r.sync, Step::Done)?;
+        self.set_state(req, next);
+        let expected = r.msg_size;
+        if !r.internal {
+            let _ = self.stats.record_recv(r.peer, len);
+            if len != expected {
+                self.fail(req, RequestError::LengthMismatch { expected, got: len });
+            } else {
+                self.complete(req, len, None);
+            }
+            return Ok(());
+        }
+        // An early buffer filled up.
+        match r.link {
+            Link::None => {} // waits for its receive (it is in the matcher)
+            Link::Discard => {
+                let _ = self.requests.remove(req);
+                self.push_event(Event::Discard { early: req });
+            }
+            Link::DeliverTo(app) => {
+                let _ = self.stats.record_recv(r.peer, len);
+                if len != expected {
+                    let _ = self.requests.remove(req);
+                    self.push_event(Event::Discard { early: req });
+                    self.fail(app, RequestError::LengthMismatch { expected, got: len });
+                } else {
+                    // The early request's slot is freed now; the adapter frees the
+                    // buffer once it moved the bytes.
+                    let _ = self.requests.remove(req);
+                    self.complete(app, len, Some(req));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ----- outputs ---------------------------------------------------------------------
+
+    /// The next thing to post to the transport, if any.
+    ///
+    /// Sends leave here: each call may take the highest-priority ready send (within the
+    /// in-flight cap) and turn it into its envelope, then its payload.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        if let Some(t) = self.transmits.pop_front() {
+            return Some(t);
+        }
+        if let Some(req) = self.payloads.pop_front() {
+            return self.payload_transmit(req);
+        }
+        self.next_send()
+    }
+
+    /// The next event for the application side, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    // ----- internals -------------------------------------------------------------------
+
+    fn check_rank(&self, rank: Rank) -> Result<(), SubmitError> {
+        if rank.0 >= self.config.nranks {
+            return Err(SubmitError::RankOutOfRange {
+                rank,
+                nranks: self.config.nranks,
+            });
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, request: Request) -> Result<ReqId, SubmitError> {
+        let detached = request.detached;
+        let id = self
+            .requests
+            .insert(request)
+            .map_err(|e| SubmitError::Full(e.table))?;
+        if detached {
+            if let Err(e) = self.detached.insert(id) {
+                let _ = self.requests.remove(id);
+                return Err(SubmitError::Full(e.table));
+            }
+        }
+        Ok(id)
+    }
+
+    fn get(&self, req: ReqId) -> Result<&Request, UsageError> {
+        self.requests
+            .get(req)
+            .ok_or(UsageError::UnknownRequest(req))
+    }
+
+    fn set_state(&mut self, req: ReqId, state: State) {
+        if let Some(r) = self.requests.get_mut(req) {
+            r.state = state;
+        }
+    }
+
+    /// Applies a step the engine itself knows to be legal.
+    fn step(&mut self, req: ReqId, step: Step) {
+        if let Some(r) = self.requests.get_mut(req) {
+            let _ = r.apply(step);
+        }
+    }
+
+    /// Room for the worst-case output of one input.
+    fn check_room(&self) -> Result<(), UsageError> {
+        if self.transmits.capacity() - self.transmits.len() < WORST_CASE_OUTPUTS {
+            return Err(UsageError::Full(Table::Transmits));
+        }
+        if self.events.capacity() - self.events.len() < WORST_CASE_OUTPUTS {
+            return Err(UsageError::Full(Table::Events));
+        }
+        Ok(())
+    }
+
+    /// Whether matching `r` with `u` can proceed: a truncated synchronous message needs a
+    /// discard buffer (a new early request).
+    fn room_for_match(&self, r: &Request, u: &Unexpected) -> Result<(), UsageError> {
+        if u.kind == UnexpectedKind::Sync
+            && u.size > r.size
+            && self.requests.len() >= self.requests.capacity()
+        {
+            return Err(UsageError::Full(Table::Requests));
+        }
+        Ok(())
+    }
+
+    fn push_transmit(&mut self, t: Transmit) {
+        // Room was checked by `check_room` at the start of the input.
+        let _ = self.transmits.push_back(t);
+    }
+
+    fn push_event(&mut self, e: Event) {
+        let _ = self.events.push_back(e);
+    }
+
+    /// Moves a request to `Completed` through the state machine's own steps.
+    fn finish(&mut self, req: ReqId) {
+        if let Some(r) = self.requests.get_mut(req) {
+            if r.state == State::AwaitingEnvelope {
+                let _ = r.apply(Step::Matched);
+            }
+            if !r.state.is_completed() {
+                let _ = r.apply(Step::Done);
+            }
+        }
+    }
+
+    fn complete(&mut self, req: ReqId, len: u64, from_early: Option<ReqId>) {
+        let Some(r) = self.requests.get(req).copied() else {
+            return;
+        };
+        self.finish(req);
+        self.push_event(Event::Completed {
+            req,
+            kind: r.kind,
+            len,
+            from_early,
+        });
+        self.forget_if_detached(req, &r);
+    }
+
+    fn fail(&mut self, req: ReqId, error: RequestError) {
+        let Some(r) = self.requests.get(req).copied() else {
+            return;
+        };
+        self.finish(req);
+        self.push_event(Event::Failed {
+            req,
+            kind: r.kind,
+            error,
+        });
+        self.forget_if_detached(req, &r);
+    }
+
+    fn forget_if_detached(&mut self, req: ReqId, r: &Request) {
+        if r.detached {
+            self.detached.remove(req);
+            let _ = self.requests.remove(req);
+        }
+    }
+
+    fn alloc_msg(&mut self) -> MsgId {
+        let m = self.next_msg;
+        self.next_msg = m.next();
+        m
+    }
+
+    fn envelope_transmit(&self, dest: Rank, env: Envelope, inline: Option<ReqId>) -> Transmit {
+        Transmit::Envelope {
+            dest,
+            comm: env.comm,
+            tag: self.config.tags.envelope(),
+            header: env.encode(),
+            inline,
+        }
+    }
+
+    /// Takes the highest-priority ready send, within the in-flight cap, and emits its
+    /// envelope.
+    fn next_send(&mut self) -> Option<Transmit> {
+        let cap = self.config.max_inflight_sends;
+        if cap != 0 && self.inflight_sends >= cap {
+            return None;
+        }
+        let req = self.ready.pop()?;
+        let r = *self.requests.get(req)?;
+        let msg = self.alloc_msg();
+        if let Some(rm) = self.requests.get_mut(req) {
+            rm.msg = Some(msg);
+            rm.msg_size = r.size;
+        }
+        let mut env = Envelope {
+            kind: EnvKind::Data,
+            comm: r.comm,
+            tag: r.tag,
+            size: r.size,
+            msg,
+        };
+        if r.sync {
+            env.kind = EnvKind::SyncData;
+            if self.sync_sends.insert(r.comm, r.peer, msg, req).is_err() {
+                // Unreachable by construction (one entry per live request, same
+                // capacity); keep the send ready rather than lose it.
+                let _ = self.ready.push(req, r.priority);
+                return None;
+            }
+            self.step(req, Step::EnvelopeSent);
+            return Some(self.envelope_transmit(r.peer, env, None));
+        }
+        self.inflight_sends += 1;
+        self.step(req, Step::Posted);
+        if r.size <= u64::from(self.config.eager_limit) {
+            env.kind = EnvKind::Eager;
+            return Some(self.envelope_transmit(r.peer, env, Some(req)));
+        }
+        // The payload follows right after its envelope.
+        let _ = self.payloads.push_back(req);
+        Some(self.envelope_transmit(r.peer, env, None))
+    }
+
+    fn payload_transmit(&self, req: ReqId) -> Option<Transmit> {
+        let r = *self.requests.get(req)?;
+        let msg = r.msg?;
+        let tag = if r.sync {
+            self.config.tags.sync(msg)
+        } else {
+            self.config.tags.data(msg)
+        };
+        Some(Transmit::Payload {
+            req,
+            dest: r.peer,
+            comm: r.comm,
+            tag,
+            size: r.size,
+        })
+    }
+
+    /// A ready acknowledgement: the receiver posted its receive; send the payload.
+    fn on_ready(&mut self, source: Rank, env: Envelope) -> Result<Arrival<'static>, MessageError> {
+        let Some(req) = self.sync_sends.remove(env.comm, source, env.msg) else {
+            return Err(PeerError::UnexpectedReady {
+                source,
+                msg: env.msg,
+            }
+            .into());
+        };
+        self.step(req, Step::ReadyReceived);
+        self.inflight_sends += 1;
+        let _ = self.payloads.push_back(req);
+        Ok(Arrival::Nothing)
+    }
+
+    /// An envelope for which a receive was waiting.
+    fn on_matched_arrival<'m>(
+        &mut self,
+        req: ReqId,
+        u: Unexpected,
+        inline: &'m [u8],
+    ) -> Arrival<'m> {
+        self.step(req, Step::Matched);
+        self.accept(req, u, inline)
+    }
+
+    /// Matches a receive that just became ready with the oldest early message of its key.
+    fn match_recv(&mut self, req: ReqId, u: Unexpected) {
+        self.step(req, Step::Matched);
+        match (u.kind, u.internal) {
+            (UnexpectedKind::Sync, _) => {
+                let _ = self.accept(req, u, &[]);
+            }
+            (_, Some(early)) => self.take_early(req, u, early),
+            (_, None) => {
+                // Unreachable: data and eager early messages always have a buffer.
+                self.fail(
+                    req,
+                    RequestError::LengthMismatch {
+                        expected: u.size,
+                        got: 0,
+                    },
+                );
+            }
+        }
+    }
+
+    /// A receive takes an early message whose payload has (or is being) received into
+    /// the early buffer `early`.
+    fn take_early(&mut self, req: ReqId, u: Unexpected, early: ReqId) {
+        let capacity = self.requests.get(req).map_or(0, |r| r.size);
+        let early_done = self
+            .requests
+            .get(early)
+            .is_some_and(|e| e.state == State::Completed);
+        if u.size > capacity {
+            self.fail(
+                req,
+                RequestError::Truncated {
+                    capacity,
+                    size: u.size,
+                },
+            );
+            if early_done {
+                let _ = self.requests.remove(early);
+                self.push_event(Event::Discard { early });
+            } else if let Some(e) = self.requests.get_mut(early) {
+                e.link = Link::Discard;
+            }
+            return;
+        }
+        if early_done {
+            let _ = self.requests.remove(early);
+            if let Some(peer) = self.requests.get(req).map(|r| r.peer) {
+                let _ = self.stats.record_recv(peer, u.size);
+            }
+            self.complete(req, u.size, Some(early));
+        } else {
+            if let Some(rm) = self.requests.get_mut(req) {
+                rm.msg = Some(u.msg);
+                rm.msg_size = u.size;
+            }
+            if let Some(e) = self.requests.get_mut(early) {
+                e.link = Link::DeliverTo(req);
+            }
+        }
+    }
+
+    /// A matched receive accepts a message that arrives now (data, eager, or a sync
+    /// envelope that may be answered now).
+    fn accept<'m>(&mut self, req: ReqId, u: Unexpected, inline: &'m [u8]) -> Arrival<'m> {
+        let Some(r) = self.requests.get(req).copied() else {
+            return Arrival::Nothing;
+        };
+        let truncated = u.size > r.size;
+        if let Some(rm) = self.requests.get_mut(req) {
+            rm.msg = Some(u.msg);
+            rm.msg_size = u.size;
+        }
+        match u.kind {
+            UnexpectedKind::Eager => {
+                if truncated {
+                    self.fail(
+                        req,
+                        RequestError::Truncated {
+                            capacity: r.size,
+                            size: u.size,
+                        },
+                    );
+                    return Arrival::Nothing;
+                }
+                let _ = self.stats.record_recv(r.peer, u.size);
+                self.complete(req, u.size, None);
+                Arrival::Deliver { req, inline }
+            }
+            UnexpectedKind::Data => {
+                if truncated {
+                    // Drain the payload into a discard buffer so it never lingers on
+                    // its physical tag.
+                    self.fail(
+                        req,
+                        RequestError::Truncated {
+                            capacity: r.size,
+                            size: u.size,
+                        },
+                    );
+                    self.drain_into_discard(r.comm, r.peer, self.config.tags.data(u.msg), u);
+                    return Arrival::Nothing;
+                }
+                self.push_transmit(Transmit::Receive {
+                    req,
+                    source: r.peer,
+                    comm: r.comm,
+                    tag: self.config.tags.data(u.msg),
+                    size: u.size,
+                    early: false,
+                });
+                Arrival::Nothing
+            }
+            UnexpectedKind::Sync => {
+                let ready = Envelope {
+                    kind: EnvKind::SyncReady,
+                    comm: r.comm,
+                    tag: r.tag,
+                    size: 0,
+                    msg: u.msg,
+                };
+                self.push_transmit(self.envelope_transmit(r.peer, ready, None));
+                let tag = self.config.tags.sync(u.msg);
+                if truncated {
+                    self.fail(
+                        req,
+                        RequestError::Truncated {
+                            capacity: r.size,
+                            size: u.size,
+                        },
+                    );
+                    self.drain_into_discard(r.comm, r.peer, tag, u);
+                } else {
+                    self.push_transmit(Transmit::Receive {
+                        req,
+                        source: r.peer,
+                        comm: r.comm,
+                        tag,
+                        size: u.size,
+                        early: false,
+                    });
+                }
+                Arrival::Nothing
+            }
+        }
+    }
+
+    /// Posts an engine-owned receive that takes a payload nobody wants, then discards it.
+    fn drain_into_discard(&mut self, comm: CommId, source: Rank, tag: PhysTag, u: Unexpected) {
+        let mut early = Request::internal_recv(comm, source, Tag(0), u.size, u.msg);
+        early.link = Link::Discard;
+        early_steps(&mut early, false);
+        if let Ok(id) = self.requests.insert(early) {
+            self.push_transmit(Transmit::Receive {
+                req: id,
+                source,
+                comm,
+                tag,
+                size: u.size,
+                early: true,
+            });
+        }
+    }
+
+    /// An envelope that no receive waits for: keep it as early data.
+    fn on_early_arrival<'m>(
+        &mut self,
+        key: Key,
+        mut u: Unexpected,
+        inline: &'m [u8],
+    ) -> Result<Arrival<'m>, MessageError> {
+        if u.kind == UnexpectedKind::Sync {
+            // Nothing is sent until we answer: remember the envelope only.
+            self.matcher
+                .push_unexpected(key, u)
+                .map_err(|e| MessageError::Full(e.table))?;
+            return Ok(Arrival::Nothing);
+        }
+        let mut early = Request::internal_recv(key.comm, key.peer, key.tag, u.size, u.msg);
+        early_steps(&mut early, u.kind == UnexpectedKind::Eager);
+        let id = self
+            .requests
+            .insert(early)
+            .map_err(|e| MessageError::Full(e.table))?;
+        u.internal = Some(id);
+        if let Err(e) = self.matcher.push_unexpected(key, u) {
+            let _ = self.requests.remove(id);
+            return Err(MessageError::Full(e.table));
+        }
+        if u.kind == UnexpectedKind::Eager {
+            return Ok(Arrival::Stash { early: id, inline });
+        }
+        self.push_transmit(Transmit::Receive {
+            req: id,
+            source: key.peer,
+            comm: key.comm,
+            tag: self.config.tags.data(u.msg),
+            size: u.size,
+            early: true,
+        });
+        Ok(Arrival::Nothing)
+    }
+}
+
+/// Steps a new early request through the state machine: it is ready at once (the engine
+/// owns its buffer), matched to its envelope, and — for an eager payload that arrived
+/// with the envelope — already done.
+fn early_steps(early: &mut Request, arrived: bool) {
+    let _ = early.apply(Step::DataReady);
+    let _ = early.apply(Step::Matched);
+    if arrived {
+        let _ = early.apply(Step::Done);
+    }
+}
+
+#[cfg(test)]
+mod tests;

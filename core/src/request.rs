@@ -263,8 +263,26 @@ pub struct Request {
     /// The data-message id: chosen when a send's envelope is built, learnt from the
     /// envelope by a receive. `None` until then.
     pub msg: Option<MsgId>,
+    /// The payload size announced by the envelope (a receive) or sent (a send); 0 until
+    /// the envelope is built or matched. A receive completes only if exactly this many
+    /// bytes arrive.
+    pub msg_size: u64,
+    /// For an engine-owned early receive: what to do with its payload once it lands.
+    pub link: Link,
     /// Where the request is in its life.
     pub state: State,
+}
+
+/// Where the payload of an engine-owned early receive goes (internals §3.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Link {
+    /// No application receive took it yet: it stays in the early-data table.
+    None,
+    /// This application receive took it: hand the payload over when it lands.
+    DeliverTo(ReqId),
+    /// Nobody wants it (the receive that matched it failed): free it when it lands.
+    Discard,
 }
 
 impl Request {
@@ -282,6 +300,8 @@ impl Request {
             detached: false,
             internal: false,
             msg: None,
+            msg_size: 0,
+            link: Link::None,
             state: State::Created,
         }
     }
@@ -311,6 +331,7 @@ impl Request {
             detached: true,
             internal: true,
             msg: Some(msg),
+            msg_size: size,
             ..Self::recv(comm, source, tag, size)
         }
     }
