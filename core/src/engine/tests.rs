@@ -5,8 +5,9 @@ extern crate std;
 use std::vec::Vec;
 
 use super::*;
-use crate::envelope::decode;
+use crate::envelope::{HEADER_LEN, decode};
 use crate::request::Kind;
+use crate::tags::TagSpace;
 
 type E = Engine<16, 16, 4>;
 
