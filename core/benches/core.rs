@@ -1,2 +1,118 @@
-//! Benchmarks of the core (being written).
-fn main() {}
+//! Benchmarks of the protocol core against naive `std` references, side by side.
+//!
+//! * `matcher/*`: one match (an envelope meets a posted receive) plus the re-post of that
+//!   receive, with 1, 64 and 4096 live keys — Starling's fixed-capacity [`Matcher`]
+//!   against a `HashMap<Key, VecDeque<_>>` matcher doing the same work.
+//! * `planner/*`: the task-insert planner for a 5-access stencil task and a Cholesky
+//!   GEMM task — [`insert::plan`] against a straightforward `std` planner with hash-set
+//!   caches and `Vec` outputs.
+//!
+//! Run: `cargo bench -p starling-core --bench core` (figures in `docs/performance.md`).
+
+use std::collections::{HashMap, VecDeque};
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use starling_core::lists::Key;
+use starling_core::matcher::{Matcher, Unexpected, UnexpectedKind};
+use starling_core::{CommId, MsgId, Rank, ReqId, Tag};
+
+mod planner;
+
+/// Live keys in the largest case; the matcher's capacities.
+const MAX_KEYS: usize = 4096;
+const KEY_CAP: usize = 8192;
+
+fn key(i: usize) -> Key {
+    Key::new(CommId::WORLD, Rank((i % 7) as u32), Tag(i as i64))
+}
+
+fn unexpected(i: usize) -> Unexpected {
+    Unexpected {
+        kind: UnexpectedKind::Data,
+        msg: MsgId(i as u32),
+        size: 64,
+        internal: None,
+    }
+}
+
+fn req(i: usize) -> ReqId {
+    ReqId {
+        index: i as u32,
+        generation: 0,
+    }
+}
+
+/// The naive reference: two hash maps of FIFO queues, one per side.
+#[derive(Default)]
+struct NaiveMatcher {
+    recvs: HashMap<Key, VecDeque<ReqId>>,
+    unexpected: HashMap<Key, VecDeque<Unexpected>>,
+}
+
+impl NaiveMatcher {
+    fn post_recv(&mut self, k: Key, r: ReqId) -> Option<Unexpected> {
+        if let Some(q) = self.unexpected.get_mut(&k) {
+            let u = q.pop_front();
+            if q.is_empty() {
+                self.unexpected.remove(&k);
+            }
+            return u;
+        }
+        self.recvs.entry(k).or_default().push_back(r);
+        None
+    }
+
+    fn arrive(&mut self, k: Key, u: Unexpected) -> Option<ReqId> {
+        if let Some(q) = self.recvs.get_mut(&k) {
+            let r = q.pop_front();
+            if q.is_empty() {
+                self.recvs.remove(&k);
+            }
+            return r;
+        }
+        self.unexpected.entry(k).or_default().push_back(u);
+        None
+    }
+}
+
+fn matcher(c: &mut Criterion) {
+    let mut group = c.benchmark_group("matcher");
+    const BATCH: usize = 4096;
+    group.throughput(Throughput::Elements(BATCH as u64));
+    for live in [1usize, 64, MAX_KEYS] {
+        let keys: Vec<Key> = (0..live).map(key).collect();
+        let mut m: Box<Matcher<KEY_CAP, KEY_CAP>> = Box::new(Matcher::new());
+        for (i, k) in keys.iter().enumerate() {
+            m.push_recv(*k, req(i)).expect("capacity");
+        }
+        group.bench_with_input(BenchmarkId::new("starling", live), &live, |b, _| {
+            b.iter(|| {
+                for i in 0..BATCH {
+                    let k = keys[i % live];
+                    let r = m.arrive(k, unexpected(i)).expect("room");
+                    let back = m.post_recv(k, r.expect("a posted receive")).expect("room");
+                    black_box(back);
+                }
+            });
+        });
+        let mut n = NaiveMatcher::default();
+        for (i, k) in keys.iter().enumerate() {
+            n.post_recv(*k, req(i));
+        }
+        group.bench_with_input(BenchmarkId::new("naive_std", live), &live, |b, _| {
+            b.iter(|| {
+                for i in 0..BATCH {
+                    let k = keys[i % live];
+                    let r = n.arrive(k, unexpected(i));
+                    let back = n.post_recv(k, r.expect("a posted receive"));
+                    black_box(back);
+                }
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, matcher, planner::planner);
+criterion_main!(benches);
