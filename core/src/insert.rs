@@ -91,7 +91,7 @@ use heapless::Vec;
 
 use crate::cache::Cache;
 use crate::error::Table;
-use crate::select::{PolicyId, Policies, SelectError};
+use crate::select::{Policies, PolicyId, SelectError};
 use crate::types::{AccessMode, DataId, Owner, Priority, Rank, Tag};
 
 /// One datum accessed by a task, as this rank sees it (the reference's
@@ -280,7 +280,10 @@ impl<const T: usize> Plan<T> {
     /// Whether this rank has anything to do for the task: run it, transfer, or update its
     /// cache.
     pub fn is_empty(&self) -> bool {
-        !self.execute_here && self.before.is_empty() && self.after.is_empty() && self.cache.is_empty()
+        !self.execute_here
+            && self.before.is_empty()
+            && self.after.is_empty()
+            && self.cache.is_empty()
     }
 }
 
@@ -338,7 +341,10 @@ impl fmt::Display for InsertError {
                 "execute-on-data names access {index}, but the task has {len} accesses"
             ),
             Self::UnknownData { index } => {
-                write!(f, "the datum of access {index} is not registered on this rank")
+                write!(
+                    f,
+                    "the datum of access {index} is not registered on this rank"
+                )
             }
             Self::RankOutOfRange { rank, nranks } => {
                 write!(f, "{rank} does not exist: there are {nranks} ranks")
@@ -520,7 +526,13 @@ pub fn plan<const T: usize, const C: usize>(
             } else if me == owner && !cache.cached_send(a.data, x) {
                 push(&mut plan.before, transfer(a, x, Direction::Send))?;
                 if enabled {
-                    push(&mut plan.cache, CacheUpdate::SentSet { data: a.data, dest: x })?;
+                    push(
+                        &mut plan.cache,
+                        CacheUpdate::SentSet {
+                            data: a.data,
+                            dest: x,
+                        },
+                    )?;
                 }
             }
         }

@@ -93,7 +93,10 @@ impl fmt::Display for SelectError {
             Self::NotRegistered { policy } => write!(f, "{policy} is not registered"),
             Self::BuiltIn => f.write_str("the built-in policy cannot be unregistered"),
             Self::OutOfRange { rank, nranks } => {
-                write!(f, "the policy chose {rank}, but there are only {nranks} ranks")
+                write!(
+                    f,
+                    "the policy chose {rank}, but there are only {nranks} ranks"
+                )
             }
         }
     }
@@ -276,14 +279,10 @@ impl Policies {
 /// independent of the number of ranks).
 pub fn most_r_data(me: Rank, nranks: u32, accesses: &[Access]) -> Rank {
     let _ = me;
-    let scored_owner = |a: &Access| {
-        a.owner
-            .rank()
-            .filter(|r| a.known && r.0 < nranks)
-    };
+    let scored_owner = |a: &Access| a.owner.rank().filter(|r| a.known && r.0 < nranks);
     let weight = |a: &Access| {
-        let times = u64::from(a.mode.contains(AccessMode::R))
-            + u64::from(a.mode.contains(AccessMode::W));
+        let times =
+            u64::from(a.mode.contains(AccessMode::R)) + u64::from(a.mode.contains(AccessMode::W));
         a.size.saturating_mul(times)
     };
 

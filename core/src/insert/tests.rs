@@ -13,11 +13,23 @@ const RW: AccessMode = AccessMode::RW;
 type P = Plan<16>;
 
 fn acc(data: u32, mode: AccessMode, owner: u32, size: u64) -> Access {
-    Access::new(DataId(data), mode, Owner::Rank(Rank(owner)), Tag(i64::from(data) + 100), size)
+    Access::new(
+        DataId(data),
+        mode,
+        Owner::Rank(Rank(owner)),
+        Tag(i64::from(data) + 100),
+        size,
+    )
 }
 
 fn per_node(data: u32, mode: AccessMode) -> Access {
-    Access::new(DataId(data), mode, Owner::PerNode, Tag(i64::from(data) + 100), 4)
+    Access::new(
+        DataId(data),
+        mode,
+        Owner::PerNode,
+        Tag(i64::from(data) + 100),
+        4,
+    )
 }
 
 fn unknown(a: Access) -> Access {
@@ -261,11 +273,17 @@ fn policy_selection_uses_the_explicit_node_or_the_default_policy() {
 }
 
 fn owner_of_first(_me: Rank, _n: u32, accesses: &[Access]) -> Rank {
-    accesses.first().and_then(|a| a.owner.rank()).unwrap_or(Rank(0))
+    accesses
+        .first()
+        .and_then(|a| a.owner.rank())
+        .unwrap_or(Rank(0))
 }
 
 fn owner_of_second(_me: Rank, _n: u32, accesses: &[Access]) -> Rank {
-    accesses.get(1).and_then(|a| a.owner.rank()).unwrap_or(Rank(0))
+    accesses
+        .get(1)
+        .and_then(|a| a.owner.rank())
+        .unwrap_or(Rank(0))
 }
 
 /// The reference test `policy_register`: a current custom policy, then a per-call one.
@@ -378,7 +396,11 @@ fn a_cached_read_is_not_transferred_again() {
         [CacheUpdate::ReceivedSet { data: DataId(0) }]
     );
     let plans = w.insert(&[acc(0, R, 0, 4)], on(1));
-    assert!(plans.iter().all(|p| p.before.is_empty() && p.cache.is_empty()));
+    assert!(
+        plans
+            .iter()
+            .all(|p| p.before.is_empty() && p.cache.is_empty())
+    );
 }
 
 #[test]
@@ -403,7 +425,12 @@ fn a_write_invalidates_on_every_rank_even_uninvolved_ones() {
 fn without_cache_the_executor_drops_every_copy_it_read() {
     let mut w = World::new(3);
     w.set_cache(false);
-    let task = [acc(0, R, 0, 4), acc(1, RW, 1, 4), acc(2, R, 2, 4), acc(0, R, 0, 4)];
+    let task = [
+        acc(0, R, 0, 4),
+        acc(1, RW, 1, 4),
+        acc(2, R, 2, 4),
+        acc(0, R, 0, 4),
+    ];
     for _ in 0..2 {
         let plans = w.insert(&task, on(2));
         assert_eq!(
@@ -439,7 +466,12 @@ fn a_datum_accessed_twice_is_transferred_once() {
     for cache in [true, false] {
         let mut w = World::new(2);
         w.set_cache(cache);
-        let task = [acc(0, R, 0, 4), acc(0, RW, 0, 4), acc(1, W, 1, 4), acc(1, W, 1, 4)];
+        let task = [
+            acc(0, R, 0, 4),
+            acc(0, RW, 0, 4),
+            acc(1, W, 1, 4),
+            acc(1, W, 1, 4),
+        ];
         let plans = w.insert(&task, on(1));
         assert_eq!(plans[1].before.as_slice(), [t(0, 0, Direction::Recv)]);
         assert_eq!(plans[1].after.as_slice(), [t(0, 0, Direction::Send)]);
@@ -467,7 +499,11 @@ fn redux_chooses_the_owner_and_clears_the_cache_without_write_back() {
     let plans = w.insert(&[acc(0, redux, 0, 4)], auto());
     assert_eq!(World::executor(&plans), Executor::Rank(Rank(0)));
     let plans = w.insert(&[acc(0, redux, 0, 4)], on(1));
-    assert!(plans.iter().all(|p| p.before.is_empty() && p.after.is_empty()));
+    assert!(
+        plans
+            .iter()
+            .all(|p| p.before.is_empty() && p.after.is_empty())
+    );
     assert!(!w.caches[2].cached_receive(DataId(0)));
 }
 
@@ -509,7 +545,11 @@ fn per_node_written_data_run_everywhere_without_transfers() {
     let mut w = World::new(3);
     let plans = w.insert(&[per_node(0, RW), per_node(1, R)], auto());
     assert_eq!(World::executor(&plans), Executor::PerNode);
-    assert!(plans.iter().all(|p| p.before.is_empty() && p.after.is_empty()));
+    assert!(
+        plans
+            .iter()
+            .all(|p| p.before.is_empty() && p.after.is_empty())
+    );
     let on_data = Options {
         execute: Execute::OnData(1),
         ..auto()
@@ -586,10 +626,17 @@ fn a_temporary_datum_is_skipped_by_ranks_that_do_not_know_it() {
         plans[2].cache.last(),
         Some(&CacheUpdate::Invalidate { data: DataId(1) })
     );
-    assert!(plans[2].cache.contains(&CacheUpdate::Invalidate { data: DataId(9) }));
+    assert!(
+        plans[2]
+            .cache
+            .contains(&CacheUpdate::Invalidate { data: DataId(9) })
+    );
     // Unknown data are not scored either.
     let a = [unknown(acc(9, R, 2, 1000)), acc(0, R, 1, 4)];
-    assert_eq!(w.plan_on(0, &a, auto()).unwrap().executor, Some(Executor::Rank(Rank(1))));
+    assert_eq!(
+        w.plan_on(0, &a, auto()).unwrap().executor,
+        Some(Executor::Rank(Rank(1)))
+    );
 }
 
 #[test]

@@ -9,7 +9,13 @@ use super::*;
 use crate::types::{DataId, Owner, Tag};
 
 fn acc(data: u32, mode: AccessMode, owner: u32, size: u64) -> Access {
-    Access::new(DataId(data), mode, Owner::Rank(Rank(owner)), Tag(data.into()), size)
+    Access::new(
+        DataId(data),
+        mode,
+        Owner::Rank(Rank(owner)),
+        Tag(data.into()),
+        size,
+    )
 }
 
 fn per_node(data: u32, mode: AccessMode, size: u64) -> Access {
@@ -17,7 +23,10 @@ fn per_node(data: u32, mode: AccessMode, size: u64) -> Access {
 }
 
 fn owner_of_second(_me: Rank, _n: u32, accesses: &[Access]) -> Rank {
-    accesses.get(1).and_then(|a| a.owner.rank()).unwrap_or(Rank(0))
+    accesses
+        .get(1)
+        .and_then(|a| a.owner.rank())
+        .unwrap_or(Rank(0))
 }
 
 fn always_zero(_me: Rank, _n: u32, _accesses: &[Access]) -> Rank {
@@ -81,9 +90,15 @@ fn most_r_data_with_nothing_to_score_runs_on_rank_0() {
 
 #[test]
 fn most_r_data_handles_ranks_far_beyond_any_array() {
-    let a = [acc(0, AccessMode::R, u32::MAX - 1, 1), acc(1, AccessMode::R, 7, 1)];
+    let a = [
+        acc(0, AccessMode::R, u32::MAX - 1, 1),
+        acc(1, AccessMode::R, 7, 1),
+    ];
     assert_eq!(most_r_data(Rank(0), u32::MAX, &a), Rank(7));
-    let a = [acc(0, AccessMode::RW, u32::MAX - 1, 1), acc(1, AccessMode::R, 7, 1)];
+    let a = [
+        acc(0, AccessMode::RW, u32::MAX - 1, 1),
+        acc(1, AccessMode::R, 7, 1),
+    ];
     assert_eq!(most_r_data(Rank(0), u32::MAX, &a), Rank(u32::MAX - 1));
 }
 
@@ -140,7 +155,10 @@ fn policy_register_toomany_is_a_full_error() {
 #[test]
 fn policy_unregister_refuses_the_built_in_policy() {
     let mut p = Policies::new();
-    assert_eq!(p.unregister(PolicyId::MOST_R_DATA), Err(SelectError::BuiltIn));
+    assert_eq!(
+        p.unregister(PolicyId::MOST_R_DATA),
+        Err(SelectError::BuiltIn)
+    );
     assert!(p.is_registered(PolicyId::MOST_R_DATA));
 }
 
