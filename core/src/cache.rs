@@ -1,1 +1,272 @@
-//! Placeholder: being written (see the module table in the crate docs).
+//! The communication cache: which values this rank already sent, and which it holds a
+//! received copy of.
+//!
+//! The state machine is two sets and a switch (the reference's `starpu_mpi_cache.c`,
+//! internals §5):
+//! - the **sent** set of `(datum, destination)` pairs: "the current value of this datum,
+//!   which I own, was already sent to that rank";
+//! - the **received** set of data: "I hold a received copy of the current value of this
+//!   datum, which I do not own";
+//! - whether the cache is enabled (it is after [`Cache::new`]).
+//!
+//! Its purpose: the [planner](crate::insert::plan) sends a given *value* of a datum at most
+//! once to each rank, and a rank keeps the copies it received while the value is unchanged.
+//!
+//! Rules:
+//! - **The cache is replicated state.** Every rank keeps its own, and the planner relies on
+//!   an invariant between them: for every datum `d` owned by `o` and every rank `x ≠ o`,
+//!   `(d, x)` is in `o`'s sent set exactly when `d` is in `x`'s received set. Each update
+//!   keeps it only when every rank performs the same updates at the same point of the
+//!   submission sequence: the planner's [`CacheUpdate`]s (applied with [`Cache::apply`]),
+//!   [`flush`](Cache::flush), [`flush_all`](Cache::flush_all) and
+//!   [`set_enabled`](Cache::set_enabled) are all logically collective and
+//!   communication-free. A rank that skips one desynchronises the caches: either a receive
+//!   is never posted (the sender thinks the copy is current) or a stale value is read.
+//! - Flags are set **at submission time**, not at completion: the planner sets them when it
+//!   plans the transfer.
+//! - Any write (W, RW or REDUX access) clears the datum's flags on every rank
+//!   ([`CacheUpdate::Invalidate`]); so does a flush.
+//! - **Changing a datum's owner** (the reference's `starpu_mpi_data_set_rank`) must clear the
+//!   datum's flags on every rank too (as `starpu_mpi_data_migrate` does with its flush):
+//!   otherwise a rank still holding a received copy from the old owner skips its receive
+//!   while the new owner, whose sent set knows nothing, sends. The reference's `set_rank`
+//!   does not flush and has this bug.
+//! - While disabled, queries answer `false`, setters change nothing and answer `Ok(false)`,
+//!   and flushes do nothing (as in the reference); disabling flushes everything first.
+//!
+//! Capacities: each set holds at most `N` entries; `N` must be a power of two greater than
+//! one (a `heapless` index-set requirement, checked at compile time). A full set hands the
+//! entry back in a [`Full`] error ([`Table::Cache`]) and changes nothing.
+
+use heapless::index_set::FnvIndexSet;
+
+use crate::error::{Full, Table};
+use crate::insert::CacheUpdate;
+use crate::types::{DataId, Owner, Rank};
+
+/// What a [`Cache::flush`] asks of the adapter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[must_use]
+pub struct Flush {
+    /// The adapter must drop (invalidate) this rank's local copy of the datum, once the
+    /// accesses already submitted on it are done: the cache was enabled and this rank does
+    /// not own the datum. As in the reference, this holds whether or not a received copy is
+    /// recorded, since a non-owner can also hold the value it computed in a task it ran;
+    /// dropping a copy that does not exist must be a no-op. Never set for a per-node datum,
+    /// whose every instance is owned by its rank.
+    pub drop_local_copy: bool,
+}
+
+/// The communication cache of one rank, holding at most `N` sent entries and `N` received
+/// entries. See the [module docs](self) for the rules.
+#[derive(Clone, Debug)]
+pub struct Cache<const N: usize> {
+    enabled: bool,
+    sent: FnvIndexSet<(DataId, Rank), N>,
+    received: FnvIndexSet<DataId, N>,
+}
+
+#[cfg(feature = "defmt")]
+impl<const N: usize> defmt::Format for Cache<N> {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(
+            f,
+            "Cache {{ enabled: {=bool}, sent: {=usize}, received: {=usize} }}",
+            self.enabled,
+            self.sent.len(),
+            self.received.len()
+        )
+    }
+}
+
+impl<const N: usize> Default for Cache<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> Cache<N> {
+    /// An empty, enabled cache.
+    pub const fn new() -> Self {
+        Self {
+            enabled: true,
+            sent: FnvIndexSet::new(),
+            received: FnvIndexSet::new(),
+        }
+    }
+
+    /// Whether the cache is enabled (the reference's `starpu_mpi_cache_is_enabled`).
+    #[inline]
+    pub const fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Enables or disables the cache (the reference's `starpu_mpi_cache_set`).
+    ///
+    /// Disabling an enabled cache first flushes every entry, as
+    /// [`flush_all`](Self::flush_all) does: `drop_copy` is called once for each datum this
+    /// rank held a received copy of. Enabling calls nothing. Like every cache operation it
+    /// must be performed by every rank at the same point of the submission sequence.
+    pub fn set_enabled(&mut self, enabled: bool, drop_copy: impl FnMut(DataId)) {
+        if !enabled {
+            self.flush_all(drop_copy);
+        }
+        self.enabled = enabled;
+    }
+
+    /// Whether the current value of `data` was already sent to `dest` (the reference's
+    /// `starpu_mpi_cached_send`). `false` while disabled.
+    pub fn cached_send(&self, data: DataId, dest: Rank) -> bool {
+        self.enabled && self.sent.contains(&(data, dest))
+    }
+
+    /// Whether this rank holds a received copy of the current value of `data` (the
+    /// reference's `starpu_mpi_cached_receive`). `false` while disabled.
+    pub fn cached_receive(&self, data: DataId) -> bool {
+        self.enabled && self.received.contains(&data)
+    }
+
+    /// Records that the current value of `data` was sent to `dest`; returns whether it was
+    /// already recorded (the reference's `starpu_mpi_cached_send_set`). Does nothing and
+    /// returns `Ok(false)` while disabled.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] ([`Table::Cache`]) handing `(data, dest)` back when the sent set is full and
+    /// the entry is new; nothing changed. Flush entries or size the cache larger.
+    pub fn set_sent(&mut self, data: DataId, dest: Rank) -> Result<bool, Full<(DataId, Rank)>> {
+        if !self.enabled {
+            return Ok(false);
+        }
+        match self.sent.insert((data, dest)) {
+            Ok(inserted) => Ok(!inserted),
+            Err(item) => Err(Full::new(Table::Cache, item)),
+        }
+    }
+
+    /// Records that this rank holds a received copy of `data`; returns whether it was
+    /// already recorded (the reference's `starpu_mpi_cached_receive_set`). Does nothing and
+    /// returns `Ok(false)` while disabled.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] ([`Table::Cache`]) handing `data` back when the received set is full and the
+    /// entry is new; nothing changed. Flush entries or size the cache larger.
+    pub fn set_received(&mut self, data: DataId) -> Result<bool, Full<DataId>> {
+        if !self.enabled {
+            return Ok(false);
+        }
+        match self.received.insert(data) {
+            Ok(inserted) => Ok(!inserted),
+            Err(item) => Err(Full::new(Table::Cache, item)),
+        }
+    }
+
+    /// Forgets every destination `data` was sent to (the reference's
+    /// `starpu_mpi_cached_send_clear`).
+    pub fn clear_sent(&mut self, data: DataId) {
+        self.sent.retain(|(d, _)| *d != data);
+    }
+
+    /// Forgets the received copy of `data`; returns whether one was recorded, in which case
+    /// the adapter must drop (invalidate) the local copy (the reference's
+    /// `starpu_mpi_cached_receive_clear`).
+    pub fn clear_received(&mut self, data: DataId) -> bool {
+        self.received.remove(&data)
+    }
+
+    /// Clears both kinds of flags of `data` (the reference's `starpu_mpi_cache_flush`).
+    ///
+    /// `me` is this rank and `owner` the datum's owner; the answer says whether the local
+    /// copy must be dropped (see [`Flush`]). Does nothing while disabled. Must be called by
+    /// every rank at the same point of the submission sequence.
+    pub fn flush(&mut self, data: DataId, me: Rank, owner: Owner) -> Flush {
+        if !self.enabled {
+            return Flush::default();
+        }
+        self.clear_sent(data);
+        self.clear_received(data);
+        Flush {
+            drop_local_copy: matches!(owner, Owner::Rank(r) if r != me),
+        }
+    }
+
+    /// Clears every flag of every datum (the reference's
+    /// `starpu_mpi_cache_flush_all_data`), calling `drop_copy` once for each datum this rank
+    /// held a received copy of: the adapter must drop (invalidate) those local copies.
+    ///
+    /// A received copy is only ever recorded for a datum this rank does not own (the
+    /// planner never receives a rank's own data, and an owner change clears the flags), so
+    /// these are exactly the non-owned data the reference invalidates. Does nothing while
+    /// disabled. Must be called by every rank at the same point of the submission sequence.
+    pub fn flush_all(&mut self, mut drop_copy: impl FnMut(DataId)) {
+        if !self.enabled {
+            return;
+        }
+        for data in self.received.iter() {
+            drop_copy(*data);
+        }
+        self.received.clear();
+        self.sent.clear();
+    }
+
+    /// Applies one update listed by the [planner](crate::insert::plan); returns whether the
+    /// adapter must drop (invalidate) this rank's local copy of the datum.
+    ///
+    /// - [`SentSet`](CacheUpdate::SentSet) / [`ReceivedSet`](CacheUpdate::ReceivedSet):
+    ///   [`set_sent`](Self::set_sent) / [`set_received`](Self::set_received); answers `false`.
+    /// - [`Invalidate`](CacheUpdate::Invalidate): [`clear_sent`](Self::clear_sent) and
+    ///   [`clear_received`](Self::clear_received); answers whether a received copy was
+    ///   recorded.
+    /// - [`DropCopy`](CacheUpdate::DropCopy): changes nothing; answers `true`.
+    ///
+    /// Applying a plan's updates in order leaves the cache in the reference's state after
+    /// `starpu_mpi_task_insert`.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] ([`Table::Cache`]) handing the update back when a set is full; nothing
+    /// changed (updates applied before it stay applied).
+    pub fn apply(&mut self, update: &CacheUpdate) -> Result<bool, Full<CacheUpdate>> {
+        let full = || Full::new(Table::Cache, *update);
+        match *update {
+            CacheUpdate::SentSet { data, dest } => {
+                self.set_sent(data, dest).map_err(|_| full())?;
+                Ok(false)
+            }
+            CacheUpdate::ReceivedSet { data } => {
+                self.set_received(data).map_err(|_| full())?;
+                Ok(false)
+            }
+            CacheUpdate::Invalidate { data } => {
+                self.clear_sent(data);
+                Ok(self.clear_received(data))
+            }
+            CacheUpdate::DropCopy { .. } => Ok(true),
+        }
+    }
+
+    /// How many `(datum, destination)` pairs are recorded as sent.
+    pub fn len_sent(&self) -> usize {
+        self.sent.len()
+    }
+
+    /// How many received copies are recorded.
+    pub fn len_received(&self) -> usize {
+        self.received.len()
+    }
+
+    /// The data this rank holds a received copy of, in no particular order.
+    pub fn received(&self) -> impl Iterator<Item = DataId> + '_ {
+        self.received.iter().copied()
+    }
+
+    /// The `(datum, destination)` pairs recorded as sent, in no particular order.
+    pub fn sent(&self) -> impl Iterator<Item = (DataId, Rank)> + '_ {
+        self.sent.iter().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests;
