@@ -59,7 +59,7 @@ cargo build -p starling-core --target riscv32imac-unknown-none-elf
 step "cargo test (unit, property, agreement, delivery, doc tests)"
 cargo test --workspace
 step "benchmarks, each run once as a test"
-cargo test -p starling-core --benches
+cargo test -p starling-core --bench core
 
 step "the main job (README): the ring on the in-process cluster"
 cargo run --quiet --example ring

@@ -17,6 +17,7 @@ use starling_core::lists::Key;
 use starling_core::matcher::{Matcher, Unexpected, UnexpectedKind};
 use starling_core::{CommId, MsgId, Rank, ReqId, Tag};
 
+#[path = "core/planner.rs"]
 mod planner;
 
 /// Live keys in the largest case; the matcher's capacities.

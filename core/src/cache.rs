@@ -37,7 +37,13 @@
 //! Capacities: each set holds at most `N` entries; `N` must be a power of two greater than
 //! one (a `heapless` index-set requirement, checked at compile time). A full set hands the
 //! entry back in a [`Full`] error ([`Table::Cache`]) and changes nothing.
+//!
+//! Cost: every query and setter is O(1). Clearing a datum's sent flags (every write does
+//! it) costs O(number of destinations of that datum), not O(size of the cache): the sent
+//! pairs of one datum are threaded into a list through the pair map, whose head is kept
+//! per datum. (A plain set would need a scan of all `N` pairs per write.)
 
+use heapless::index_map::FnvIndexMap;
 use heapless::index_set::FnvIndexSet;
 
 use crate::error::{Full, Table};
@@ -63,7 +69,11 @@ pub struct Flush {
 #[derive(Clone, Debug)]
 pub struct Cache<const N: usize> {
     enabled: bool,
-    sent: FnvIndexSet<(DataId, Rank), N>,
+    /// The sent set: each `(datum, destination)` pair maps to the next destination of
+    /// the same datum, so that a datum's pairs form a list.
+    sent: FnvIndexMap<(DataId, Rank), Option<Rank>, N>,
+    /// The first destination of each datum's list of sent pairs.
+    heads: FnvIndexMap<DataId, Rank, N>,
     received: FnvIndexSet<DataId, N>,
 }
 
@@ -91,7 +101,8 @@ impl<const N: usize> Cache<N> {
     pub const fn new() -> Self {
         Self {
             enabled: true,
-            sent: FnvIndexSet::new(),
+            sent: FnvIndexMap::new(),
+            heads: FnvIndexMap::new(),
             received: FnvIndexSet::new(),
         }
     }
@@ -118,7 +129,7 @@ impl<const N: usize> Cache<N> {
     /// Whether the current value of `data` was already sent to `dest` (the reference's
     /// `starpu_mpi_cached_send`). `false` while disabled.
     pub fn cached_send(&self, data: DataId, dest: Rank) -> bool {
-        self.enabled && self.sent.contains(&(data, dest))
+        self.enabled && self.sent.contains_key(&(data, dest))
     }
 
     /// Whether this rank holds a received copy of the current value of `data` (the
@@ -139,10 +150,20 @@ impl<const N: usize> Cache<N> {
         if !self.enabled {
             return Ok(false);
         }
-        match self.sent.insert((data, dest)) {
-            Ok(inserted) => Ok(!inserted),
-            Err(item) => Err(Full::new(Table::Cache, item)),
+        if self.sent.contains_key(&(data, dest)) {
+            return Ok(true);
         }
+        let next = self.heads.get(&data).copied();
+        if self.sent.insert((data, dest), next).is_err() {
+            return Err(Full::new(Table::Cache, (data, dest)));
+        }
+        // A datum has a head only while it has pairs, so `heads` never holds more entries
+        // than `sent` and this insert cannot fail; undo the pair all the same if it does.
+        if self.heads.insert(data, dest).is_err() {
+            self.sent.remove(&(data, dest));
+            return Err(Full::new(Table::Cache, (data, dest)));
+        }
+        Ok(false)
     }
 
     /// Records that this rank holds a received copy of `data`; returns whether it was
@@ -166,7 +187,10 @@ impl<const N: usize> Cache<N> {
     /// Forgets every destination `data` was sent to (the reference's
     /// `starpu_mpi_cached_send_clear`).
     pub fn clear_sent(&mut self, data: DataId) {
-        self.sent.retain(|(d, _)| *d != data);
+        let mut next = self.heads.remove(&data);
+        while let Some(dest) = next {
+            next = self.sent.remove(&(data, dest)).flatten();
+        }
     }
 
     /// Forgets the received copy of `data`; returns whether one was recorded, in which case
@@ -209,6 +233,7 @@ impl<const N: usize> Cache<N> {
         }
         self.received.clear();
         self.sent.clear();
+        self.heads.clear();
     }
 
     /// Applies one update listed by the [planner](crate::insert::plan); returns whether the
@@ -264,7 +289,7 @@ impl<const N: usize> Cache<N> {
 
     /// The `(datum, destination)` pairs recorded as sent, in no particular order.
     pub fn sent(&self) -> impl Iterator<Item = (DataId, Rank)> + '_ {
-        self.sent.iter().copied()
+        self.sent.keys().copied()
     }
 }
 

@@ -4,7 +4,7 @@
 //! the [matcher](crate::matcher), the [sync-send table](crate::lists::SyncSends), the
 //! [tag space](crate::tags) and the [statistics](crate::stats) into the two-message
 //! protocol of the reference (internals §3): every user message is an
-//! [envelope](crate::envelope) — kind, communicator, 64-bit user tag, size, message id —
+//! [envelope] — kind, communicator, 64-bit user tag, size, message id —
 //! then, unless the payload travelled inline, a payload on a physical data tag.
 //!
 //! It performs no I/O. The adapter (the in-process cluster, the MPI progression thread,

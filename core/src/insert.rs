@@ -266,7 +266,18 @@ pub struct Plan<const T: usize> {
     pub cache: Vec<CacheUpdate, T>,
 }
 
+impl<const T: usize> Default for Plan<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<const T: usize> Plan<T> {
+    /// An empty plan (no executor, nothing to do), to fill with [`plan_into`].
+    pub const fn new() -> Self {
+        Self::empty(None, false)
+    }
+
     const fn empty(executor: Option<Executor>, execute_here: bool) -> Self {
         Self {
             executor,
@@ -275,6 +286,15 @@ impl<const T: usize> Plan<T> {
             after: Vec::new(),
             cache: Vec::new(),
         }
+    }
+
+    /// Empties the plan for reuse by [`plan_into`].
+    fn reset(&mut self, executor: Option<Executor>, execute_here: bool) {
+        self.executor = executor;
+        self.execute_here = execute_here;
+        self.before.clear();
+        self.after.clear();
+        self.cache.clear();
     }
 
     /// Whether this rank has anything to do for the task: run it, transfer, or update its
@@ -443,6 +463,30 @@ pub fn plan<const T: usize, const C: usize>(
     policies: &Policies,
     cache: &Cache<C>,
 ) -> Result<Plan<T>, InsertError> {
+    let mut out = Plan::empty(None, false);
+    plan_into(me, nranks, accesses, options, policies, cache, &mut out)?;
+    Ok(out)
+}
+
+/// [`plan`], writing into a plan the caller owns and reuses, so that a runtime inserting
+/// millions of tasks moves no plan by value (a [`Plan`] of `T` transfers is about
+/// `60·T` bytes).
+///
+/// `out` is overwritten; on error its contents are unspecified (but valid).
+///
+/// # Errors
+///
+/// As for [`plan`].
+pub fn plan_into<const T: usize, const C: usize>(
+    me: Rank,
+    nranks: u32,
+    accesses: &[Access],
+    options: &Options,
+    policies: &Policies,
+    cache: &Cache<C>,
+    out: &mut Plan<T>,
+) -> Result<(), InsertError> {
+    out.reset(None, false);
     check_rank(me, nranks)?;
     for a in accesses.iter().filter(|a| a.known) {
         if let Owner::Rank(r) = a.owner {
@@ -472,7 +516,7 @@ pub fn plan<const T: usize, const C: usize>(
         }
         Execute::Auto => match executor_from_data(me, nranks, accesses, options, policies)? {
             Some(executor) => executor,
-            None => return Ok(Plan::empty(None, false)),
+            None => return Ok(()),
         },
     };
 
@@ -498,7 +542,8 @@ pub fn plan<const T: usize, const C: usize>(
         }
     }
 
-    let mut plan = Plan::empty(Some(executor), execute_here);
+    out.reset(Some(executor), execute_here);
+    let plan = out;
     let enabled = cache.is_enabled();
     let transfer = |a: &Access, peer: Rank, direction: Direction| Transfer {
         data: a.data,
@@ -574,7 +619,7 @@ pub fn plan<const T: usize, const C: usize>(
         }
     }
 
-    Ok(plan)
+    Ok(())
 }
 
 #[cfg(test)]
