@@ -9,8 +9,8 @@
 //!
 //! Run: `cargo bench -p starling-core --bench core` (figures in `docs/performance.md`).
 
+use core::hint::black_box;
 use std::collections::{HashMap, VecDeque};
-use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use starling_core::lists::Key;

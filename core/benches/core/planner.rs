@@ -2,8 +2,8 @@
 //! against a naive `std` planner that follows the same rules with hash-set caches and
 //! `Vec` outputs. Both plan the same flows as rank 1 of 4 and apply their cache updates.
 
+use core::hint::black_box;
 use std::collections::{HashMap, HashSet};
-use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use starling_core::cache::Cache;
