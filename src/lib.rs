@@ -21,3 +21,8 @@ pub use starling_mpi as mpi;
 
 #[cfg(feature = "cuda")]
 pub use starling_gpu as gpu;
+
+/// The user guide (`docs/guide.md`), included here so that its examples are compiled and
+/// run as doctests.
+#[doc = include_str!("../docs/guide.md")]
+pub mod guide {}
