@@ -57,7 +57,9 @@ cargo build -p starling-core --target riscv32imac-unknown-none-elf
 
 # --- tests ----------------------------------------------------------------------------
 step "cargo test (unit, property, agreement, delivery, doc tests)"
-cargo test --workspace
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace 2>&1 | tee "$log"
 step "benchmarks, each run once as a test"
 cargo test -p starling-core --bench core
 
@@ -78,3 +80,6 @@ else
 fi
 
 step "all checks passed"
+# One plain closing line with the totals of every cargo test binary above.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -410,17 +410,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// [`UsageError::UnknownRequest`], or [`UsageError::IllegalStep`] when `req` is not a
     /// send in flight; [`UsageError::Full`] when the event queue has no room.
     pub fn handle_sent(&mut self, req: ReqId) -> Result<(), UsageError> {
-        self.check_room()?;
-        let r = *self.get(req)?;
-        if r.kind != Kind::Send {
-            return Err(IllegalStep {
-                from: r.state,
-                step: Step::Done,
-            }
-            .into());
-        }
-        let next = r.state.step(r.kind, r.sync, Step::Done)?;
-        self.set_state(req, next);
+        let r = self.transfer_done(req, Kind::Send)?;
         self.inflight_sends = self.inflight_sends.saturating_sub(1);
         let _ = self.stats.record_send(r.peer, r.size);
         self.complete(req, r.size, None);
@@ -433,17 +423,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// [`UsageError::UnknownRequest`], or [`UsageError::IllegalStep`] when `req` is not a
     /// receive in flight; [`UsageError::Full`] when the event queue has no room.
     pub fn handle_received(&mut self, req: ReqId, len: u64) -> Result<(), UsageError> {
-        self.check_room()?;
-        let r = *self.get(req)?;
-        if r.kind != Kind::Recv {
-            return Err(IllegalStep {
-                from: r.state,
-                step: Step::Done,
-            }
-            .into());
-        }
-        let next = r.state.step(r.kind, r.sync, Step::Done)?;
-        self.set_state(req, next);
+        let r = self.transfer_done(req, Kind::Recv)?;
         let expected = r.msg_size;
         if !r.internal {
             let _ = self.stats.record_recv(r.peer, len);
@@ -500,6 +480,23 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     }
 
     // ----- internals -------------------------------------------------------------------
+
+    /// The transport finished the transfer of `req`, which must be of `kind`: steps it to
+    /// `Completed` and returns it as it was before. Checks room for the events first.
+    fn transfer_done(&mut self, req: ReqId, kind: Kind) -> Result<Request, UsageError> {
+        self.check_room()?;
+        let r = *self.get(req)?;
+        if r.kind != kind {
+            return Err(IllegalStep {
+                from: r.state,
+                step: Step::Done,
+            }
+            .into());
+        }
+        let next = r.state.step(r.kind, r.sync, Step::Done)?;
+        self.set_state(req, next);
+        Ok(r)
+    }
 
     fn check_rank(&self, rank: Rank) -> Result<(), SubmitError> {
         if rank.0 >= self.config.nranks {
