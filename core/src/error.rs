@@ -35,8 +35,6 @@ pub enum Table {
     Policies,
     /// The transfers of one plan ([`insert::Plan`](crate::insert::Plan)).
     PlanTransfers,
-    /// The accesses of one task given to the planner.
-    TaskAccesses,
     /// The per-peer statistics ([`stats::Stats`](crate::stats::Stats)).
     Stats,
     /// The engine's queue of transmissions not yet polled.
@@ -59,7 +57,6 @@ impl Table {
             Self::Cache => "communication cache",
             Self::Policies => "policy registry",
             Self::PlanTransfers => "plan transfer list",
-            Self::TaskAccesses => "task access list",
             Self::Stats => "statistics table",
             Self::Transmits => "transmit queue",
             Self::Events => "event queue",

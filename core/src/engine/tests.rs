@@ -514,6 +514,27 @@ fn undrained_outputs_refuse_new_input_before_changing_anything() {
 }
 
 #[test]
+fn undrained_events_refuse_completions_before_changing_anything() {
+    let mut a = engine(0, 2);
+    a.config.max_inflight_sends = 0;
+    let sends: Vec<_> = (0..OUTPUTS as i64).map(|t| send(&mut a, 1, t, 3)).collect();
+    transmits(&mut a);
+    let mut done = 0;
+    let err = loop {
+        match a.handle_sent(sends[done]) {
+            Ok(()) => done += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err, UsageError::Full(Table::Events));
+    let refused = sends[done];
+    assert_eq!(a.request(refused).unwrap().state, State::Transferring, "unchanged");
+    assert_eq!(events(&mut a).len(), done);
+    a.handle_sent(refused).unwrap();
+    assert_eq!(events(&mut a), [completed(refused, 3, None, Kind::Send)]);
+}
+
+#[test]
 fn sends_leave_in_priority_order_fifo_among_equals_within_the_cap() {
     let mut a = engine(0, 2);
     a.config.max_inflight_sends = 1;
