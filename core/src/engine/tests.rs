@@ -528,7 +528,11 @@ fn undrained_events_refuse_completions_before_changing_anything() {
     };
     assert_eq!(err, UsageError::Full(Table::Events));
     let refused = sends[done];
-    assert_eq!(a.request(refused).unwrap().state, State::Transferring, "unchanged");
+    assert_eq!(
+        a.request(refused).unwrap().state,
+        State::Transferring,
+        "unchanged"
+    );
     assert_eq!(events(&mut a).len(), done);
     a.handle_sent(refused).unwrap();
     assert_eq!(events(&mut a), [completed(refused, 3, None, Kind::Send)]);
