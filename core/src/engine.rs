@@ -371,8 +371,10 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             }
             .into());
         }
-        self.check_room()
-            .map_err(|_| MessageError::Full(Table::Transmits))?;
+        self.check_room().map_err(|e| match e {
+            UsageError::Full(table) => MessageError::Full(table),
+            _ => MessageError::Full(Table::Transmits),
+        })?;
         if env.kind == EnvKind::SyncReady {
             return self.on_ready(source, env);
         }
@@ -392,9 +394,19 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             size: env.size,
             internal: None,
         };
-        // Every arrival may need a request slot (an early buffer, or a discard buffer for
-        // a truncated message): refuse up front rather than half-handle it.
-        if self.requests.len() >= self.requests.capacity() {
+        // An arrival may need a request slot: an early buffer when no receive waits, a
+        // discard buffer when the waiting receive is too small for a payload that
+        // travels separately. Refuse up front rather than half-handle it; an arrival
+        // that needs no slot is never refused for a full slab (a slab full of posted
+        // receives must still accept the envelopes that complete them).
+        let needs_slot = match self.matcher.peek_recv(key) {
+            None => kind != UnexpectedKind::Sync,
+            Some(waiting) => {
+                let capacity = self.requests.get(waiting).map_or(0, |r| r.size);
+                env.size > capacity && kind != UnexpectedKind::Eager
+            }
+        };
+        if needs_slot && self.requests.len() >= self.requests.capacity() {
             return Err(MessageError::Full(Table::Requests));
         }
         if let Some(req) = self.matcher.take_recv(key) {

@@ -172,6 +172,11 @@ impl<const KEYS: usize, const ENTRIES: usize> Matcher<KEYS, ENTRIES> {
         self.unexpected.push_back(key, message).map(|()| None)
     }
 
+    /// The oldest receive posted for `key`, left in place.
+    pub fn peek_recv(&self, key: Key) -> Option<ReqId> {
+        self.recvs.front(key).copied()
+    }
+
     /// Removes and returns the oldest receive posted for `key`.
     pub fn take_recv(&mut self, key: Key) -> Option<ReqId> {
         self.recvs.pop_front(key)

@@ -489,6 +489,57 @@ fn an_early_message_that_does_not_fit_is_refused_and_can_be_retried() {
 }
 
 #[test]
+fn a_slab_full_of_posted_receives_still_accepts_their_envelopes() {
+    let mut b = engine(1, 2);
+    let recvs: Vec<_> = (0..16).map(|t| recv(&mut b, 0, t, 1000)).collect();
+    let data = Envelope {
+        kind: EnvKind::Data,
+        comm: W,
+        tag: Tag(3),
+        size: 1000,
+        msg: MsgId(0),
+    };
+    assert_eq!(
+        b.handle_message(Rank(0), W, &data.encode()),
+        Ok(Arrival::Nothing)
+    );
+    assert!(
+        matches!(transmits(&mut b)[..], [Transmit::Receive { req, early: false, .. }] if req == recvs[3])
+    );
+    let sync = Envelope {
+        kind: EnvKind::SyncData,
+        tag: Tag(4),
+        size: 10,
+        msg: MsgId(1),
+        ..data
+    };
+    b.handle_message(Rank(0), W, &sync.encode()).unwrap();
+    assert_eq!(transmits(&mut b).len(), 2, "ack and receive");
+    // An envelope no receive waits for needs an early buffer: refused, nothing changed.
+    let early = Envelope {
+        tag: Tag(99),
+        msg: MsgId(2),
+        ..data
+    };
+    assert_eq!(
+        b.handle_message(Rank(0), W, &early.encode()),
+        Err(MessageError::Full(Table::Requests))
+    );
+    // A too-small receive needs a discard buffer for a separate payload: refused too.
+    let big = Envelope {
+        tag: Tag(5),
+        size: 5000,
+        msg: MsgId(3),
+        ..data
+    };
+    assert_eq!(
+        b.handle_message(Rank(0), W, &big.encode()),
+        Err(MessageError::Full(Table::Requests))
+    );
+    assert_eq!(b.request(recvs[5]).unwrap().state, State::AwaitingEnvelope);
+}
+
+#[test]
 fn undrained_outputs_refuse_new_input_before_changing_anything() {
     let mut b = engine(1, 2);
     let env = Envelope {
