@@ -11,6 +11,10 @@
 //! messages matched to posted receives on (communicator, source, physical tag) in
 //! posting order, or kept as unexpected until a receive is posted (MPI's unexpected
 //! queue). Payload bytes live here, in per-request buffers, as they would in an adapter.
+//!
+//! It is a test harness: every peer is a well-behaved engine, so any error an engine
+//! returns is a bug in the core or in the test, and the simulator panics on it with the
+//! error's message. (The core's handling of *misbehaving* peers is tested in the core.)
 
 use std::collections::{HashMap, VecDeque};
 
