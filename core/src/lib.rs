@@ -68,7 +68,7 @@
 //!
 //! The crate builds for `thumbv7em-none-eabihf` and `riscv32imac-unknown-none-elf`
 //! (CI proves it). Minimum Rust version: 1.87.
-#![no_std]
+#![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -1,5 +1,3 @@
-extern crate std;
-
 use std::collections::BTreeSet;
 use std::vec::Vec;
 

@@ -1,7 +1,5 @@
 //! Engine behaviour, one scenario per test, driven by hand so each output is checked.
 
-extern crate std;
-
 use std::vec::Vec;
 
 use super::*;

@@ -1,5 +1,3 @@
-extern crate std;
-
 use std::string::ToString;
 use std::vec::Vec;
 

@@ -1,5 +1,3 @@
-extern crate std;
-
 use std::collections::BTreeMap;
 use std::vec;
 use std::vec::Vec;

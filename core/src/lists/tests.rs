@@ -1,5 +1,3 @@
-extern crate std;
-
 use std::collections::{BTreeMap, VecDeque};
 use std::vec::Vec;
 

@@ -1,5 +1,3 @@
-extern crate std;
-
 use std::string::{String, ToString};
 use std::vec::Vec;
 

@@ -1,5 +1,3 @@
-extern crate std;
-
 use std::collections::BTreeMap;
 use std::string::ToString;
 use std::vec::Vec;
