@@ -599,33 +599,26 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     }
 
     fn complete(&mut self, req: ReqId, len: u64, from_early: Option<ReqId>) {
-        let Some(r) = self.requests.get(req).copied() else {
-            return;
-        };
-        self.finish(req);
-        self.push_event(Event::Completed {
+        self.end(req, |kind| Event::Completed {
             req,
-            kind: r.kind,
+            kind,
             len,
             from_early,
         });
-        self.forget_if_detached(req, &r);
     }
 
     fn fail(&mut self, req: ReqId, error: RequestError) {
+        self.end(req, |kind| Event::Failed { req, kind, error });
+    }
+
+    /// Ends `req`: steps it to `Completed`, tells the application with the event `event`
+    /// builds, and forgets it when detached (a non-detached request waits for `retire`).
+    fn end(&mut self, req: ReqId, event: impl FnOnce(Kind) -> Event) {
         let Some(r) = self.requests.get(req).copied() else {
             return;
         };
         self.finish(req);
-        self.push_event(Event::Failed {
-            req,
-            kind: r.kind,
-            error,
-        });
-        self.forget_if_detached(req, &r);
-    }
-
-    fn forget_if_detached(&mut self, req: ReqId, r: &Request) {
+        self.push_event(event(r.kind));
         if r.detached {
             self.detached.remove(req);
             let _ = self.requests.remove(req);
