@@ -10,4 +10,7 @@
 //! issue) and will live here too.
 #![forbid(unsafe_code)]
 
+pub mod data;
+pub mod interfaces;
 pub mod sim;
+mod sync;

@@ -1,0 +1,252 @@
+//! Data handles: registered data, typed by their interface.
+//!
+//! A [`Handle<I>`] names one piece of registered data of interface `I` on one rank. The
+//! runtime orders every access to it — tasks, sends, receives, acquisitions — by the
+//! handle's implicit dependencies (reads run together, writes one at a time, in
+//! submission order), so the lock inside a handle is never contended by a correct flow;
+//! it only makes the sharing sound.
+//!
+//! An [`Interface`] says how the data travels: its packed size, how to pack it into bytes
+//! and unpack it back, and — the fast path, the counterpart of the reference's
+//! `starpu_mpi_datatype_register` — whether it is one contiguous run of bytes that can be
+//! sent as is. The built-in interfaces are in [`crate::interfaces`].
+
+use core::any::Any;
+use core::fmt;
+use core::ops::{Deref, DerefMut};
+
+use starling_core::DataId;
+
+use crate::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, lock};
+
+/// Why data could not be moved into or out of a handle.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataError {
+    /// The bytes that arrived are not the size of the handle's data: nothing was copied
+    /// (no silent partial copy). Register the receiving handle with the sender's shape.
+    #[error("a payload of {got} bytes cannot fill a handle of {expected} bytes")]
+    SizeMismatch {
+        /// Bytes the handle holds.
+        expected: usize,
+        /// Bytes that arrived.
+        got: usize,
+    },
+    /// A user-defined interface could not parse its packed form.
+    #[error("malformed packed data: {0}")]
+    Malformed(&'static str),
+}
+
+/// How a kind of data is laid out and moved between ranks.
+///
+/// Implement it for user-defined data (the reference's "complex" example); the built-in
+/// interfaces are in [`crate::interfaces`]. `pack` then `unpack` must reproduce the data.
+pub trait Interface: Send + Sync + 'static {
+    /// Bytes of the packed form.
+    fn packed_size(&self) -> usize;
+
+    /// Appends the packed form (exactly [`Interface::packed_size`] bytes) to `out`.
+    fn pack(&self, out: &mut Vec<u8>);
+
+    /// Replaces the data with the packed form `bytes`.
+    ///
+    /// # Errors
+    /// [`DataError::SizeMismatch`] when `bytes` is not the size this data accepts (the
+    /// built-in interfaces accept exactly their own packed size);
+    /// [`DataError::Malformed`] when a user-defined form cannot be parsed. On error the
+    /// data must be left unchanged.
+    fn unpack(&mut self, bytes: &[u8]) -> Result<(), DataError>;
+
+    /// The fast path: the data as one contiguous run of bytes that is its packed form,
+    /// when it is one (a vector, a variable, a matrix without padding). Transfers then
+    /// copy straight from it, with no packing step.
+    fn as_bytes(&self) -> Option<&[u8]> {
+        None
+    }
+
+    /// The fast path for receiving: the data as one contiguous, writable run of bytes of
+    /// exactly [`Interface::packed_size`] bytes.
+    fn as_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        None
+    }
+}
+
+/// One registered datum of interface `I` on one rank. Cloning a handle clones the name,
+/// not the data.
+pub struct Handle<I: Interface> {
+    pub(crate) cell: Arc<Cell<I>>,
+}
+
+impl<I: Interface> Clone for Handle<I> {
+    fn clone(&self) -> Self {
+        Self {
+            cell: Arc::clone(&self.cell),
+        }
+    }
+}
+
+impl<I: Interface> fmt::Debug for Handle<I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle").field("id", &self.cell.id).finish_non_exhaustive()
+    }
+}
+
+impl<I: Interface> Handle<I> {
+    /// The handle's id on this rank.
+    pub fn id(&self) -> DataId {
+        self.cell.id
+    }
+
+    /// The type-erased handle the runtime schedules.
+    pub(crate) fn erased(&self) -> Arc<dyn AnyCell> {
+        self.cell.clone()
+    }
+}
+
+type Init<I> = Box<dyn FnOnce() -> I + Send>;
+
+/// The storage behind a handle.
+pub(crate) struct Cell<I> {
+    pub(crate) id: DataId,
+    data: RwLock<Option<I>>,
+    /// For lazy registration: how to allocate the data on first use.
+    init: Mutex<Option<Init<I>>>,
+}
+
+impl<I: Interface> Cell<I> {
+    pub(crate) fn new(id: DataId, data: I) -> Self {
+        Self {
+            id,
+            data: RwLock::new(Some(data)),
+            init: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn lazy(id: DataId, init: impl FnOnce() -> I + Send + 'static) -> Self {
+        Self {
+            id,
+            data: RwLock::new(None),
+            init: Mutex::new(Some(Box::new(init))),
+        }
+    }
+
+    fn allocate(&self) {
+        let mut init = lock(&self.init);
+        if let Some(f) = init.take() {
+            let value = f();
+            *self.write_lock() = Some(value);
+        }
+    }
+
+    fn read_lock(&self) -> RwLockReadGuard<'_, Option<I>> {
+        self.data
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write_lock(&self) -> RwLockWriteGuard<'_, Option<I>> {
+        self.data
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reads the data, allocating it first if it was registered lazily.
+    pub(crate) fn read(&self) -> DataRef<'_, I> {
+        self.allocate();
+        DataRef(self.read_lock())
+    }
+
+    /// Writes the data, allocating it first if it was registered lazily.
+    pub(crate) fn write(&self) -> DataMut<'_, I> {
+        self.allocate();
+        DataMut(self.write_lock())
+    }
+
+    /// Takes the data out (unregistration).
+    pub(crate) fn take(&self) -> Option<I> {
+        self.allocate();
+        self.write_lock().take()
+    }
+}
+
+/// Read access to a handle's data (inside a task, or while acquired).
+pub struct DataRef<'a, I>(RwLockReadGuard<'a, Option<I>>);
+
+impl<I> Deref for DataRef<'_, I> {
+    type Target = I;
+    fn deref(&self) -> &I {
+        // A cell's data is `None` only before lazy allocation (done before any access)
+        // and after unregistration (after which no access is scheduled).
+        self.0.as_ref().expect("handle data accessed after unregistration")
+    }
+}
+
+/// Write access to a handle's data (inside a task, or while acquired for writing).
+pub struct DataMut<'a, I>(RwLockWriteGuard<'a, Option<I>>);
+
+impl<I> Deref for DataMut<'_, I> {
+    type Target = I;
+    fn deref(&self) -> &I {
+        self.0.as_ref().expect("handle data accessed after unregistration")
+    }
+}
+
+impl<I> DerefMut for DataMut<'_, I> {
+    fn deref_mut(&mut self) -> &mut I {
+        self.0.as_mut().expect("handle data accessed after unregistration")
+    }
+}
+
+/// A handle with its interface erased: what the scheduler and the transfers see.
+pub(crate) trait AnyCell: Send + Sync {
+    /// The handle's id.
+    fn id(&self) -> DataId;
+    /// Bytes of the packed form.
+    fn packed_size(&self) -> usize;
+    /// The packed form, as a new buffer (the fast path copies contiguous bytes).
+    fn pack(&self) -> Vec<u8>;
+    /// Replaces the data with `bytes`.
+    fn unpack(&self, bytes: &[u8]) -> Result<(), DataError>;
+    /// For typed access from codelets.
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<I: Interface> AnyCell for Cell<I> {
+    fn id(&self) -> DataId {
+        self.id
+    }
+
+    fn packed_size(&self) -> usize {
+        self.read().packed_size()
+    }
+
+    fn pack(&self) -> Vec<u8> {
+        let data = self.read();
+        if let Some(bytes) = data.as_bytes() {
+            return bytes.to_vec();
+        }
+        let mut out = Vec::with_capacity(data.packed_size());
+        data.pack(&mut out);
+        out
+    }
+
+    fn unpack(&self, bytes: &[u8]) -> Result<(), DataError> {
+        let mut data = self.write();
+        let expected = data.packed_size();
+        if let Some(dst) = data.as_bytes_mut() {
+            if dst.len() != bytes.len() {
+                return Err(DataError::SizeMismatch {
+                    expected,
+                    got: bytes.len(),
+                });
+            }
+            dst.copy_from_slice(bytes);
+            return Ok(());
+        }
+        data.unpack(bytes)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

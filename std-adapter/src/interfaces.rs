@@ -1,0 +1,1 @@
+//! The built-in data interfaces (being written).
