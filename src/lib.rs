@@ -5,16 +5,24 @@
 //! * [`core`] (`starling-core`): the `no_std`, allocation-free protocol core — envelope,
 //!   tags, requests, lists, matcher, communication cache, node selection, the task-insert
 //!   planner, the progression engine and statistics. It performs no I/O; adapters drive it.
-//! * [`sim`] (from `starling-std`): a seeded, deterministic cluster of N engines in one
-//!   process, with MPI's per-pair message order; what the examples and the delivery tests
-//!   run on, with no MPI installed.
+//! * the threaded runtime (from `starling-std`): data [`Handle`]s over [`interfaces`],
+//!   tasks of [`Codelet`]s with implicit dependencies, a worker pool, every
+//!   point-to-point call on a [`Context`], and [`run_local`], which runs an SPMD closure on
+//!   N ranks held in this process — the embedded default, no MPI needed;
+//! * [`sim`]: a seeded, deterministic cluster of bare protocol engines in one thread, with
+//!   MPI's per-pair message order, for protocol tests that replay from a seed.
 //!
 //! The features `mpi` and `cuda` add the MPI transport and the CUDA device as they are
 //! built (see the README's status table).
 #![forbid(unsafe_code)]
 
 pub use starling_core as core;
-pub use starling_std::sim;
+pub use starling_std::{
+    Acquired, AnyHandle, Buffers, ClusterConfig, Codelet, CommError, Context, DataError,
+    DataMut, DataRef, Handle, InProcess, Interface, RecvOpts, Request, RuntimeConfig, SendOpts,
+    ShutdownError, TaskBuilder, TaskTag, Transport, data, interfaces, run_local, run_local_with,
+    sim, transport,
+};
 
 #[cfg(feature = "mpi")]
 pub use starling_mpi as mpi;

@@ -140,6 +140,7 @@ pub struct Engine<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     events: Deque<Event, OUTPUTS>,
     next_msg: MsgId,
     inflight_sends: u32,
+    early_messages: u64,
     stats: Stats<PEERS>,
 }
 
@@ -171,6 +172,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             events: Deque::new(),
             next_msg: MsgId(0),
             inflight_sends: 0,
+            early_messages: 0,
             stats: Stats::new(),
         }
     }
@@ -195,6 +197,14 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// The communication statistics, to enable, disable or reset them.
     pub const fn stats_mut(&mut self) -> &mut Stats<PEERS> {
         &mut self.stats
+    }
+
+    /// How many messages arrived before their receive and were kept as early data (a
+    /// payload received into an engine buffer, or an eager payload stashed) since the
+    /// engine started. Synchronous sends never add to it (the reference's test hook
+    /// `early_data_nb`).
+    pub const fn early_messages(&self) -> u64 {
+        self.early_messages
     }
 
     /// Application requests submitted and not yet completed (the reference's
@@ -916,6 +926,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             let _ = self.requests.remove(id);
             return Err(MessageError::Full(e.table));
         }
+        self.early_messages += 1;
         if u.kind == UnexpectedKind::Eager {
             return Ok(Arrival::Stash { early: id, inline });
         }

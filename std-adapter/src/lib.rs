@@ -1,16 +1,40 @@
-//! `starling-std`: Starling's adapters that need an operating system.
+//! `starling-std`: Starling's threaded runtime.
 //!
-//! Today it holds [`sim`]: a seeded, deterministic cluster of N protocol engines in one
-//! thread, which drives [`starling_core::engine::Engine`] over a simulated network with
-//! MPI's per-pair ordering. It is the harness of the delivery tests and runs the
-//! examples with no MPI installed.
+//! It gives the protocol core threads, and applications a StarPU-style task runtime:
 //!
-//! The threaded runtime — tasks, data handles, workers, the progression thread and the
-//! in-process multi-rank transport — is the next piece of work (the threaded-runtime
-//! issue) and will live here too.
+//! * [`Handle`]s over data [`Interface`]s ([`interfaces`]: variable, vector, matrix with
+//!   a leading dimension, strided block, user-defined packed types), registered with a
+//!   home buffer or lazily;
+//! * tasks of [`Codelet`]s with access modes, priorities, callbacks and [`TaskTag`]s,
+//!   ordered by implicit dependencies per handle (sequential consistency), run by a
+//!   worker pool; `acquire`/`release`; `wait_for_all`;
+//! * every point-to-point call of the reference on handles — blocking, non-blocking with
+//!   [`Request`]s, detached with callbacks, synchronous, with priorities, tag-unlocking
+//!   and array variants — plus barrier, communicators and statistics;
+//! * the [`Transport`] trait that a rank's progression thread drives the core's engine
+//!   over, and [`InProcess`]: N ranks as threads of one process. [`run_local`] runs an SPMD
+//!   closure on such a cluster with no MPI installed — the embedded default.
+//!
+//! [`sim`] is a different tool: a seeded, deterministic, single-threaded cluster of bare
+//! engines, for protocol tests that replay from a seed.
+//!
+//! Concurrency goes through one private `sync` module so that `loom` can replace it.
 #![forbid(unsafe_code)]
 
+mod cluster;
+mod context;
 pub mod data;
+mod error;
 pub mod interfaces;
+mod progress;
 pub mod sim;
 mod sync;
+mod task;
+pub mod transport;
+
+pub use cluster::{ClusterConfig, run_local, run_local_with};
+pub use context::{Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, TaskBuilder};
+pub use data::{DataError, DataMut, DataRef, Handle, Interface};
+pub use error::{CommError, ShutdownError};
+pub use task::{Buffers, Codelet, RuntimeConfig, TaskTag};
+pub use transport::{InProcess, Transport};

@@ -1,0 +1,871 @@
+//! The per-rank API: register data, submit tasks, move data between ranks.
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+
+use starling_core::engine::{RecvArgs, SendArgs};
+use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
+
+use crate::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
+use crate::error::CommError;
+use crate::progress::{Command, Done};
+use crate::sync::{Arc, AtomicBool, AtomicU32, Condvar, Mutex, Ordering, lock};
+use crate::task::{Access, Codelet, NodeId, Runtime, TaskTag};
+
+/// Sends a command to this rank's progression thread.
+pub(crate) type CommandSink = Arc<dyn Fn(Command) + Send + Sync>;
+
+/// One rank: its data, its tasks, its communication.
+///
+/// Every rank of a job runs the same program with its own `Context` (see
+/// [`crate::run_local`]). Methods take `&self`: a context may be shared by the threads of
+/// its rank.
+pub struct Context {
+    pub(crate) rank: Rank,
+    pub(crate) size: u32,
+    pub(crate) runtime: Runtime,
+    pub(crate) commands: CommandSink,
+    next_data: AtomicU32,
+    next_comm: AtomicU32,
+    tags: Mutex<HashMap<Tag, DataId>>,
+    pedantic_isend: bool,
+    pub(crate) unwaited: Arc<Mutex<Vec<String>>>,
+    pub(crate) tag_base: i32,
+}
+
+impl core::fmt::Debug for Context {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Context")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options of a send (the reference's `_prio`, `issend`, `_unlock_tag` variants and
+/// communicator argument).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendOpts {
+    /// The communicator ([`CommId::WORLD`] by default).
+    pub comm: CommId,
+    /// The send's priority: among ready sends, higher leaves first.
+    pub priority: i32,
+    /// Synchronous mode: the payload leaves only once the receiver posted its receive.
+    pub sync: bool,
+    /// A task tag to unlock when the send completes.
+    pub unlock: Option<TaskTag>,
+}
+
+/// Options of a receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvOpts {
+    /// The communicator ([`CommId::WORLD`] by default).
+    pub comm: CommId,
+    /// Order the receive after earlier accesses to the handle, and later ones after it
+    /// (default `true`; the reference's `_sequential_consistency` variant switches it off).
+    pub sequential_consistency: bool,
+    /// A task tag to unlock when the receive completes.
+    pub unlock: Option<TaskTag>,
+}
+
+impl Default for RecvOpts {
+    fn default() -> Self {
+        Self {
+            comm: CommId::WORLD,
+            sequential_consistency: true,
+            unlock: None,
+        }
+    }
+}
+
+/// A handle of any interface, for the array variants.
+#[derive(Clone)]
+pub struct AnyHandle {
+    cell: Arc<dyn AnyCell>,
+}
+
+impl core::fmt::Debug for AnyHandle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("AnyHandle").field("id", &self.cell.id()).finish()
+    }
+}
+
+impl<I: Interface> From<&Handle<I>> for AnyHandle {
+    fn from(h: &Handle<I>) -> Self {
+        Self { cell: h.erased() }
+    }
+}
+
+/// The state a [`Request`] shares with its completion.
+struct ReqInner {
+    result: Mutex<Option<Result<(), CommError>>>,
+    cv: Condvar,
+    waited: AtomicBool,
+    what: String,
+    unwaited: Arc<Mutex<Vec<String>>>,
+}
+
+/// A non-detached point-to-point request: [`Request::wait`] or [`Request::test`] it.
+/// A request dropped before it was waited on is reported at shutdown.
+pub struct Request {
+    inner: Arc<ReqInner>,
+}
+
+impl core::fmt::Debug for Request {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Request").field("what", &self.inner.what).finish_non_exhaustive()
+    }
+}
+
+impl Request {
+    /// Blocks until the request completes; returns its outcome.
+    ///
+    /// # Errors
+    /// The request's failure, e.g. [`CommError::Data`] for a size mismatch.
+    pub fn wait(self) -> Result<(), CommError> {
+        let mut r = lock(&self.inner.result);
+        loop {
+            if let Some(result) = r.take() {
+                self.inner.waited.store(true, Ordering::SeqCst);
+                return result;
+            }
+            r = self
+                .inner
+                .cv
+                .wait(r)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// The outcome if the request completed (then it counts as waited), `None` if not yet.
+    pub fn test(&self) -> Option<Result<(), CommError>> {
+        let result = lock(&self.inner.result).take();
+        if result.is_some() {
+            self.inner.waited.store(true, Ordering::SeqCst);
+        }
+        result
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if !self.inner.waited.load(Ordering::SeqCst) {
+            lock(&self.inner.unwaited).push(format!("request never waited on: {}", self.inner.what));
+        }
+    }
+}
+
+/// A handle acquired by the application ([`Context::acquire`]): later accesses wait
+/// until it is dropped (the reference's `starpu_data_release`).
+pub struct Acquired<I: Interface> {
+    runtime: Runtime,
+    node: NodeId,
+    handle: Handle<I>,
+    mode: AccessMode,
+}
+
+impl<I: Interface> core::fmt::Debug for Acquired<I> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Acquired").field("handle", &self.handle).finish_non_exhaustive()
+    }
+}
+
+impl<I: Interface> Acquired<I> {
+    /// Reads the data.
+    pub fn get(&self) -> DataRef<'_, I> {
+        self.handle.cell.read()
+    }
+
+    /// Writes the data.
+    ///
+    /// # Panics
+    /// When the handle was acquired for reading only.
+    pub fn get_mut(&self) -> DataMut<'_, I> {
+        assert!(self.mode.writes(), "the handle was acquired for reading only");
+        self.handle.cell.write()
+    }
+}
+
+impl<I: Interface> Drop for Acquired<I> {
+    fn drop(&mut self) {
+        self.runtime.complete(self.node);
+    }
+}
+
+/// A task being built ([`Context::task`]).
+pub struct TaskBuilder<'a> {
+    ctx: &'a Context,
+    codelet: Codelet,
+    accesses: Vec<Access>,
+    priority: i32,
+    callback: Option<Box<dyn FnOnce() + Send>>,
+    tag: Option<TaskTag>,
+}
+
+impl core::fmt::Debug for TaskBuilder<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TaskBuilder").field("codelet", &self.codelet).finish_non_exhaustive()
+    }
+}
+
+impl TaskBuilder<'_> {
+    /// Adds an access to `h` with `mode`.
+    #[must_use]
+    pub fn access<I: Interface>(mut self, h: &Handle<I>, mode: AccessMode) -> Self {
+        self.accesses.push(Access {
+            cell: h.erased(),
+            mode,
+        });
+        self
+    }
+
+    /// Reads `h`.
+    #[must_use]
+    pub fn r<I: Interface>(self, h: &Handle<I>) -> Self {
+        self.access(h, AccessMode::R)
+    }
+
+    /// Writes `h` (its previous value is not read).
+    #[must_use]
+    pub fn w<I: Interface>(self, h: &Handle<I>) -> Self {
+        self.access(h, AccessMode::W)
+    }
+
+    /// Reads and writes `h`.
+    #[must_use]
+    pub fn rw<I: Interface>(self, h: &Handle<I>) -> Self {
+        self.access(h, AccessMode::RW)
+    }
+
+    /// Uses `h` as scratch space: no ordering with other accesses.
+    #[must_use]
+    pub fn scratch<I: Interface>(self, h: &Handle<I>) -> Self {
+        self.access(h, AccessMode::SCRATCH)
+    }
+
+    /// Contributes to a reduction of `h` (ordered like a write on one rank).
+    #[must_use]
+    pub fn redux<I: Interface>(self, h: &Handle<I>) -> Self {
+        self.access(h, AccessMode::REDUX)
+    }
+
+    /// Writes `h` in any order among other commuting writers.
+    #[must_use]
+    pub fn commute<I: Interface>(self, h: &Handle<I>) -> Self {
+        self.access(h, AccessMode::RW | AccessMode::COMMUTE)
+    }
+
+    /// The task's priority (higher runs first among ready tasks).
+    #[must_use]
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Runs `f` once after the task's kernel.
+    #[must_use]
+    pub fn callback(mut self, f: impl FnOnce() + Send + 'static) -> Self {
+        self.callback = Some(Box::new(f));
+        self
+    }
+
+    /// Unlocks `tag` when the task completes.
+    #[must_use]
+    pub fn tag(mut self, tag: TaskTag) -> Self {
+        self.tag = Some(tag);
+        self
+    }
+
+    /// Submits the task.
+    pub fn submit(self) {
+        self.ctx.runtime.submit_task(
+            self.codelet,
+            self.accesses,
+            self.priority,
+            self.callback,
+            self.tag,
+        );
+    }
+}
+
+impl Context {
+    pub(crate) fn new(
+        rank: Rank,
+        size: u32,
+        runtime: Runtime,
+        commands: CommandSink,
+        pedantic_isend: bool,
+        tag_base: i32,
+    ) -> Self {
+        Self {
+            rank,
+            size,
+            runtime,
+            commands,
+            next_data: AtomicU32::new(0),
+            next_comm: AtomicU32::new(1),
+            tags: Mutex::new(HashMap::new()),
+            pedantic_isend,
+            unwaited: Arc::new(Mutex::new(Vec::new())),
+            tag_base,
+        }
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The base of the physical tags the runtime uses on the transport (the reference's
+    /// internal communication tag; set it with the cluster configuration).
+    pub fn communication_tag(&self) -> i32 {
+        self.tag_base
+    }
+
+    // ----- data --------------------------------------------------------------------------
+
+    fn data_id(&self) -> DataId {
+        DataId(self.next_data.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// Registers `data` on this rank.
+    pub fn register<I: Interface>(&self, data: I) -> Handle<I> {
+        Handle {
+            cell: Arc::new(Cell::new(self.data_id(), data)),
+        }
+    }
+
+    /// Registers data allocated by `init` on its first use (the reference's home node −1).
+    pub fn register_lazy<I: Interface>(&self, init: impl FnOnce() -> I + Send + 'static) -> Handle<I> {
+        Handle {
+            cell: Arc::new(Cell::lazy(self.data_id(), init)),
+        }
+    }
+
+    /// Gives `h` a tag, unique among this rank's live handles.
+    ///
+    /// # Errors
+    /// [`CommError::TagInUse`] when another live handle has `tag`.
+    pub fn set_tag<I: Interface>(&self, h: &Handle<I>, tag: Tag) -> Result<(), CommError> {
+        let mut tags = lock(&self.tags);
+        match tags.get(&tag) {
+            Some(id) if *id != h.id() => Err(CommError::TagInUse { tag }),
+            _ => {
+                tags.retain(|_, id| *id != h.id());
+                tags.insert(tag, h.id());
+                Ok(())
+            }
+        }
+    }
+
+    /// The tag of `h`, if it has one.
+    pub fn tag_of<I: Interface>(&self, h: &Handle<I>) -> Option<Tag> {
+        lock(&self.tags)
+            .iter()
+            .find_map(|(t, id)| (*id == h.id()).then_some(*t))
+    }
+
+    /// Unregisters `h`: waits until every access submitted on it is done, then hands the
+    /// data back (allocating it first if it was never used).
+    pub fn unregister<I: Interface>(&self, h: Handle<I>) -> I {
+        let acquired = self.acquire(&h, AccessMode::W);
+        drop(acquired);
+        lock(&self.tags).retain(|_, id| *id != h.id());
+        // The last access is done: nothing else can be scheduled on a handle we own.
+        h.cell
+            .take()
+            .expect("the handle's data is present until unregistration")
+    }
+
+    /// Switches sequential consistency (implicit dependencies) for `h`.
+    pub fn set_sequential_consistency<I: Interface>(&self, h: &Handle<I>, on: bool) {
+        self.runtime.set_ordered(h.id(), on);
+    }
+
+    // ----- tasks -------------------------------------------------------------------------
+
+    /// Starts building a task of `codelet`.
+    pub fn task(&self, codelet: &Codelet) -> TaskBuilder<'_> {
+        TaskBuilder {
+            ctx: self,
+            codelet: codelet.clone(),
+            accesses: Vec::new(),
+            priority: 0,
+            callback: None,
+            tag: None,
+        }
+    }
+
+    /// Acquires `h` in `mode` once the accesses submitted before are done; later accesses
+    /// wait until the returned guard is dropped (blocking `starpu_data_acquire`).
+    pub fn acquire<I: Interface>(&self, h: &Handle<I>, mode: AccessMode) -> Acquired<I> {
+        let (tx, rx) = mpsc::channel();
+        self.runtime.submit_hook(
+            vec![Access {
+                cell: h.erased(),
+                mode,
+            }],
+            0,
+            Box::new(move |node| {
+                let _ = tx.send(node);
+            }),
+        );
+        let node = rx.recv().expect("the runtime runs every hook");
+        Acquired {
+            runtime: self.runtime.clone(),
+            node,
+            handle: h.clone(),
+            mode,
+        }
+    }
+
+    /// Acquires `h` in `mode` without blocking: `f` runs with the acquired handle once the
+    /// accesses submitted before are done (`starpu_data_acquire_cb`); dropping it releases.
+    pub fn acquire_cb<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        mode: AccessMode,
+        f: impl FnOnce(Acquired<I>) + Send + 'static,
+    ) {
+        let runtime = self.runtime.clone();
+        let handle = h.clone();
+        self.runtime.submit_hook(
+            vec![Access {
+                cell: h.erased(),
+                mode,
+            }],
+            0,
+            Box::new(move |node| {
+                f(Acquired {
+                    runtime,
+                    node,
+                    handle,
+                    mode,
+                });
+            }),
+        );
+    }
+
+    /// Blocks until every task and request submitted on this rank so far has completed,
+    /// detached requests included.
+    pub fn wait_for_all(&self) {
+        self.runtime.wait_for_all();
+    }
+
+    /// Blocks until every tag of `tags` was unlocked (by a task or a request).
+    pub fn tag_wait(&self, tags: &[TaskTag]) {
+        self.runtime.wait_tags(tags);
+    }
+
+    /// Unlocks `tag` by hand.
+    pub fn tag_notify(&self, tag: TaskTag) {
+        self.runtime.unlock_tag(tag);
+    }
+
+    /// Forgets that `tag` was unlocked, so it can be waited on again.
+    pub fn tag_reset(&self, tag: TaskTag) {
+        self.runtime.reset_tag(tag);
+    }
+
+    // ----- point to point ------------------------------------------------------------
+
+    fn check_rank(&self, rank: Rank) -> Result<(), CommError> {
+        if rank.0 >= self.size {
+            return Err(CommError::RankOutOfRange {
+                rank,
+                size: self.size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Posts a send of `cell` once its earlier writers are done; `done` runs on the
+    /// progression thread when the request completes.
+    fn post_send(
+        &self,
+        cell: Arc<dyn AnyCell>,
+        dest: Rank,
+        tag: Tag,
+        opts: SendOpts,
+        done: Done,
+    ) -> Result<(), CommError> {
+        self.check_rank(dest)?;
+        let runtime = self.runtime.clone();
+        let commands = Arc::clone(&self.commands);
+        let pedantic = self.pedantic_isend;
+        let mode = if pedantic { AccessMode::RW } else { AccessMode::R };
+        runtime.begin_request();
+        let access = vec![Access {
+            cell: Arc::clone(&cell),
+            mode,
+        }];
+        let rt = runtime.clone();
+        self.runtime.submit_hook(
+            access,
+            opts.priority,
+            Box::new(move |node| {
+                // The value current now is the one sent: later writers may go on.
+                let bytes = cell.pack();
+                let mut args = SendArgs::new(opts.comm, dest, tag, bytes.len() as u64);
+                args.priority = Priority(opts.priority);
+                args.sync = opts.sync;
+                let rt2 = rt.clone();
+                commands(Command::Send {
+                    args,
+                    bytes,
+                    done: Box::new(move |result| {
+                        if let Some(t) = opts.unlock {
+                            rt2.unlock_tag(t);
+                        }
+                        done(result);
+                        if pedantic {
+                            rt2.complete(node);
+                        }
+                        rt2.end_request();
+                    }),
+                });
+                if !pedantic {
+                    rt.complete(node);
+                }
+            }),
+        );
+        Ok(())
+    }
+
+    /// Posts a receive into `cell` once its earlier accesses are done.
+    fn post_recv(
+        &self,
+        cell: Arc<dyn AnyCell>,
+        source: Rank,
+        tag: Tag,
+        opts: RecvOpts,
+        done: Done,
+    ) -> Result<(), CommError> {
+        self.check_rank(source)?;
+        let runtime = self.runtime.clone();
+        let commands = Arc::clone(&self.commands);
+        runtime.begin_request();
+        let access = if opts.sequential_consistency {
+            vec![Access {
+                cell: Arc::clone(&cell),
+                mode: AccessMode::W,
+            }]
+        } else {
+            Vec::new()
+        };
+        let rt = runtime.clone();
+        self.runtime.submit_hook(
+            access,
+            0,
+            Box::new(move |node| {
+                let args = RecvArgs::new(opts.comm, source, tag, 0);
+                commands(Command::Recv {
+                    args,
+                    cell,
+                    done: Box::new(move |result| {
+                        if let Some(t) = opts.unlock {
+                            rt.unlock_tag(t);
+                        }
+                        done(result);
+                        rt.complete(node);
+                        rt.end_request();
+                    }),
+                });
+            }),
+        );
+        Ok(())
+    }
+
+    fn request(&self, what: String) -> (Request, Done) {
+        let inner = Arc::new(ReqInner {
+            result: Mutex::new(None),
+            cv: Condvar::new(),
+            waited: AtomicBool::new(false),
+            what,
+            unwaited: Arc::clone(&self.unwaited),
+        });
+        let i2 = Arc::clone(&inner);
+        let done: Done = Box::new(move |result| {
+            *lock(&i2.result) = Some(result);
+            i2.cv.notify_all();
+        });
+        (Request { inner }, done)
+    }
+
+    /// Starts a send of `h` to `dest` with `tag` and options; wait on the request.
+    ///
+    /// # Errors
+    /// [`CommError::RankOutOfRange`] for a destination outside the world.
+    pub fn isend_with<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        dest: Rank,
+        tag: Tag,
+        opts: SendOpts,
+    ) -> Result<Request, CommError> {
+        let (req, done) = self.request(format!(
+            "send of {} to {dest} with {tag} from {}",
+            h.id(),
+            self.rank
+        ));
+        self.post_send(h.erased(), dest, tag, opts, done)?;
+        Ok(req)
+    }
+
+    /// Starts a send (`starpu_mpi_isend`).
+    ///
+    /// # Errors
+    /// As for [`Context::isend_with`].
+    pub fn isend<I: Interface>(&self, h: &Handle<I>, dest: Rank, tag: Tag) -> Result<Request, CommError> {
+        self.isend_with(h, dest, tag, SendOpts::default())
+    }
+
+    /// Starts a synchronous send (`starpu_mpi_issend`): it completes once the receiver
+    /// posted the matching receive, and never creates early data there.
+    ///
+    /// # Errors
+    /// As for [`Context::isend_with`].
+    pub fn issend<I: Interface>(&self, h: &Handle<I>, dest: Rank, tag: Tag) -> Result<Request, CommError> {
+        let opts = SendOpts {
+            sync: true,
+            ..SendOpts::default()
+        };
+        self.isend_with(h, dest, tag, opts)
+    }
+
+    /// Sends `h` and waits for the send to complete (`starpu_mpi_send`).
+    ///
+    /// # Errors
+    /// As for [`Context::isend_with`], and the request's failure.
+    pub fn send<I: Interface>(&self, h: &Handle<I>, dest: Rank, tag: Tag) -> Result<(), CommError> {
+        self.isend(h, dest, tag)?.wait()
+    }
+
+    /// Starts a send and forgets it; `callback` runs once with its outcome, on the
+    /// progression thread (it must not block) (`starpu_mpi_isend_detached`).
+    ///
+    /// # Errors
+    /// As for [`Context::isend_with`].
+    pub fn isend_detached_with<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        dest: Rank,
+        tag: Tag,
+        opts: SendOpts,
+        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
+    ) -> Result<(), CommError> {
+        self.post_send(h.erased(), dest, tag, opts, Box::new(callback))
+    }
+
+    /// Starts a detached send (`starpu_mpi_isend_detached`).
+    ///
+    /// # Errors
+    /// As for [`Context::isend_with`].
+    pub fn isend_detached<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        dest: Rank,
+        tag: Tag,
+        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
+    ) -> Result<(), CommError> {
+        self.isend_detached_with(h, dest, tag, SendOpts::default(), callback)
+    }
+
+    /// Starts a detached synchronous send (`starpu_mpi_issend_detached`).
+    ///
+    /// # Errors
+    /// As for [`Context::isend_with`].
+    pub fn issend_detached<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        dest: Rank,
+        tag: Tag,
+        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
+    ) -> Result<(), CommError> {
+        let opts = SendOpts {
+            sync: true,
+            ..SendOpts::default()
+        };
+        self.isend_detached_with(h, dest, tag, opts, callback)
+    }
+
+    /// Starts detached sends of several handles and unlocks `unlock` once all completed
+    /// (`starpu_mpi_isend_array_detached_unlock_tag`).
+    ///
+    /// # Errors
+    /// [`CommError::RankOutOfRange`] for any destination outside the world (then nothing
+    /// is sent).
+    pub fn isend_array_detached_unlock_tag(
+        &self,
+        sends: &[(AnyHandle, Rank, Tag)],
+        unlock: TaskTag,
+    ) -> Result<(), CommError> {
+        for (_, dest, _) in sends {
+            self.check_rank(*dest)?;
+        }
+        let all = self.countdown(sends.len(), unlock);
+        for (h, dest, tag) in sends {
+            let all = Arc::clone(&all);
+            self.post_send(
+                Arc::clone(&h.cell),
+                *dest,
+                *tag,
+                SendOpts::default(),
+                Box::new(move |_| all()),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Starts a receive into `h` from `source` with `tag` and options.
+    ///
+    /// # Errors
+    /// [`CommError::RankOutOfRange`] for a source outside the world.
+    pub fn irecv_with<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        source: Rank,
+        tag: Tag,
+        opts: RecvOpts,
+    ) -> Result<Request, CommError> {
+        let (req, done) = self.request(format!(
+            "receive into {} from {source} with {tag} on {}",
+            h.id(),
+            self.rank
+        ));
+        self.post_recv(h.erased(), source, tag, opts, done)?;
+        Ok(req)
+    }
+
+    /// Starts a receive (`starpu_mpi_irecv`).
+    ///
+    /// # Errors
+    /// As for [`Context::irecv_with`].
+    pub fn irecv<I: Interface>(&self, h: &Handle<I>, source: Rank, tag: Tag) -> Result<Request, CommError> {
+        self.irecv_with(h, source, tag, RecvOpts::default())
+    }
+
+    /// Receives into `h` and waits (`starpu_mpi_recv`).
+    ///
+    /// # Errors
+    /// As for [`Context::irecv_with`], and the request's failure (a size mismatch).
+    pub fn recv<I: Interface>(&self, h: &Handle<I>, source: Rank, tag: Tag) -> Result<(), CommError> {
+        self.irecv(h, source, tag)?.wait()
+    }
+
+    /// Starts a detached receive with options; `callback` runs once with its outcome on
+    /// the progression thread (it must not block) (`starpu_mpi_irecv_detached`).
+    ///
+    /// # Errors
+    /// As for [`Context::irecv_with`].
+    pub fn irecv_detached_with<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        source: Rank,
+        tag: Tag,
+        opts: RecvOpts,
+        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
+    ) -> Result<(), CommError> {
+        self.post_recv(h.erased(), source, tag, opts, Box::new(callback))
+    }
+
+    /// Starts a detached receive (`starpu_mpi_irecv_detached`).
+    ///
+    /// # Errors
+    /// As for [`Context::irecv_with`].
+    pub fn irecv_detached<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        source: Rank,
+        tag: Tag,
+        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
+    ) -> Result<(), CommError> {
+        self.irecv_detached_with(h, source, tag, RecvOpts::default(), callback)
+    }
+
+    /// Starts detached receives into several handles and unlocks `unlock` once all
+    /// completed (`starpu_mpi_irecv_array_detached_unlock_tag`).
+    ///
+    /// # Errors
+    /// [`CommError::RankOutOfRange`] for any source outside the world (then nothing is
+    /// received).
+    pub fn irecv_array_detached_unlock_tag(
+        &self,
+        recvs: &[(AnyHandle, Rank, Tag)],
+        unlock: TaskTag,
+    ) -> Result<(), CommError> {
+        for (_, source, _) in recvs {
+            self.check_rank(*source)?;
+        }
+        let all = self.countdown(recvs.len(), unlock);
+        for (h, source, tag) in recvs {
+            let all = Arc::clone(&all);
+            self.post_recv(
+                Arc::clone(&h.cell),
+                *source,
+                *tag,
+                RecvOpts::default(),
+                Box::new(move |_| all()),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A function to call `n` times; the last call unlocks `tag`.
+    fn countdown(&self, n: usize, tag: TaskTag) -> Arc<dyn Fn() + Send + Sync> {
+        let runtime = self.runtime.clone();
+        if n == 0 {
+            runtime.unlock_tag(tag);
+        }
+        let left = Arc::new(crate::sync::AtomicUsize::new(n));
+        Arc::new(move || {
+            if left.fetch_sub(1, Ordering::SeqCst) == 1 {
+                runtime.unlock_tag(tag);
+            }
+        })
+    }
+
+    /// Blocks until every rank called `barrier` (`starpu_mpi_barrier`). It does not wait
+    /// for this rank's pending requests (call [`Context::wait_for_all`] first for that);
+    /// unlike the reference's, it never blocks the progression thread.
+    pub fn barrier(&self) {
+        let (tx, rx) = mpsc::channel();
+        (self.commands)(Command::Barrier {
+            done: Box::new(move || {
+                let _ = tx.send(());
+            }),
+        });
+        let _ = rx.recv();
+    }
+
+    /// A new communicator duplicating `comm`: the same ranks, its own matching. Every
+    /// rank must call it in the same order.
+    pub fn comm_dup(&self, _comm: CommId) -> CommId {
+        CommId(self.next_comm.fetch_add(1, Ordering::SeqCst) as u16)
+    }
+
+    /// How many messages arrived on this rank before their receive was posted and were
+    /// kept as early data (a diagnostic: synchronous sends never create any).
+    pub fn early_messages(&self) -> u64 {
+        let (tx, rx) = mpsc::channel();
+        (self.commands)(Command::EarlyMessages(Box::new(move |n| {
+            let _ = tx.send(n);
+        })));
+        rx.recv().unwrap_or_default()
+    }
+
+    /// Payload bytes this rank sent to each peer, indexed by rank
+    /// (`starpu_mpi_comm_amounts_retrieve`; counted while statistics are enabled).
+    pub fn comm_amounts(&self) -> Vec<u64> {
+        let (tx, rx) = mpsc::channel();
+        (self.commands)(Command::Amounts(Box::new(move |v| {
+            let _ = tx.send(v);
+        })));
+        rx.recv().unwrap_or_default()
+    }
+}

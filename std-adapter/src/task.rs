@@ -1,0 +1,615 @@
+//! The task runtime of one rank: codelets, implicit dependencies, the worker pool.
+//!
+//! Everything the application submits on a rank — a task, a send, a receive, an
+//! acquisition — is a **node** that accesses handles with access modes. Nodes are ordered
+//! per handle by *sequential consistency* (the reference's implicit dependencies): a node
+//! that reads a handle waits for the last node that wrote it; a node that writes it waits
+//! for the last writer and for every reader since. Reads therefore run concurrently and
+//! writes serialize, in submission order. A handle can opt out
+//! ([`crate::Context::set_sequential_consistency`]); `SCRATCH` accesses never wait.
+//! `COMMUTE` and `REDUX` accesses are ordered like writes (a legal schedule of
+//! commuting writes).
+//!
+//! A node whose dependencies are met either joins the **ready queue** (a task: the
+//! highest priority first, FIFO among equals, run by the worker pool) or runs its
+//! **hook** at once (a send packs its data, a receive is handed to the progression
+//! thread, an acquisition wakes its caller). A hook node completes when its event
+//! happens, through [`Runtime::complete`].
+
+use core::cmp::Ordering as CmpOrdering;
+use core::fmt;
+use std::collections::{BinaryHeap, HashMap};
+use std::thread::JoinHandle;
+
+use starling_core::{AccessMode, DataId};
+
+use crate::data::{AnyCell, Cell, DataMut, DataRef, Interface};
+use crate::sync::{Arc, Condvar, Mutex, MutexGuard, lock};
+
+/// A task's CPU implementation.
+pub(crate) type Kernel = dyn Fn(&mut Buffers<'_>) + Send + Sync;
+
+/// A kind of task: a name and a CPU implementation (the reference's `starpu_codelet`).
+#[derive(Clone)]
+pub struct Codelet {
+    name: Arc<str>,
+    kernel: Option<Arc<Kernel>>,
+}
+
+impl fmt::Debug for Codelet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Codelet").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl Codelet {
+    /// A codelet named `name` whose CPU implementation is `kernel`.
+    pub fn new(name: &str, kernel: impl Fn(&mut Buffers<'_>) + Send + Sync + 'static) -> Self {
+        Self {
+            name: Arc::from(name),
+            kernel: Some(Arc::new(kernel)),
+        }
+    }
+
+    /// A codelet with no implementation: its tasks only order accesses and run their
+    /// callbacks (the reference's `NULL` codelet).
+    pub fn empty(name: &str) -> Self {
+        Self {
+            name: Arc::from(name),
+            kernel: None,
+        }
+    }
+
+    /// The codelet's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// The data a running task accesses, in the order of the task's accesses.
+pub struct Buffers<'a> {
+    accesses: &'a [Access],
+}
+
+impl fmt::Debug for Buffers<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffers").field("len", &self.accesses.len()).finish()
+    }
+}
+
+impl Buffers<'_> {
+    /// How many accesses the task has.
+    pub fn len(&self) -> usize {
+        self.accesses.len()
+    }
+
+    /// Whether the task has no access.
+    pub fn is_empty(&self) -> bool {
+        self.accesses.is_empty()
+    }
+
+    /// The mode of access `i`.
+    ///
+    /// # Panics
+    /// When `i` is out of range (a bug in the codelet).
+    pub fn mode(&self, i: usize) -> AccessMode {
+        self.accesses[i].mode
+    }
+
+    fn cell<I: Interface>(&self, i: usize) -> &Cell<I> {
+        let access = self
+            .accesses
+            .get(i)
+            .unwrap_or_else(|| panic!("the task has {} accesses, not {}", self.len(), i + 1));
+        access
+            .cell
+            .as_any()
+            .downcast_ref::<Cell<I>>()
+            .unwrap_or_else(|| panic!("access {i} is not a {}", core::any::type_name::<I>()))
+    }
+
+    /// Reads access `i` as interface `I`.
+    ///
+    /// # Panics
+    /// When `i` is out of range or its handle is not of interface `I` (a codelet bug).
+    pub fn r<I: Interface>(&self, i: usize) -> DataRef<'_, I> {
+        self.cell::<I>(i).read()
+    }
+
+    /// Writes access `i` as interface `I`.
+    ///
+    /// # Panics
+    /// When `i` is out of range or its handle is not of interface `I` (a codelet bug).
+    pub fn w<I: Interface>(&self, i: usize) -> DataMut<'_, I> {
+        self.cell::<I>(i).write()
+    }
+}
+
+/// A task tag: tasks and requests can unlock one when they finish, and the application
+/// can wait for it (the reference's `starpu_tag_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskTag(pub u64);
+
+/// One access of a node: a handle and a mode.
+#[derive(Clone)]
+pub(crate) struct Access {
+    pub(crate) cell: Arc<dyn AnyCell>,
+    pub(crate) mode: AccessMode,
+}
+
+/// A node's id in the runtime.
+pub(crate) type NodeId = u64;
+
+/// What runs when a hook node's dependencies are met. It receives the node's id, to pass
+/// to [`Runtime::complete`] when its event happens.
+pub(crate) type Hook = Box<dyn FnOnce(NodeId) + Send>;
+
+/// A task's completion callback.
+pub(crate) type Callback = Box<dyn FnOnce() + Send>;
+
+enum Work {
+    Task {
+        codelet: Codelet,
+        callback: Option<Callback>,
+        tag: Option<TaskTag>,
+    },
+    Hook(Hook),
+}
+
+struct Node {
+    deps: usize,
+    successors: Vec<NodeId>,
+    priority: i32,
+    accesses: Vec<Access>,
+    /// `None` once handed to a worker or run.
+    work: Option<Work>,
+}
+
+#[derive(Default)]
+struct HandleDeps {
+    last_writer: Option<NodeId>,
+    readers: Vec<NodeId>,
+    /// Sequential consistency switched off for this handle.
+    unordered: bool,
+}
+
+struct Ready {
+    priority: i32,
+    seq: u64,
+    id: NodeId,
+}
+
+impl PartialEq for Ready {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+impl Eq for Ready {}
+impl PartialOrd for Ready {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Ready {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.priority
+            .cmp(&other.priority)
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+#[derive(Default)]
+struct State {
+    nodes: HashMap<NodeId, Node>,
+    handles: HashMap<DataId, HandleDeps>,
+    ready: BinaryHeap<Ready>,
+    next_id: NodeId,
+    next_seq: u64,
+    /// Nodes submitted and not complete, plus requests in flight: what `wait_for_all`
+    /// waits to reach zero.
+    outstanding: usize,
+    /// Tasks being run by a worker.
+    running: usize,
+    /// Nodes completed so far: a witness of progress.
+    completed: u64,
+    unlocked_tags: HashMap<TaskTag, bool>,
+    stopping: bool,
+}
+
+/// How a rank's runtime is set up.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Worker threads (`STARLING_NCPU`; default: the machine's parallelism).
+    pub workers: usize,
+    /// Skip every kernel (`STARLING_DISABLE_KERNELS=1`): tasks are scheduled and complete
+    /// without running, to measure submission cost.
+    pub disable_kernels: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            disable_kernels: false,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// The defaults, overridden by `STARLING_NCPU` and `STARLING_DISABLE_KERNELS`.
+    pub fn from_env() -> Self {
+        let mut c = Self::default();
+        if let Some(n) = std::env::var("STARLING_NCPU")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            c.workers = n.max(1);
+        }
+        if std::env::var("STARLING_DISABLE_KERNELS").is_ok_and(|v| v != "0") {
+            c.disable_kernels = true;
+        }
+        c
+    }
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Workers wait here for ready tasks.
+    work: Condvar,
+    /// `wait_for_all`, tag waiters and quiescence checks wait here.
+    progress: Condvar,
+    disable_kernels: bool,
+}
+
+/// The task runtime of one rank. Cheap to clone (shared).
+#[derive(Clone)]
+pub(crate) struct Runtime {
+    shared: Arc<Shared>,
+}
+
+/// The worker threads of a runtime; joined by [`Workers::stop`].
+pub(crate) struct Workers {
+    runtime: Runtime,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Workers {
+    /// Stops the workers once the ready queue is empty and joins them.
+    pub(crate) fn stop(self) {
+        {
+            let mut st = lock(&self.runtime.shared.state);
+            st.stopping = true;
+        }
+        self.runtime.shared.work.notify_all();
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Runtime {
+    /// A runtime and its started workers.
+    pub(crate) fn start(config: &RuntimeConfig, name: &str) -> (Self, Workers) {
+        let runtime = Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                work: Condvar::new(),
+                progress: Condvar::new(),
+                disable_kernels: config.disable_kernels,
+            }),
+        };
+        let threads = (0..config.workers.max(1))
+            .map(|w| {
+                let rt = runtime.clone();
+                std::thread::Builder::new()
+                    .name(format!("{name}-worker{w}"))
+                    .spawn(move || rt.worker_loop())
+                    .expect("spawning a worker thread")
+            })
+            .collect();
+        let workers = Workers {
+            runtime: runtime.clone(),
+            threads,
+        };
+        (runtime, workers)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.shared.state)
+    }
+
+    /// Submits a task.
+    pub(crate) fn submit_task(
+        &self,
+        codelet: Codelet,
+        accesses: Vec<Access>,
+        priority: i32,
+        callback: Option<Callback>,
+        tag: Option<TaskTag>,
+    ) {
+        let work = Work::Task {
+            codelet,
+            callback,
+            tag,
+        };
+        self.submit(work, accesses, priority);
+    }
+
+    /// Submits a hook node: `hook` runs once the accesses' dependencies are met (on the
+    /// submitting thread if they already are), and the node completes when someone calls
+    /// [`Runtime::complete`] with its id.
+    pub(crate) fn submit_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
+        self.submit(Work::Hook(hook), accesses, priority);
+    }
+
+    fn submit(&self, work: Work, accesses: Vec<Access>, priority: i32) {
+        let mut st = self.state();
+        let id = st.next_id;
+        st.next_id += 1;
+        st.outstanding += 1;
+        let mut deps = 0;
+        let mut preds: Vec<NodeId> = Vec::new();
+        for (i, a) in accesses.iter().enumerate() {
+            if a.mode == AccessMode::SCRATCH {
+                continue;
+            }
+            let data = a.cell.id();
+            // One handle accessed twice by a node: order it once, by the strongest mode.
+            if accesses[..i].iter().any(|b| b.cell.id() == data) {
+                continue;
+            }
+            let writes = accesses
+                .iter()
+                .filter(|b| b.cell.id() == data)
+                .any(|b| b.mode.writes() || b.mode.contains(AccessMode::COMMUTE));
+            let hd = st.handles.entry(data).or_default();
+            if hd.unordered {
+                continue;
+            }
+            if let Some(w) = hd.last_writer {
+                preds.push(w);
+            }
+            if writes {
+                preds.append(&mut hd.readers);
+                hd.last_writer = Some(id);
+            } else {
+                hd.readers.push(id);
+            }
+        }
+        preds.sort_unstable();
+        preds.dedup();
+        for p in preds {
+            if let Some(pred) = st.nodes.get_mut(&p) {
+                pred.successors.push(id);
+                deps += 1;
+            }
+        }
+        st.nodes.insert(
+            id,
+            Node {
+                deps,
+                successors: Vec::new(),
+                priority,
+                accesses,
+                work: Some(work),
+            },
+        );
+        let mut hooks = Vec::new();
+        if deps == 0 {
+            self.make_ready(&mut st, id, &mut hooks);
+        }
+        drop(st);
+        run_hooks(hooks);
+    }
+
+    /// A node's dependencies are met: queue a task, or collect a hook to run unlocked.
+    fn make_ready(&self, st: &mut State, id: NodeId, hooks: &mut Vec<(NodeId, Hook)>) {
+        let Some(node) = st.nodes.get_mut(&id) else {
+            return;
+        };
+        match node.work.take() {
+            Some(Work::Hook(h)) => hooks.push((id, h)),
+            Some(task @ Work::Task { .. }) => {
+                node.work = Some(task);
+                let priority = node.priority;
+                let seq = st.next_seq;
+                st.next_seq += 1;
+                st.ready.push(Ready { priority, seq, id });
+                self.shared.work.notify_one();
+            }
+            None => {}
+        }
+    }
+
+    /// Completes node `id`: its successors may become ready.
+    pub(crate) fn complete(&self, id: NodeId) {
+        let mut st = self.state();
+        let mut hooks = Vec::new();
+        self.complete_locked(&mut st, id, &mut hooks);
+        drop(st);
+        run_hooks(hooks);
+    }
+
+    fn complete_locked(&self, st: &mut State, id: NodeId, hooks: &mut Vec<(NodeId, Hook)>) {
+        let Some(node) = st.nodes.remove(&id) else {
+            return;
+        };
+        for a in &node.accesses {
+            if let Some(hd) = st.handles.get_mut(&a.cell.id()) {
+                if hd.last_writer == Some(id) {
+                    hd.last_writer = None;
+                }
+                hd.readers.retain(|r| *r != id);
+            }
+        }
+        for s in node.successors {
+            if let Some(succ) = st.nodes.get_mut(&s) {
+                succ.deps -= 1;
+                if succ.deps == 0 {
+                    self.make_ready(st, s, hooks);
+                }
+            }
+        }
+        st.outstanding -= 1;
+        st.completed += 1;
+        self.shared.progress.notify_all();
+    }
+
+    /// Counts a request in flight (so that `wait_for_all` waits for it).
+    pub(crate) fn begin_request(&self) {
+        self.state().outstanding += 1;
+    }
+
+    /// A request counted by [`Runtime::begin_request`] finished.
+    pub(crate) fn end_request(&self) {
+        let mut st = self.state();
+        st.outstanding -= 1;
+        drop(st);
+        self.shared.progress.notify_all();
+    }
+
+    /// Switches sequential consistency for one handle.
+    pub(crate) fn set_ordered(&self, data: DataId, ordered: bool) {
+        self.state().handles.entry(data).or_default().unordered = !ordered;
+    }
+
+    /// Blocks until every node and request submitted so far has completed.
+    pub(crate) fn wait_for_all(&self) {
+        let mut st = self.state();
+        while st.outstanding > 0 {
+            st = self
+                .shared
+                .progress
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Blocks until `done` holds or `timeout` passes; returns whether it holds.
+    pub(crate) fn wait_until(
+        &self,
+        timeout: std::time::Duration,
+        mut done: impl FnMut(&RuntimeView) -> bool,
+    ) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut st = self.state();
+        loop {
+            let view = RuntimeView {
+                outstanding: st.outstanding,
+                busy: st.running + st.ready.len(),
+                completed: st.completed,
+            };
+            if done(&view) {
+                return true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st = self
+                .shared
+                .progress
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Marks `tag` unlocked and wakes its waiters.
+    pub(crate) fn unlock_tag(&self, tag: TaskTag) {
+        self.state().unlocked_tags.insert(tag, true);
+        self.shared.progress.notify_all();
+    }
+
+    /// Blocks until every tag of `tags` is unlocked.
+    pub(crate) fn wait_tags(&self, tags: &[TaskTag]) {
+        let mut st = self.state();
+        while !tags
+            .iter()
+            .all(|t| st.unlocked_tags.get(t).copied().unwrap_or(false))
+        {
+            st = self
+                .shared
+                .progress
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Forgets that `tag` was unlocked, so it can be reused.
+    pub(crate) fn reset_tag(&self, tag: TaskTag) {
+        self.state().unlocked_tags.remove(&tag);
+    }
+
+
+    fn worker_loop(&self) {
+        loop {
+            let mut st = self.state();
+            let id = loop {
+                if let Some(r) = st.ready.pop() {
+                    break r.id;
+                }
+                if st.stopping {
+                    return;
+                }
+                st = self
+                    .shared
+                    .work
+                    .wait(st)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            };
+            let Some(node) = st.nodes.get_mut(&id) else {
+                continue;
+            };
+            let Some(Work::Task {
+                codelet,
+                callback,
+                tag,
+            }) = node.work.take()
+            else {
+                continue;
+            };
+            let accesses = node.accesses.clone();
+            st.running += 1;
+            drop(st);
+
+            if !self.shared.disable_kernels {
+                if let Some(kernel) = &codelet.kernel {
+                    let mut buffers = Buffers {
+                        accesses: &accesses,
+                    };
+                    kernel(&mut buffers);
+                }
+            }
+            if let Some(cb) = callback {
+                cb();
+            }
+            if let Some(t) = tag {
+                self.unlock_tag(t);
+            }
+            let mut st = self.state();
+            st.running -= 1;
+            let mut hooks = Vec::new();
+            self.complete_locked(&mut st, id, &mut hooks);
+            drop(st);
+            run_hooks(hooks);
+        }
+    }
+}
+
+/// A snapshot of a runtime's activity, for quiescence checks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RuntimeView {
+    /// Nodes and requests not complete.
+    pub(crate) outstanding: usize,
+    /// Tasks running or ready to run.
+    pub(crate) busy: usize,
+    /// Nodes completed so far.
+    pub(crate) completed: u64,
+}
+
+fn run_hooks(hooks: Vec<(NodeId, Hook)>) {
+    for (id, hook) in hooks {
+        hook(id);
+    }
+}
