@@ -75,10 +75,7 @@ fn main() {
     let tokens = run_local(ranks, move |ctx| ring(ctx, loops, &v)).expect("a clean shutdown");
     let elapsed = start.elapsed();
     let last = tokens[ranks as usize - 1];
-    eprintln!(
-        "[{}] token = {last} == {loops} * {ranks} ?",
-        ranks - 1
-    );
+    eprintln!("[{}] token = {last} == {loops} * {ranks} ?", ranks - 1);
     assert_eq!(last, loops * ranks, "the token went astray");
     eprintln!(
         "{variant} ring: {} hops in {:.1} ms, {:.2} µs per hop (in-process cluster)",

@@ -18,8 +18,8 @@
 
 pub use starling_core as core;
 pub use starling_std::{
-    Acquired, AnyHandle, Buffers, ClusterConfig, Codelet, CommError, Context, DataError,
-    DataMut, DataRef, Handle, InProcess, Interface, RecvOpts, Request, RuntimeConfig, SendOpts,
+    Acquired, AnyHandle, Buffers, ClusterConfig, Codelet, CommError, Context, DataError, DataMut,
+    DataRef, Handle, InProcess, Interface, RecvOpts, Request, RuntimeConfig, SendOpts,
     ShutdownError, TaskBuilder, TaskTag, Transport, data, interfaces, run_local, run_local_with,
     sim, transport,
 };

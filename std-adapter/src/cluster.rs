@@ -4,9 +4,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+use starling_core::Rank;
 use starling_core::engine::Leftover;
 use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB, TagSpace};
-use starling_core::Rank;
 
 use crate::context::Context;
 use crate::error::ShutdownError;
@@ -145,7 +145,11 @@ where
 /// # Panics
 /// As for [`run_local`], and when the configuration's tag bound leaves no room for the
 /// communication tag.
-pub fn run_local_with<R, F>(ranks: u32, config: ClusterConfig, f: F) -> Result<Vec<R>, ShutdownError>
+pub fn run_local_with<R, F>(
+    ranks: u32,
+    config: ClusterConfig,
+    f: F,
+) -> Result<Vec<R>, ShutdownError>
 where
     R: Send + 'static,
     F: Fn(&Context) -> R + Send + Sync + 'static,
@@ -187,7 +191,12 @@ where
     let mut threads = Vec::new();
     for (r, inbox) in inboxes.into_iter().enumerate() {
         let rank = Rank(r as u32);
-        let transport = InProcess::new(rank, delivers.clone(), config.tag_ub, Arc::clone(&in_flight));
+        let transport = InProcess::new(
+            rank,
+            delivers.clone(),
+            config.tag_ub,
+            Arc::clone(&in_flight),
+        );
         let tx = Mutex::new(senders[r].clone());
         let shared = Arc::clone(&shareds[r]);
         let config = config.clone();
@@ -197,7 +206,9 @@ where
             thread::Builder::new()
                 .name(format!("rank{r}"))
                 .spawn(move || {
-                    rank_main(rank, ranks, transport, inbox, tx, shared, tags, &config, &quiesce, &*f)
+                    rank_main(
+                        rank, ranks, transport, inbox, tx, shared, tags, &config, &quiesce, &*f,
+                    )
                 })
                 .expect("spawning a rank thread"),
         );
@@ -279,7 +290,8 @@ where
     }
     quiesce.rendezvous.wait();
     // Every rank is done sending: let the network drain before looking for orphans.
-    while quiesce.in_flight.load(Ordering::SeqCst) != 0 || shared.queued.load(Ordering::SeqCst) != 0 {
+    while quiesce.in_flight.load(Ordering::SeqCst) != 0 || shared.queued.load(Ordering::SeqCst) != 0
+    {
         thread::sleep(Duration::from_millis(1));
     }
     let mut leftovers: Vec<String> = ask(&ctx, Command::Leftovers)
@@ -334,16 +346,20 @@ fn describe(rank: Rank, l: &Leftover) -> String {
             rank.0, o.source.0, o.tag.0, o.size
         ),
         Leftover::Pending {
-            kind, peer, tag, state, ..
+            kind,
+            peer,
+            tag,
+            state,
+            ..
         } => format!(
             "rank {}: {kind:?} with rank {} and tag {} never completed ({state})",
             rank.0, peer.0, tag.0
         ),
-        Leftover::NotRetired { kind, peer, tag, .. } => format!(
+        Leftover::NotRetired {
+            kind, peer, tag, ..
+        } => format!(
             "rank {}: {kind:?} with rank {} and tag {} was never waited on",
-            rank.0,
-            peer.0,
-            tag.0
+            rank.0, peer.0, tag.0
         ),
     }
 }

@@ -86,7 +86,9 @@ pub struct AnyHandle {
 
 impl core::fmt::Debug for AnyHandle {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("AnyHandle").field("id", &self.cell.id()).finish()
+        f.debug_struct("AnyHandle")
+            .field("id", &self.cell.id())
+            .finish()
     }
 }
 
@@ -113,7 +115,9 @@ pub struct Request {
 
 impl core::fmt::Debug for Request {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Request").field("what", &self.inner.what).finish_non_exhaustive()
+        f.debug_struct("Request")
+            .field("what", &self.inner.what)
+            .finish_non_exhaustive()
     }
 }
 
@@ -150,7 +154,8 @@ impl Request {
 impl Drop for Request {
     fn drop(&mut self) {
         if !self.inner.waited.load(Ordering::SeqCst) {
-            lock(&self.inner.unwaited).push(format!("request never waited on: {}", self.inner.what));
+            lock(&self.inner.unwaited)
+                .push(format!("request never waited on: {}", self.inner.what));
         }
     }
 }
@@ -166,7 +171,9 @@ pub struct Acquired<I: Interface> {
 
 impl<I: Interface> core::fmt::Debug for Acquired<I> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Acquired").field("handle", &self.handle).finish_non_exhaustive()
+        f.debug_struct("Acquired")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
     }
 }
 
@@ -181,7 +188,10 @@ impl<I: Interface> Acquired<I> {
     /// # Panics
     /// When the handle was acquired for reading only.
     pub fn get_mut(&self) -> DataMut<'_, I> {
-        assert!(self.mode.writes(), "the handle was acquired for reading only");
+        assert!(
+            self.mode.writes(),
+            "the handle was acquired for reading only"
+        );
         self.handle.cell.write()
     }
 }
@@ -204,7 +214,9 @@ pub struct TaskBuilder<'a> {
 
 impl core::fmt::Debug for TaskBuilder<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("TaskBuilder").field("codelet", &self.codelet).finish_non_exhaustive()
+        f.debug_struct("TaskBuilder")
+            .field("codelet", &self.codelet)
+            .finish_non_exhaustive()
     }
 }
 
@@ -341,7 +353,10 @@ impl Context {
     }
 
     /// Registers data allocated by `init` on its first use (the reference's home node −1).
-    pub fn register_lazy<I: Interface>(&self, init: impl FnOnce() -> I + Send + 'static) -> Handle<I> {
+    pub fn register_lazy<I: Interface>(
+        &self,
+        init: impl FnOnce() -> I + Send + 'static,
+    ) -> Handle<I> {
         Handle {
             cell: Arc::new(Cell::lazy(self.data_id(), init)),
         }
@@ -498,7 +513,11 @@ impl Context {
         let runtime = self.runtime.clone();
         let commands = Arc::clone(&self.commands);
         let pedantic = self.pedantic_isend;
-        let mode = if pedantic { AccessMode::RW } else { AccessMode::R };
+        let mode = if pedantic {
+            AccessMode::RW
+        } else {
+            AccessMode::R
+        };
         runtime.begin_request();
         let access = vec![Access {
             cell: Arc::clone(&cell),
@@ -621,7 +640,12 @@ impl Context {
     ///
     /// # Errors
     /// As for [`Context::isend_with`].
-    pub fn isend<I: Interface>(&self, h: &Handle<I>, dest: Rank, tag: Tag) -> Result<Request, CommError> {
+    pub fn isend<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        dest: Rank,
+        tag: Tag,
+    ) -> Result<Request, CommError> {
         self.isend_with(h, dest, tag, SendOpts::default())
     }
 
@@ -630,7 +654,12 @@ impl Context {
     ///
     /// # Errors
     /// As for [`Context::isend_with`].
-    pub fn issend<I: Interface>(&self, h: &Handle<I>, dest: Rank, tag: Tag) -> Result<Request, CommError> {
+    pub fn issend<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        dest: Rank,
+        tag: Tag,
+    ) -> Result<Request, CommError> {
         let opts = SendOpts {
             sync: true,
             ..SendOpts::default()
@@ -746,7 +775,12 @@ impl Context {
     ///
     /// # Errors
     /// As for [`Context::irecv_with`].
-    pub fn irecv<I: Interface>(&self, h: &Handle<I>, source: Rank, tag: Tag) -> Result<Request, CommError> {
+    pub fn irecv<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        source: Rank,
+        tag: Tag,
+    ) -> Result<Request, CommError> {
         self.irecv_with(h, source, tag, RecvOpts::default())
     }
 
@@ -754,7 +788,12 @@ impl Context {
     ///
     /// # Errors
     /// As for [`Context::irecv_with`], and the request's failure (a size mismatch).
-    pub fn recv<I: Interface>(&self, h: &Handle<I>, source: Rank, tag: Tag) -> Result<(), CommError> {
+    pub fn recv<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        source: Rank,
+        tag: Tag,
+    ) -> Result<(), CommError> {
         self.irecv(h, source, tag)?.wait()
     }
 

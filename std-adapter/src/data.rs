@@ -32,8 +32,9 @@ pub enum DataError {
         /// Bytes that arrived.
         got: usize,
     },
-    /// A user-defined interface could not parse its packed form.
-    #[error("malformed packed data: {0}")]
+    /// A shape is invalid (a leading dimension smaller than a row, storage shorter than
+    /// its span), or a user-defined interface could not parse its packed form.
+    #[error("malformed data: {0}")]
     Malformed(&'static str),
 }
 
@@ -87,7 +88,9 @@ impl<I: Interface> Clone for Handle<I> {
 
 impl<I: Interface> fmt::Debug for Handle<I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Handle").field("id", &self.cell.id).finish_non_exhaustive()
+        f.debug_struct("Handle")
+            .field("id", &self.cell.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -177,7 +180,9 @@ impl<I> Deref for DataRef<'_, I> {
     fn deref(&self) -> &I {
         // A cell's data is `None` only before lazy allocation (done before any access)
         // and after unregistration (after which no access is scheduled).
-        self.0.as_ref().expect("handle data accessed after unregistration")
+        self.0
+            .as_ref()
+            .expect("handle data accessed after unregistration")
     }
 }
 
@@ -187,13 +192,17 @@ pub struct DataMut<'a, I>(RwLockWriteGuard<'a, Option<I>>);
 impl<I> Deref for DataMut<'_, I> {
     type Target = I;
     fn deref(&self) -> &I {
-        self.0.as_ref().expect("handle data accessed after unregistration")
+        self.0
+            .as_ref()
+            .expect("handle data accessed after unregistration")
     }
 }
 
 impl<I> DerefMut for DataMut<'_, I> {
     fn deref_mut(&mut self) -> &mut I {
-        self.0.as_mut().expect("handle data accessed after unregistration")
+        self.0
+            .as_mut()
+            .expect("handle data accessed after unregistration")
     }
 }
 

@@ -41,7 +41,9 @@ pub enum CommError {
 impl From<SubmitError> for CommError {
     fn from(e: SubmitError) -> Self {
         match e {
-            SubmitError::RankOutOfRange { rank, nranks } => Self::RankOutOfRange { rank, size: nranks },
+            SubmitError::RankOutOfRange { rank, nranks } => {
+                Self::RankOutOfRange { rank, size: nranks }
+            }
             other => Self::Submit(other),
         }
     }

@@ -33,7 +33,11 @@ pub(crate) type Done = Box<dyn FnOnce(Result<(), CommError>) + Send>;
 /// What the progression thread is asked to do.
 pub(crate) enum Command {
     /// Send `bytes` (a handle's packed value).
-    Send { args: SendArgs, bytes: Vec<u8>, done: Done },
+    Send {
+        args: SendArgs,
+        bytes: Vec<u8>,
+        done: Done,
+    },
     /// Receive into `cell`.
     Recv {
         args: RecvArgs,
@@ -63,7 +67,10 @@ pub(crate) enum Input<W> {
 }
 
 enum Pending {
-    Send { bytes: Option<Vec<u8>>, done: Done },
+    Send {
+        bytes: Option<Vec<u8>>,
+        done: Done,
+    },
     Recv {
         cell: Arc<dyn AnyCell>,
         bytes: Option<Vec<u8>>,

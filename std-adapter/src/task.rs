@@ -38,7 +38,9 @@ pub struct Codelet {
 
 impl fmt::Debug for Codelet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Codelet").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Codelet")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -73,7 +75,9 @@ pub struct Buffers<'a> {
 
 impl fmt::Debug for Buffers<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Buffers").field("len", &self.accesses.len()).finish()
+        f.debug_struct("Buffers")
+            .field("len", &self.accesses.len())
+            .finish()
     }
 }
 
@@ -540,7 +544,6 @@ impl Runtime {
     pub(crate) fn reset_tag(&self, tag: TaskTag) {
         self.state().unlocked_tags.remove(&tag);
     }
-
 
     fn worker_loop(&self) {
         loop {

@@ -50,7 +50,14 @@ pub trait Transport: Send + 'static {
     fn set_envelope_tag(&mut self, tag: PhysTag);
     /// Posts a send of `bytes`; reports [`Completion::Sent`] with `token` when it left,
     /// if a token is given.
-    fn send(&mut self, dest: Rank, comm: CommId, tag: PhysTag, bytes: Vec<u8>, token: Option<ReqId>);
+    fn send(
+        &mut self,
+        dest: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        bytes: Vec<u8>,
+        token: Option<ReqId>,
+    );
     /// Posts a receive of at most `size` bytes; reports [`Completion::Received`].
     fn recv(&mut self, source: Rank, comm: CommId, tag: PhysTag, size: usize, token: ReqId);
     /// Posts a barrier; reports [`Completion::Barrier`] with `token` once every rank
@@ -174,7 +181,14 @@ impl Transport for InProcess {
         self.envelope_tag = Some(tag);
     }
 
-    fn send(&mut self, dest: Rank, comm: CommId, tag: PhysTag, bytes: Vec<u8>, token: Option<ReqId>) {
+    fn send(
+        &mut self,
+        dest: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        bytes: Vec<u8>,
+        token: Option<ReqId>,
+    ) {
         let source = self.rank;
         self.deliver(
             dest,
@@ -200,7 +214,8 @@ impl Transport for InProcess {
         match found {
             Some(i) => {
                 if let Some((_, _, _, bytes)) = self.unexpected.remove(i) {
-                    self.completions.push_back(Completion::Received(token, bytes));
+                    self.completions
+                        .push_back(Completion::Received(token, bytes));
                 }
             }
             None => self.posted.push((source, comm, tag, size, token)),
@@ -247,7 +262,8 @@ impl Transport for InProcess {
                     match found {
                         Some(i) => {
                             let (_, _, _, _, token) = self.posted.remove(i);
-                            self.completions.push_back(Completion::Received(token, bytes));
+                            self.completions
+                                .push_back(Completion::Received(token, bytes));
                         }
                         None => self.unexpected.push_back((source, comm, tag, bytes)),
                     }

@@ -227,7 +227,11 @@ fn sync_send_waits_for_the_receivers_ready_ack() {
     // The envelope arrives before the receive: nothing is received yet.
     b.handle_message(Rank(0), W, &wire(&out[0], &[])).unwrap();
     assert!(transmits(&mut b).is_empty());
-    assert_eq!(b.early_messages(), 0, "a synchronous send never makes early data");
+    assert_eq!(
+        b.early_messages(),
+        0,
+        "a synchronous send never makes early data"
+    );
     let r = recv(&mut b, 0, 7, 100);
     let back = transmits(&mut b);
     assert_eq!(back.len(), 2);
