@@ -56,8 +56,8 @@ fn ring(ctx: &Context, loops: u32, variant: &str) -> u32 {
         }
     }
     ctx.wait_for_all();
-    let value = ctx.unregister(token).as_slice()[0];
-    value
+
+    ctx.unregister(token).as_slice()[0]
 }
 
 fn main() {

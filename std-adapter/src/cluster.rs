@@ -1,8 +1,8 @@
 //! The in-process cluster: N ranks as threads of one process (the embedded default).
 
+use core::time::Duration;
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
 
 use starling_core::Rank;
 use starling_core::engine::Leftover;
@@ -277,7 +277,7 @@ where
     );
     lock(&quiesce.probes).push((runtime.clone(), Arc::clone(&shared)));
 
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&ctx)));
+    let outcome = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| f(&ctx)));
 
     // Shutdown: wait for this rank's work, or until nothing moves anywhere.
     quiesce.at_shutdown.fetch_add(1, Ordering::SeqCst);
@@ -328,10 +328,10 @@ where
 }
 
 /// Asks the progression thread a question and waits for the answer.
-fn ask<T: Send + 'static>(ctx: &Context, q: fn(Box<dyn FnOnce(T) + Send>) -> Command) -> T
-where
-    T: Default,
-{
+fn ask<T: Send + Default + 'static>(
+    ctx: &Context,
+    q: fn(Box<dyn FnOnce(T) + Send>) -> Command,
+) -> T {
     let (tx, rx) = mpsc::channel();
     (ctx.commands)(q(Box::new(move |v| {
         let _ = tx.send(v);

@@ -523,7 +523,7 @@ impl Context {
             cell: Arc::clone(&cell),
             mode,
         }];
-        let rt = runtime.clone();
+        let rt = runtime;
         self.runtime.submit_hook(
             access,
             opts.priority,
@@ -577,7 +577,7 @@ impl Context {
         } else {
             Vec::new()
         };
-        let rt = runtime.clone();
+        let rt = runtime;
         self.runtime.submit_hook(
             access,
             0,
@@ -627,6 +627,7 @@ impl Context {
         tag: Tag,
         opts: SendOpts,
     ) -> Result<Request, CommError> {
+        self.check_rank(dest)?;
         let (req, done) = self.request(format!(
             "send of {} to {dest} with {tag} from {}",
             h.id(),
@@ -762,6 +763,7 @@ impl Context {
         tag: Tag,
         opts: RecvOpts,
     ) -> Result<Request, CommError> {
+        self.check_rank(source)?;
         let (req, done) = self.request(format!(
             "receive into {} from {source} with {tag} on {}",
             h.id(),

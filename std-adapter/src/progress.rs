@@ -7,9 +7,9 @@
 //! driving contract: take inputs, hand them to the engine, drain `poll_transmit` and
 //! `poll_event`, perform what they return.
 
+use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::Duration;
 
 use starling_core::engine::{
     Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RequestError, SendArgs,

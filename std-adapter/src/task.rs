@@ -492,7 +492,7 @@ impl Runtime {
     /// Blocks until `done` holds or `timeout` passes; returns whether it holds.
     pub(crate) fn wait_until(
         &self,
-        timeout: std::time::Duration,
+        timeout: core::time::Duration,
         mut done: impl FnMut(&RuntimeView) -> bool,
     ) -> bool {
         let deadline = std::time::Instant::now() + timeout;

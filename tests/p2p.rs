@@ -1,0 +1,734 @@
+//! Point-to-point scenarios of the reference's test suite (`test-catalogue.md`), on the
+//! in-process cluster with 2 and 4 ranks. Each test names the reference test it ports.
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+use core::time::Duration;
+use std::sync::Arc;
+
+use starling::core::{AccessMode, CommId, Rank, Tag};
+use starling::interfaces::{Block, Complex, Matrix, Variable, Vector};
+use starling::{
+    ClusterConfig, Codelet, CommError, Context, DataError, RecvOpts, RuntimeConfig, SendOpts,
+    TaskTag, run_local_with,
+};
+
+fn config() -> ClusterConfig {
+    ClusterConfig {
+        runtime: RuntimeConfig {
+            workers: 1,
+            disable_kernels: false,
+        },
+        ..ClusterConfig::default()
+    }
+}
+
+fn run<R: Send + 'static>(n: u32, f: impl Fn(&Context) -> R + Send + Sync + 'static) -> Vec<R> {
+    run_local_with(n, config(), f).expect("a clean shutdown")
+}
+
+fn peer(ctx: &Context) -> Rank {
+    Rank(ctx.rank().0 ^ 1)
+}
+
+/// `pingpong`, `mpi_isend`, `mpi_irecv`, `mpi_isend_detached`, `mpi_irecv_detached`:
+/// pairs of ranks bounce a 16-float vector in every call flavour.
+fn ping_pong(ctx: &Context, flavour: &str) -> f32 {
+    let v = ctx.register(Vector::from_vec(vec![0.0f32; 16]));
+    let me = ctx.rank().0;
+    let other = peer(ctx);
+    let inc = Codelet::new("inc", |b| {
+        for x in b.w::<Vector<f32>>(0).as_mut_slice() {
+            *x += 1.0;
+        }
+    });
+    for round in 0..10u32 {
+        let tag = Tag(i64::from(round));
+        let my_turn = (round % 2 == 0) == (me % 2 == 0);
+        if my_turn {
+            ctx.task(&inc).rw(&v).submit();
+            match flavour {
+                "blocking" => ctx.send(&v, other, tag).unwrap(),
+                "async" => ctx.isend(&v, other, tag).unwrap().wait().unwrap(),
+                "sync" => ctx.issend(&v, other, tag).unwrap().wait().unwrap(),
+                _ => ctx.isend_detached(&v, other, tag, |r| r.unwrap()).unwrap(),
+            }
+        } else {
+            match flavour {
+                "blocking" => ctx.recv(&v, other, tag).unwrap(),
+                "detached" => ctx.irecv_detached(&v, other, tag, |r| r.unwrap()).unwrap(),
+                _ => ctx.irecv(&v, other, tag).unwrap().wait().unwrap(),
+            }
+        }
+    }
+    ctx.wait_for_all();
+    ctx.unregister(v).as_slice()[15]
+}
+
+#[test]
+fn ping_pong_in_every_call_flavour_on_2_and_4_ranks() {
+    for n in [2, 4] {
+        for flavour in ["blocking", "async", "sync", "detached"] {
+            let values = run(n, move |ctx| ping_pong(ctx, flavour));
+            // 10 rounds, one increment per round, alternately on each rank of a pair.
+            assert!(
+                values.iter().all(|v| *v == 10.0 || *v == 9.0),
+                "{flavour}: {values:?}"
+            );
+        }
+    }
+}
+
+fn token_ring(ctx: &Context, loops: u32, variant: &'static str) -> u32 {
+    let (rank, size) = (ctx.rank().0, ctx.size());
+    let token = ctx.register(Vector::<u32>::zeros(1));
+    let inc = Codelet::new("increment_token", |b| {
+        b.w::<Vector<u32>>(0).as_mut_slice()[0] += 1;
+    });
+    let prev = Rank((rank + size - 1) % size);
+    let next = Rank((rank + 1) % size);
+    for l in 0..loops {
+        let tag = Tag(i64::from(l * size + rank));
+        if !(l == 0 && rank == 0) {
+            match variant {
+                "detached" => ctx
+                    .irecv_detached(&token, prev, tag, |r| r.unwrap())
+                    .unwrap(),
+                _ => ctx.recv(&token, prev, tag).unwrap(),
+            }
+        }
+        ctx.task(&inc).rw(&token).submit();
+        if !(l == loops - 1 && rank == size - 1) {
+            let t = Tag(tag.0 + 1);
+            match variant {
+                "detached" => ctx.isend_detached(&token, next, t, |r| r.unwrap()).unwrap(),
+                "sync_detached" => ctx
+                    .issend_detached(&token, next, t, |r| r.unwrap())
+                    .unwrap(),
+                "sync" => ctx.issend(&token, next, t).unwrap().wait().unwrap(),
+                _ => ctx.isend(&token, next, t).unwrap().wait().unwrap(),
+            }
+        }
+    }
+    ctx.wait_for_all();
+    ctx.unregister(token).as_slice()[0]
+}
+
+#[test]
+fn ring_variants_pass_the_token_loops_times_ranks() {
+    // `ring`, `ring_async`, `ring_async_implicit`, `ring_sync`, `ring_sync_detached`.
+    for n in [2, 4] {
+        for variant in ["detached", "async", "sync", "sync_detached"] {
+            let tokens = run(n, move |ctx| token_ring(ctx, 20, variant));
+            assert_eq!(tokens[n as usize - 1], 20 * n, "{variant} on {n} ranks");
+        }
+    }
+}
+
+#[test]
+fn early_data_is_received_for_registered_and_unregistered_tags() {
+    // `mpi_earlyrecv`, `mpi_earlyrecv2`: the sender sends before the receive exists.
+    let early = run(2, |ctx| {
+        let a = ctx.register(Variable::new(0u64));
+        let b = ctx.register(Variable::new(0u64));
+        if ctx.rank().0 == 1 {
+            ctx.register_lazy(|| Variable::new(0u64)); // unrelated lazy handle
+            ctx.acquire(&a, AccessMode::W).get_mut().set(11);
+            ctx.acquire(&b, AccessMode::W).get_mut().set(22);
+            ctx.send(&a, Rank(0), Tag(1)).unwrap();
+            ctx.send(&b, Rank(0), Tag(2)).unwrap();
+            ctx.barrier();
+            (0, 0, 0)
+        } else {
+            ctx.set_tag(&a, Tag(1)).unwrap(); // tag 1 registered here, tag 2 not
+            ctx.barrier(); // both messages have been sent: they arrive early
+            ctx.recv(&b, Rank(1), Tag(2)).unwrap();
+            ctx.recv(&a, Rank(1), Tag(1)).unwrap();
+            let n = ctx.early_messages();
+            let va = ctx.acquire(&a, AccessMode::R).get().get();
+            let vb = ctx.acquire(&b, AccessMode::R).get().get();
+            (va, vb, n)
+        }
+    });
+    assert_eq!(early[0], (11, 22, 2));
+}
+
+#[test]
+fn synchronous_sends_never_create_early_data() {
+    // `mpi_sync`, `mpi_earlyrecv2_sync`: the receiver posts late, yet nothing waits as
+    // early data, and the payload still arrives.
+    let out = run(2, |ctx| {
+        let v = ctx.register(Vector::from_vec(vec![7u8; 5000]));
+        if ctx.rank().0 == 1 {
+            let req = ctx.issend(&v, Rank(0), Tag(22)).unwrap();
+            ctx.barrier();
+            req.wait().unwrap();
+            0
+        } else {
+            ctx.barrier();
+            std::thread::sleep(Duration::from_millis(20));
+            let n = ctx.early_messages();
+            ctx.recv(&v, Rank(1), Tag(22)).unwrap();
+            assert_eq!(ctx.acquire(&v, AccessMode::R).get().as_slice()[4999], 7);
+            n
+        }
+    });
+    assert_eq!(out[0], 0);
+}
+
+#[test]
+fn a_standard_send_overtakes_a_pending_synchronous_send() {
+    // `sync`: issend tag 22 then a blocking send tag 12; the receiver takes 12 first.
+    let out = run(2, |ctx| {
+        let a = ctx.register(Variable::new(ctx.rank().0 * 100 + 1));
+        let b = ctx.register(Variable::new(ctx.rank().0 * 100 + 2));
+        if ctx.rank().0 == 1 {
+            let pending = ctx.issend(&a, Rank(0), Tag(22)).unwrap();
+            ctx.send(&b, Rank(0), Tag(12)).unwrap();
+            pending.wait().unwrap();
+            (0, 0)
+        } else {
+            ctx.recv(&b, Rank(1), Tag(12)).unwrap();
+            ctx.recv(&a, Rank(1), Tag(22)).unwrap();
+            let va = ctx.acquire(&a, AccessMode::R).get().get();
+            let vb = ctx.acquire(&b, AccessMode::R).get().get();
+            (va, vb)
+        }
+    });
+    assert_eq!(out[0], (101, 102));
+}
+
+#[test]
+fn tag_matching_does_not_depend_on_arrival_order() {
+    // `tags_checking`, `multiple_send`: sent 88 then 77, received 77 then 88, in every
+    // blocking/detached combination.
+    for (send_detached, recv_detached) in
+        [(false, false), (false, true), (true, false), (true, true)]
+    {
+        let out = run(2, move |ctx| {
+            let x = ctx.register(Variable::new(0i32));
+            let y = ctx.register(Variable::new(0i32));
+            if ctx.rank().0 == 1 {
+                ctx.acquire(&x, AccessMode::W).get_mut().set(12);
+                ctx.acquire(&y, AccessMode::W).get_mut().set(24);
+                for (h, t) in [(&y, 88), (&x, 77)] {
+                    if send_detached {
+                        ctx.isend_detached(h, Rank(0), Tag(t), |r| r.unwrap())
+                            .unwrap();
+                    } else {
+                        ctx.send(h, Rank(0), Tag(t)).unwrap();
+                    }
+                }
+            } else {
+                for (h, t) in [(&x, 77), (&y, 88)] {
+                    if recv_detached {
+                        ctx.irecv_detached(h, Rank(1), Tag(t), |r| r.unwrap())
+                            .unwrap();
+                    } else {
+                        ctx.recv(h, Rank(1), Tag(t)).unwrap();
+                    }
+                }
+            }
+            ctx.wait_for_all();
+            let vx = ctx.acquire(&x, AccessMode::R).get().get();
+            let vy = ctx.acquire(&y, AccessMode::R).get().get();
+            (vx, vy)
+        });
+        assert_eq!(out[0], (12, 24));
+    }
+}
+
+#[test]
+fn many_to_one_with_equal_tags_keeps_sources_apart() {
+    // `gather`, `gather2`: every rank n > 0 sends n, 2n, 4n with tags 42, 44, 46.
+    let out = run(4, |ctx| {
+        let me = ctx.rank().0;
+        if me == 0 {
+            let mut got = Vec::new();
+            for src in 1..ctx.size() {
+                let h = ctx.register(Variable::new(0u32));
+                for tag in [42, 44, 46] {
+                    ctx.recv(&h, Rank(src), Tag(tag)).unwrap();
+                    got.push(ctx.acquire(&h, AccessMode::R).get().get());
+                }
+            }
+            got
+        } else {
+            for (tag, k) in [(42, 1), (44, 2), (46, 4)] {
+                let h = ctx.register(Variable::new(me * k));
+                ctx.send(&h, Rank(0), Tag(tag)).unwrap();
+            }
+            Vec::new()
+        }
+    });
+    assert_eq!(out[0], vec![1, 2, 4, 2, 4, 8, 3, 6, 12]);
+}
+
+#[test]
+fn same_tag_sends_deliver_the_value_current_at_each_send() {
+    // `broadcast`, `coop_wrong_order`: write 42, send; write 43, send (same tag) —
+    // receivers see 42 then 43. Then with two tags received in the other order.
+    let out = run(4, |ctx| {
+        let h = ctx.register(Variable::new(0i32));
+        let set = |v: i32| Codelet::new("set", move |b| b.w::<Variable<i32>>(0).set(v));
+        if ctx.rank().0 == 0 {
+            for (value, tag) in [(42, 0), (43, 0), (44, 2), (45, 1)] {
+                ctx.task(&set(value)).w(&h).submit();
+                for r in 1..ctx.size() {
+                    ctx.isend_detached(&h, Rank(r), Tag(tag), |r| r.unwrap())
+                        .unwrap();
+                }
+            }
+            ctx.wait_for_all();
+            Vec::new()
+        } else {
+            let mut seen = Vec::new();
+            for tag in [0, 0, 1, 2] {
+                ctx.recv(&h, Rank(0), Tag(tag)).unwrap();
+                seen.push(ctx.acquire(&h, AccessMode::R).get().get());
+            }
+            seen
+        }
+    });
+    for seen in &out[1..] {
+        assert_eq!(seen, &vec![42, 43, 45, 44]);
+    }
+}
+
+#[test]
+fn user_defined_packed_types_arriving_early_are_unpacked() {
+    // `user_datatype_early`, `mpi_complex`: the complex interface packs; it arrives early.
+    let out = run(2, |ctx| {
+        if ctx.rank().0 == 1 {
+            let c = ctx.register(Complex::new(vec![1.5, 2.5, 3.5], vec![-1.0, 0.0, 1.0]).unwrap());
+            ctx.send(&c, Rank(0), Tag(9)).unwrap();
+            ctx.barrier();
+            (vec![], vec![])
+        } else {
+            let c = ctx.register(Complex::zeros(3));
+            ctx.barrier();
+            ctx.recv(&c, Rank(1), Tag(9)).unwrap();
+            let data = ctx.unregister(c);
+            (data.real().to_vec(), data.imag().to_vec())
+        }
+    });
+    assert_eq!(out[0], (vec![1.5, 2.5, 3.5], vec![-1.0, 0.0, 1.0]));
+}
+
+#[test]
+fn strided_blocks_keep_their_padding_untouched() {
+    // `block_interface`: an 8³ block inside a 32³ allocation on rank 0, dense on rank 1;
+    // 0 sends, 1 checks and writes 33, sends back; rank 0's padding is untouched.
+    let out = run(2, |ctx| {
+        let (n, big) = (8usize, 32usize);
+        if ctx.rank().0 == 0 {
+            let mut data = vec![-7.0f32; big * big * big];
+            for z in 0..n {
+                for y in 0..n {
+                    for x in 0..n {
+                        data[x + y * big + z * big * big] = 1.0;
+                    }
+                }
+            }
+            let h = ctx.register(Block::new(n, n, n, big, big * big, data).unwrap());
+            ctx.send(&h, Rank(1), Tag(0x42)).unwrap();
+            ctx.recv(&h, Rank(1), Tag(0x1337)).unwrap();
+            let b = ctx.unregister(h);
+            let inner_ok = (0..n).all(|z| (0..n).all(|y| (0..n).all(|x| b.get(x, y, z) == 33.0)));
+            let padding_ok =
+                b.as_slice().iter().filter(|v| **v == -7.0).count() == big * big * big - n * n * n;
+            inner_ok && padding_ok
+        } else {
+            let h = ctx.register(Block::<f32>::zeros(n, n, n));
+            ctx.recv(&h, Rank(0), Tag(0x42)).unwrap();
+            let all_one = ctx
+                .acquire(&h, AccessMode::R)
+                .get()
+                .as_slice()
+                .iter()
+                .all(|v| *v == 1.0);
+            for v in ctx.acquire(&h, AccessMode::W).get_mut().as_mut_slice() {
+                *v = 33.0;
+            }
+            ctx.send(&h, Rank(0), Tag(0x1337)).unwrap();
+            all_one
+        }
+    });
+    assert_eq!(out, vec![true, true]);
+}
+
+#[test]
+fn matrices_with_a_leading_dimension_travel_without_their_padding() {
+    let out = run(2, |ctx| {
+        if ctx.rank().0 == 0 {
+            let mut data = vec![0.0f64; 10 * 4];
+            for j in 0..4 {
+                for i in 0..3 {
+                    data[i + j * 10] = (i * 10 + j) as f64;
+                }
+            }
+            let m = ctx.register(Matrix::new(3, 4, 10, data).unwrap());
+            ctx.send(&m, Rank(1), Tag(5)).unwrap();
+            true
+        } else {
+            let m = ctx.register(Matrix::<f64>::zeros(3, 4));
+            ctx.recv(&m, Rank(0), Tag(5)).unwrap();
+            let m = ctx.unregister(m);
+            (0..4).all(|j| (0..3).all(|i| m.get(i, j) == (i * 10 + j) as f64))
+        }
+    });
+    assert_eq!(out, vec![true, true]);
+}
+
+#[test]
+fn two_requests_complete_by_polling() {
+    // `mpi_test`, `multiple_send`: isend/irecv, then a busy test loop.
+    let out = run(2, |ctx| {
+        let a = ctx.register(Variable::new(42u32));
+        let b = ctx.register(Variable::new(11u32));
+        let other = peer(ctx);
+        let reqs = if ctx.rank().0 == 0 {
+            vec![
+                ctx.isend(&a, other, Tag(12)).unwrap(),
+                ctx.isend(&b, other, Tag(13)).unwrap(),
+            ]
+        } else {
+            vec![
+                ctx.irecv(&a, other, Tag(12)).unwrap(),
+                ctx.irecv(&b, other, Tag(13)).unwrap(),
+            ]
+        };
+        let mut done = [false, false];
+        while !done.iter().all(|d| *d) {
+            for (i, r) in reqs.iter().enumerate() {
+                if !done[i] {
+                    if let Some(result) = r.test() {
+                        result.unwrap();
+                        done[i] = true;
+                    }
+                }
+            }
+            std::thread::yield_now();
+        }
+        drop(reqs); // tested to completion: they count as waited
+        let va = ctx.acquire(&a, AccessMode::R).get().get();
+        let vb = ctx.acquire(&b, AccessMode::R).get().get();
+        (va, vb)
+    });
+    assert_eq!(out, vec![(42, 11), (42, 11)]);
+}
+
+#[test]
+fn callbacks_fire_exactly_once_and_wait_for_all_covers_detached_requests() {
+    // `callback`, `wait_for_all`: a 1 MiB detached receive whose callback must have run
+    // when wait_for_all returns; every detached callback runs once.
+    let counts = run(2, |ctx| {
+        let count = Arc::new(AtomicUsize::new(0));
+        let v = ctx.register(Vector::from_vec(vec![ctx.rank().0 as u8; 1 << 20]));
+        let other = peer(ctx);
+        for t in 0..5 {
+            let c = Arc::clone(&count);
+            if ctx.rank().0 == 1 {
+                ctx.isend_detached(&v, other, Tag(t), move |r| {
+                    r.unwrap();
+                    c.fetch_add(1, Ordering::SeqCst);
+                })
+                .unwrap();
+            } else {
+                ctx.irecv_detached(&v, other, Tag(t), move |r| {
+                    r.unwrap();
+                    c.fetch_add(1, Ordering::SeqCst);
+                })
+                .unwrap();
+            }
+        }
+        let task_done = Arc::new(AtomicUsize::new(0));
+        let t = Arc::clone(&task_done);
+        ctx.task(&Codelet::empty("nothing"))
+            .callback(move || {
+                t.fetch_add(1, Ordering::SeqCst);
+            })
+            .submit();
+        ctx.wait_for_all();
+        let n = count.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(count.load(Ordering::SeqCst), n, "no callback runs twice");
+        (n, task_done.load(Ordering::SeqCst))
+    });
+    assert_eq!(counts, vec![(5, 1), (5, 1)]);
+}
+
+#[test]
+fn tag_unlocking_variants_unlock_their_task_tag() {
+    // `mpi_detached_tag`: alternating isend/irecv_detached_unlock_tag + tag_wait; the
+    // array variants unlock once all requests completed.
+    let out = run(2, |ctx| {
+        let v = ctx.register(Vector::from_vec(vec![1.0f32; 16]));
+        let w = ctx.register(Vector::from_vec(vec![2.0f32; 16]));
+        let other = peer(ctx);
+        for round in 0..4u64 {
+            let tag = TaskTag(round);
+            if (round % 2 == 0) == (ctx.rank().0 == 0) {
+                let opts = SendOpts {
+                    unlock: Some(tag),
+                    ..SendOpts::default()
+                };
+                ctx.isend_detached_with(&v, other, Tag(round as i64), opts, |r| r.unwrap())
+                    .unwrap();
+            } else {
+                let opts = RecvOpts {
+                    unlock: Some(tag),
+                    ..RecvOpts::default()
+                };
+                ctx.irecv_detached_with(&v, other, Tag(round as i64), opts, |r| r.unwrap())
+                    .unwrap();
+            }
+            ctx.tag_wait(&[tag]);
+        }
+        let items = [
+            ((&v).into(), other, Tag(100)),
+            ((&w).into(), other, Tag(101)),
+        ];
+        if ctx.rank().0 == 0 {
+            ctx.isend_array_detached_unlock_tag(&items, TaskTag(99))
+                .unwrap();
+        } else {
+            ctx.irecv_array_detached_unlock_tag(&items, TaskTag(99))
+                .unwrap();
+        }
+        ctx.tag_wait(&[TaskTag(99)]);
+        ctx.wait_for_all();
+        true
+    });
+    assert_eq!(out, vec![true, true]);
+}
+
+#[test]
+fn a_duplicate_communicator_keeps_the_same_user_tags_apart() {
+    // `multiple_comms`: the same tags on the world and on a duplicate do not mix.
+    let out = run(2, |ctx| {
+        let dup = ctx.comm_dup(CommId::WORLD);
+        let a = ctx.register(Variable::new(0u8));
+        let b = ctx.register(Variable::new(0u8));
+        if ctx.rank().0 == 0 {
+            ctx.acquire(&a, AccessMode::W).get_mut().set(1);
+            ctx.acquire(&b, AccessMode::W).get_mut().set(2);
+            ctx.send(&a, Rank(1), Tag(5)).unwrap();
+            let opts = SendOpts {
+                comm: dup,
+                ..SendOpts::default()
+            };
+            ctx.isend_with(&b, Rank(1), Tag(5), opts)
+                .unwrap()
+                .wait()
+                .unwrap();
+            (0, 0)
+        } else {
+            let opts = RecvOpts {
+                comm: dup,
+                ..RecvOpts::default()
+            };
+            ctx.irecv_with(&b, Rank(0), Tag(5), opts)
+                .unwrap()
+                .wait()
+                .unwrap();
+            ctx.recv(&a, Rank(0), Tag(5)).unwrap();
+            let va = ctx.acquire(&a, AccessMode::R).get().get();
+            let vb = ctx.acquire(&b, AccessMode::R).get().get();
+            (va, vb)
+        }
+    });
+    assert_eq!(out[1], (1, 2));
+}
+
+#[test]
+fn a_receive_with_sequential_consistency_off_is_not_ordered_after_tasks() {
+    let out = run(2, |ctx| {
+        let h = ctx.register(Variable::new(0u32));
+        if ctx.rank().0 == 0 {
+            ctx.acquire(&h, AccessMode::W).get_mut().set(5);
+            ctx.send(&h, Rank(1), Tag(1)).unwrap();
+            0
+        } else {
+            // A held acquisition would block an ordered receive forever.
+            let held = ctx.acquire(&h, AccessMode::R);
+            let opts = RecvOpts {
+                sequential_consistency: false,
+                ..RecvOpts::default()
+            };
+            let req = ctx.irecv_with(&h, Rank(0), Tag(1), opts).unwrap();
+            drop(held);
+            req.wait().unwrap();
+            ctx.acquire(&h, AccessMode::R).get().get()
+        }
+    });
+    assert_eq!(out[1], 5);
+}
+
+#[test]
+fn statistics_count_payload_bytes_per_peer() {
+    // `stats`: 3 sends of 4 bytes from 0 to 1.
+    let mut config = config();
+    config.stats = true;
+    let out = run_local_with(2, config, |ctx| {
+        let h = ctx.register(Variable::new(7u32));
+        for t in 0..3 {
+            if ctx.rank().0 == 0 {
+                ctx.send(&h, Rank(1), Tag(t)).unwrap();
+            } else {
+                ctx.recv(&h, Rank(0), Tag(t)).unwrap();
+            }
+        }
+        ctx.comm_amounts()
+    })
+    .unwrap();
+    assert_eq!(out[0], vec![0, 12]);
+    assert_eq!(out[1], vec![0, 0]);
+}
+
+#[test]
+fn pedantic_sends_and_lazy_handles_still_deliver() {
+    let mut config = config();
+    config.pedantic_isend = true;
+    let out = run_local_with(2, config, |ctx| {
+        if ctx.rank().0 == 0 {
+            let h = ctx.register(Vector::from_vec(vec![3u16; 100]));
+            ctx.isend_detached(&h, Rank(1), Tag(1), |r| r.unwrap())
+                .unwrap();
+            // A writer after a pedantic send waits for the send to complete.
+            ctx.task(&Codelet::new("zero", |b| {
+                b.w::<Vector<u16>>(0).as_mut_slice().fill(0)
+            }))
+            .w(&h)
+            .submit();
+            ctx.wait_for_all();
+            0
+        } else {
+            let h = ctx.register_lazy(|| Vector::<u16>::zeros(100));
+            ctx.recv(&h, Rank(0), Tag(1)).unwrap();
+            ctx.unregister(h)
+                .as_slice()
+                .iter()
+                .map(|v| u32::from(*v))
+                .sum()
+        }
+    })
+    .unwrap();
+    assert_eq!(out[1], 300);
+}
+
+// ----- bad input ------------------------------------------------------------------------
+
+#[test]
+fn a_receive_into_a_smaller_or_larger_handle_fails_with_a_size_mismatch() {
+    let out = run(2, |ctx| {
+        if ctx.rank().0 == 0 {
+            let h = ctx.register(Vector::from_vec(vec![1u8; 100]));
+            ctx.send(&h, Rank(1), Tag(1)).unwrap();
+            ctx.send(&h, Rank(1), Tag(2)).unwrap();
+            vec![]
+        } else {
+            let small = ctx.register(Vector::from_vec(vec![9u8; 10]));
+            let large = ctx.register(Vector::from_vec(vec![9u8; 1000]));
+            let e1 = ctx.recv(&small, Rank(0), Tag(1)).unwrap_err();
+            let e2 = ctx.recv(&large, Rank(0), Tag(2)).unwrap_err();
+            // Nothing was copied into either handle.
+            assert!(ctx.unregister(small).as_slice().iter().all(|v| *v == 9));
+            assert!(ctx.unregister(large).as_slice().iter().all(|v| *v == 9));
+            vec![e1, e2]
+        }
+    });
+    assert!(matches!(
+        out[1][0],
+        CommError::Data(DataError::SizeMismatch {
+            expected: 10,
+            got: 100
+        })
+    ));
+    assert!(matches!(
+        out[1][1],
+        CommError::Data(DataError::SizeMismatch {
+            expected: 1000,
+            got: 100
+        })
+    ));
+}
+
+#[test]
+fn ranks_out_of_range_and_tags_used_twice_are_errors_at_the_call() {
+    let out = run(2, |ctx| {
+        let h = ctx.register(Variable::new(0u8));
+        let g = ctx.register(Variable::new(0u8));
+        let e1 = ctx.isend(&h, Rank(7), Tag(0)).unwrap_err();
+        let e2 = ctx.irecv(&h, Rank(2), Tag(0)).unwrap_err();
+        ctx.set_tag(&h, Tag(5)).unwrap();
+        let e3 = ctx.set_tag(&g, Tag(5)).unwrap_err();
+        let _ = ctx.unregister(h);
+        ctx.set_tag(&g, Tag(5)).unwrap(); // free again once h is gone
+        vec![e1, e2, e3]
+    });
+    assert_eq!(
+        out[0],
+        vec![
+            CommError::RankOutOfRange {
+                rank: Rank(7),
+                size: 2
+            },
+            CommError::RankOutOfRange {
+                rank: Rank(2),
+                size: 2
+            },
+            CommError::TagInUse { tag: Tag(5) },
+        ]
+    );
+}
+
+#[test]
+fn shutdown_reports_orphan_messages_instead_of_aborting() {
+    let err = run_local_with(2, config(), |ctx| {
+        if ctx.rank().0 == 1 {
+            let h = ctx.register(Variable::new(5u32));
+            ctx.send(&h, Rank(0), Tag(77)).unwrap();
+        }
+    })
+    .unwrap_err();
+    assert_eq!(err.leftovers.len(), 1, "{err}");
+    assert!(
+        err.leftovers[0].contains("rank 0: message from rank 1 with tag 77 (4 bytes)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn shutdown_reports_receives_that_can_never_complete_instead_of_hanging() {
+    let err = run_local_with(2, config(), |ctx| {
+        if ctx.rank().0 == 0 {
+            let h = ctx.register(Variable::new(0u32));
+            ctx.irecv_detached(&h, Rank(1), Tag(3), |_| {}).unwrap();
+        }
+    })
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("rank 0: Recv with rank 1 and tag 3 never completed"),
+        "{text}"
+    );
+}
+
+#[test]
+fn shutdown_reports_requests_never_waited_on() {
+    let err = run_local_with(2, config(), |ctx| {
+        let h = ctx.register(Variable::new(1u8));
+        if ctx.rank().0 == 0 {
+            let req = ctx.isend(&h, Rank(1), Tag(4)).unwrap();
+            drop(req);
+        } else {
+            ctx.recv(&h, Rank(0), Tag(4)).unwrap();
+        }
+    })
+    .unwrap_err();
+    assert_eq!(err.leftovers.len(), 1, "{err}");
+    assert!(
+        err.leftovers[0].contains("request never waited on: send of data 0 to rank 1 with tag 4"),
+        "{err}"
+    );
+}
