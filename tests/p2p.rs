@@ -43,7 +43,7 @@ fn ping_pong(ctx: &Context, flavour: &str) -> f32 {
     });
     for round in 0..10u32 {
         let tag = Tag(i64::from(round));
-        let my_turn = (round % 2 == 0) == (me % 2 == 0);
+        let my_turn = round.is_multiple_of(2) == me.is_multiple_of(2);
         if my_turn {
             ctx.task(&inc).rw(&v).submit();
             match flavour {
