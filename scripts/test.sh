@@ -63,8 +63,10 @@ cargo test --workspace 2>&1 | tee "$log"
 step "benchmarks, each run once as a test"
 cargo test -p starling-core --bench core
 
-step "the main job (README): the ring on the in-process cluster"
-cargo run --quiet --example ring
+step "the main job (README): the ring on the in-process cluster, and on the simulator"
+cargo run --quiet --example ring -- 4 200
+cargo run --quiet --example ring -- 2 200 sync
+cargo run --quiet --example sim_ring
 
 # --- MPI -------------------------------------------------------------------------------
 step "MPI tests under mpirun"
