@@ -387,6 +387,10 @@ impl Context {
 
     /// Unregisters `h`: waits until every access submitted on it is done, then hands the
     /// data back (allocating it first if it was never used).
+    ///
+    /// # Panics
+    /// A task or request submitted later through a clone of `h` panics when it touches the
+    /// data: the handle is gone.
     pub fn unregister<I: Interface>(&self, h: Handle<I>) -> I {
         let acquired = self.acquire(&h, AccessMode::W);
         drop(acquired);
@@ -441,6 +445,10 @@ impl Context {
 
     /// Acquires `h` in `mode` without blocking: `f` runs with the acquired handle once the
     /// accesses submitted before are done (`starpu_data_acquire_cb`); dropping it releases.
+    ///
+    /// `f` runs on whichever thread finished the last of those accesses — possibly a
+    /// worker or the progression thread — so it must not block; keep the guard and drop it
+    /// later to hold the data.
     pub fn acquire_cb<I: Interface>(
         &self,
         h: &Handle<I>,
