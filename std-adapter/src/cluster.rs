@@ -12,7 +12,7 @@ use crate::context::Context;
 use crate::error::ShutdownError;
 use crate::progress::{self, Command, Input, ProgressConfig};
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, lock};
-use crate::task::{Runtime, RuntimeConfig};
+use crate::task::{Runtime, RuntimeConfig, env_flag};
 use crate::transport::{Deliver, InProcess, InProcessWire};
 
 /// How an in-process cluster is set up.
@@ -36,6 +36,12 @@ pub struct ClusterConfig {
     /// How long shutdown waits for a rank whose requests cannot complete before it
     /// reports them.
     pub shutdown_grace: Duration,
+    /// Whether send priorities order the sends that are ready at once
+    /// (`STARLING_MPI_PRIORITIES=0` turns it off).
+    pub priorities: bool,
+    /// The most sends in flight per rank before ready sends wait, in priority order (the
+    /// reference's `STARPU_MPI_NDETACHED_SEND`, default 10; 0 = no cap).
+    pub max_inflight_sends: u32,
 }
 
 impl Default for ClusterConfig {
@@ -48,21 +54,34 @@ impl Default for ClusterConfig {
             trace: false,
             pedantic_isend: false,
             shutdown_grace: Duration::from_millis(50),
+            priorities: true,
+            max_inflight_sends: 10,
         }
     }
 }
 
 impl ClusterConfig {
     /// The defaults, overridden by the environment: `STARLING_NCPU`,
-    /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS`, `STARLING_MPI_COMM`.
+    /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
+    /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
+    /// `STARLING_MPI_NDETACHED_SEND`. A flag is on when set to anything but empty or `0`.
     pub fn from_env() -> Self {
-        let on = |v: &str| std::env::var(v).is_ok_and(|s| s != "0" && !s.is_empty());
-        Self {
+        let mut c = Self {
             runtime: RuntimeConfig::from_env(),
-            stats: on("STARLING_COMM_STATS") || on("STARLING_MPI_STATS"),
-            trace: on("STARLING_MPI_COMM"),
+            stats: env_flag("STARLING_COMM_STATS") || env_flag("STARLING_MPI_STATS"),
+            trace: env_flag("STARLING_MPI_COMM"),
             ..Self::default()
+        };
+        if std::env::var("STARLING_MPI_PRIORITIES").is_ok_and(|v| v == "0") {
+            c.priorities = false;
         }
+        if let Some(n) = std::env::var("STARLING_MPI_NDETACHED_SEND")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            c.max_inflight_sends = n;
+        }
+        c
     }
 }
 
@@ -255,6 +274,8 @@ where
         tags,
         stats: config.stats,
         trace: config.trace,
+        priorities: config.priorities,
+        max_inflight_sends: config.max_inflight_sends,
     };
     let pshared = Arc::clone(&shared);
     let progression = thread::Builder::new()

@@ -129,7 +129,7 @@ impl Request {
     pub fn wait(self) -> Result<(), CommError> {
         let mut r = lock(&self.inner.result);
         loop {
-            if let Some(result) = r.take() {
+            if let Some(result) = r.clone() {
                 self.inner.waited.store(true, Ordering::SeqCst);
                 return result;
             }
@@ -142,8 +142,9 @@ impl Request {
     }
 
     /// The outcome if the request completed (then it counts as waited), `None` if not yet.
+    /// Testing again, or waiting, after a completed test returns the same outcome.
     pub fn test(&self) -> Option<Result<(), CommError>> {
-        let result = lock(&self.inner.result).take();
+        let result = lock(&self.inner.result).clone();
         if result.is_some() {
             self.inner.waited.store(true, Ordering::SeqCst);
         }
@@ -893,7 +894,8 @@ impl Context {
     }
 
     /// A new communicator duplicating `comm`: the same ranks, its own matching. Every
-    /// rank must call it in the same order.
+    /// rank must call it in the same order. (On the in-process cluster every communicator
+    /// holds every rank, so a duplicate of a duplicate is simply another new one.)
     pub fn comm_dup(&self, _comm: CommId) -> CommId {
         CommId(self.next_comm.fetch_add(1, Ordering::SeqCst) as u16)
     }

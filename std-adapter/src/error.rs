@@ -33,9 +33,6 @@ pub enum CommError {
         /// The tag.
         tag: Tag,
     },
-    /// The rank is shutting down: the request was not started.
-    #[error("the rank is shutting down")]
-    ShuttingDown,
 }
 
 impl From<SubmitError> for CommError {

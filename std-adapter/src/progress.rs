@@ -13,7 +13,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 
 use starling_core::engine::{
     Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RequestError, SendArgs,
-    Transmit,
+    Transmit, UsageError,
 };
 use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
@@ -100,6 +100,8 @@ pub(crate) struct ProgressConfig {
     pub(crate) tags: TagSpace,
     pub(crate) stats: bool,
     pub(crate) trace: bool,
+    pub(crate) priorities: bool,
+    pub(crate) max_inflight_sends: u32,
 }
 
 struct Progress<T: Transport> {
@@ -128,7 +130,8 @@ pub(crate) fn run<T: Transport>(
     transport.set_envelope_tag(config.tags.envelope());
     let mut engine_config = Config::new(rank, size, config.tags);
     engine_config.eager_limit = 4096;
-    engine_config.max_inflight_sends = 0;
+    engine_config.priorities = config.priorities;
+    engine_config.max_inflight_sends = config.max_inflight_sends;
     let mut engine = Box::new(RankEngine::new(engine_config));
     if config.stats {
         engine.stats_mut().enable();
@@ -159,28 +162,25 @@ pub(crate) fn run<T: Transport>(
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => return,
         };
+        // Take in everything queued, then drive the engine once: sends that became ready
+        // together leave in priority order.
         let mut inputs: Vec<Input<T::Wire>> = first.into_iter().collect();
         inputs.extend(inbox.try_iter());
+        let taken = inputs.len();
+        let mut stop = false;
         for input in inputs {
-            let stop = match input {
-                Input::Command(Command::Stop) => true,
-                Input::Command(c) => {
-                    p.command(c);
-                    false
-                }
-                Input::Net(w) => {
-                    p.transport.accept(w);
-                    false
-                }
-            };
-            p.pump();
-            p.shared.queued.fetch_sub(1, Ordering::SeqCst);
-            p.shared.epoch.fetch_add(1, Ordering::SeqCst);
-            if stop {
-                return;
+            match input {
+                Input::Command(Command::Stop) => stop = true,
+                Input::Command(c) => p.command(c),
+                Input::Net(w) => p.transport.accept(w),
             }
         }
         p.pump();
+        p.shared.queued.fetch_sub(taken, Ordering::SeqCst);
+        p.shared.epoch.fetch_add(1, Ordering::SeqCst);
+        if stop {
+            return;
+        }
     }
 }
 
@@ -203,7 +203,7 @@ impl<T: Transport> Progress<T> {
                                 done,
                             },
                         );
-                        let _ = self.engine.handle_data_ready(req);
+                        self.data_ready(req);
                     }
                     Err(e) => done(Err(CommError::from(e))),
                 }
@@ -225,7 +225,7 @@ impl<T: Transport> Progress<T> {
                                 done,
                             },
                         );
-                        let _ = self.engine.handle_data_ready(req);
+                        self.data_ready(req);
                     }
                     Err(e) => done(Err(CommError::from(e))),
                 }
@@ -248,6 +248,24 @@ impl<T: Transport> Progress<T> {
                 reply(self.engine.stats().report(self.rank, elapsed).to_string());
             }
             Command::Stop => {}
+        }
+    }
+
+    /// Hands a request whose data is ready to the engine. A send only joins the ready
+    /// list (it leaves at the next pump, in priority order with the others); a receive
+    /// may answer at once, so its outputs are drained if the engine asks for room.
+    fn data_ready(&mut self, req: ReqId) {
+        while let Err(UsageError::Full(_)) = self.engine.handle_data_ready(req) {
+            self.drain_outputs();
+        }
+    }
+
+    fn drain_outputs(&mut self) {
+        while let Some(t) = self.engine.poll_transmit() {
+            self.perform(t);
+        }
+        while let Some(e) = self.engine.poll_event() {
+            self.on_event(e);
         }
     }
 

@@ -249,7 +249,7 @@ impl RuntimeConfig {
         {
             c.workers = n.max(1);
         }
-        if std::env::var("STARLING_DISABLE_KERNELS").is_ok_and(|v| v != "0") {
+        if env_flag("STARLING_DISABLE_KERNELS") {
             c.disable_kernels = true;
         }
         c
@@ -609,6 +609,11 @@ pub(crate) struct RuntimeView {
     pub(crate) busy: usize,
     /// Nodes completed so far.
     pub(crate) completed: u64,
+}
+
+/// Whether the environment variable `name` is set to something other than empty or `0`.
+pub(crate) fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
 fn run_hooks(hooks: Vec<(NodeId, Hook)>) {
