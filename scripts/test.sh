@@ -62,6 +62,7 @@ trap 'rm -f "$log"' EXIT
 cargo test --workspace 2>&1 | tee "$log"
 step "benchmarks, each run once as a test"
 cargo test -p starling-core --bench core
+cargo test -p starling --bench runtime
 
 step "the main job (README): the ring on the in-process cluster, and on the simulator"
 cargo run --quiet --example ring -- 4 200
