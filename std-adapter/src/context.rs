@@ -550,10 +550,12 @@ impl Context {
                         if let Some(t) = opts.unlock {
                             rt2.unlock_tag(t);
                         }
-                        done(result);
+                        // Release the handle before waking the waiter, so that its next
+                        // access finds the handle free.
                         if pedantic {
                             rt2.complete(node);
                         }
+                        done(result);
                         rt2.end_request();
                     }),
                 });
@@ -599,8 +601,10 @@ impl Context {
                         if let Some(t) = opts.unlock {
                             rt.unlock_tag(t);
                         }
-                        done(result);
+                        // Release the handle before waking the waiter, so that its next
+                        // access finds the handle free.
                         rt.complete(node);
+                        done(result);
                         rt.end_request();
                     }),
                 });

@@ -218,6 +218,10 @@ struct State {
     completed: u64,
     unlocked_tags: HashMap<TaskTag, bool>,
     stopping: bool,
+    /// Workers asleep on `work`: notify only when one is (a notify is a system call).
+    idle_workers: usize,
+    /// Threads asleep on `progress`.
+    progress_waiters: usize,
 }
 
 /// How a rank's runtime is set up.
@@ -419,7 +423,9 @@ impl Runtime {
                 let seq = st.next_seq;
                 st.next_seq += 1;
                 st.ready.push(Ready { priority, seq, id });
-                self.shared.work.notify_one();
+                if st.idle_workers > 0 {
+                    self.shared.work.notify_one();
+                }
             }
             None => {}
         }
@@ -456,7 +462,26 @@ impl Runtime {
         }
         st.outstanding -= 1;
         st.completed += 1;
-        self.shared.progress.notify_all();
+        self.notify_progress(st);
+    }
+
+    /// Wakes the threads waiting on `progress`, if any.
+    fn notify_progress(&self, st: &State) {
+        if st.progress_waiters > 0 {
+            self.shared.progress.notify_all();
+        }
+    }
+
+    /// Waits on `progress`, counted so that notifiers know someone waits.
+    fn wait_progress<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        st.progress_waiters += 1;
+        let mut st = self
+            .shared
+            .progress
+            .wait(st)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.progress_waiters -= 1;
+        st
     }
 
     /// Counts a request in flight (so that `wait_for_all` waits for it).
@@ -468,8 +493,7 @@ impl Runtime {
     pub(crate) fn end_request(&self) {
         let mut st = self.state();
         st.outstanding -= 1;
-        drop(st);
-        self.shared.progress.notify_all();
+        self.notify_progress(&st);
     }
 
     /// Switches sequential consistency for one handle.
@@ -481,11 +505,7 @@ impl Runtime {
     pub(crate) fn wait_for_all(&self) {
         let mut st = self.state();
         while st.outstanding > 0 {
-            st = self
-                .shared
-                .progress
-                .wait(st)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st = self.wait_progress(st);
         }
     }
 
@@ -510,19 +530,22 @@ impl Runtime {
             if now >= deadline {
                 return false;
             }
+            st.progress_waiters += 1;
             st = self
                 .shared
                 .progress
                 .wait_timeout(st, deadline - now)
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
+            st.progress_waiters -= 1;
         }
     }
 
     /// Marks `tag` unlocked and wakes its waiters.
     pub(crate) fn unlock_tag(&self, tag: TaskTag) {
-        self.state().unlocked_tags.insert(tag, true);
-        self.shared.progress.notify_all();
+        let mut st = self.state();
+        st.unlocked_tags.insert(tag, true);
+        self.notify_progress(&st);
     }
 
     /// Blocks until every tag of `tags` is unlocked.
@@ -532,11 +555,7 @@ impl Runtime {
             .iter()
             .all(|t| st.unlocked_tags.get(t).copied().unwrap_or(false))
         {
-            st = self
-                .shared
-                .progress
-                .wait(st)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st = self.wait_progress(st);
         }
     }
 
@@ -555,11 +574,13 @@ impl Runtime {
                 if st.stopping {
                     return;
                 }
+                st.idle_workers += 1;
                 st = self
                     .shared
                     .work
                     .wait(st)
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
+                st.idle_workers -= 1;
             };
             let Some(node) = st.nodes.get_mut(&id) else {
                 continue;
