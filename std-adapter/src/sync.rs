@@ -5,8 +5,19 @@
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
+/// `loom`'s `Arc` cannot hold unsized values (`Arc<str>`, `Arc<dyn Fn()>`): the runtime
+/// keeps `std`'s under `loom` too. Its count is not what the models check; the locks it
+/// shares are.
+#[cfg(loom)]
+pub(crate) use std::sync::Arc;
+
+/// Threads the runtime spawns (its workers), so that `loom` schedules them.
+#[cfg(loom)]
+pub(crate) use loom::thread;
+#[cfg(not(loom))]
+pub(crate) use std::thread;
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -19,7 +19,6 @@
 use core::cmp::Ordering as CmpOrdering;
 use core::fmt;
 use std::collections::{BinaryHeap, HashMap};
-use std::thread::JoinHandle;
 
 use starling_core::{AccessMode, DataId};
 
@@ -278,7 +277,7 @@ pub(crate) struct Runtime {
 /// The worker threads of a runtime; joined by [`Workers::stop`].
 pub(crate) struct Workers {
     runtime: Runtime,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<crate::sync::thread::JoinHandle<()>>,
 }
 
 impl Workers {
@@ -309,7 +308,7 @@ impl Runtime {
         let threads = (0..config.workers.max(1))
             .map(|w| {
                 let rt = runtime.clone();
-                std::thread::Builder::new()
+                crate::sync::thread::Builder::new()
                     .name(format!("{name}-worker{w}"))
                     .spawn(move || rt.worker_loop())
                     .expect("spawning a worker thread")
@@ -362,8 +361,12 @@ impl Runtime {
                 continue;
             }
             let data = a.cell.id();
-            // One handle accessed twice by a node: order it once, by the strongest mode.
-            if accesses[..i].iter().any(|b| b.cell.id() == data) {
+            // One handle accessed twice by a node: order it once, by the strongest mode
+            // (a SCRATCH access, skipped above, does not count).
+            if accesses[..i]
+                .iter()
+                .any(|b| b.mode != AccessMode::SCRATCH && b.cell.id() == data)
+            {
                 continue;
             }
             let writes = accesses
@@ -642,3 +645,6 @@ fn run_hooks(hooks: Vec<(NodeId, Hook)>) {
         hook(id);
     }
 }
+
+#[cfg(test)]
+mod tests;
