@@ -64,6 +64,9 @@ step "benchmarks, each run once as a test"
 cargo test -p starling-core --bench core
 cargo test -p starling --bench runtime
 
+step "loom: the runtime's dependency queue under every interleaving"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p starling-std --release --lib loom 2>&1 | tee -a "$log"
+
 step "the main job (README): the ring on the in-process cluster, and on the simulator"
 cargo run --quiet --example ring -- 4 200
 cargo run --quiet --example ring -- 2 200 sync

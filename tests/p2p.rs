@@ -732,3 +732,25 @@ fn shutdown_reports_requests_never_waited_on() {
         "{err}"
     );
 }
+
+#[test]
+fn a_panicking_task_is_reported_at_shutdown_and_does_not_wedge_the_rank() {
+    let err = run_local_with(1, config(), |ctx| {
+        let h = ctx.register(Variable::new(1u32));
+        ctx.task(&Codelet::new("boom", |_| panic!("kernel failed")))
+            .rw(&h)
+            .submit();
+        // The successor still runs, and wait_for_all returns.
+        ctx.task(&Codelet::new("after", |b| b.w::<Variable<u32>>(0).set(2)))
+            .rw(&h)
+            .submit();
+        ctx.wait_for_all();
+        assert_eq!(ctx.acquire(&h, AccessMode::R).get().get(), 2);
+    })
+    .unwrap_err();
+    assert_eq!(err.leftovers.len(), 1, "{err}");
+    assert!(
+        err.leftovers[0].contains("rank 0: task `boom` panicked: kernel failed"),
+        "{err}"
+    );
+}

@@ -324,6 +324,12 @@ where
             .drain(..)
             .map(|w| format!("rank {}: {w}", rank.0)),
     );
+    leftovers.extend(
+        runtime
+            .take_panics()
+            .into_iter()
+            .map(|p| format!("rank {}: {p}", rank.0)),
+    );
     if stuck {
         let mut outstanding = 0;
         runtime.wait_until(Duration::ZERO, |v| {

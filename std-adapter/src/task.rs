@@ -221,6 +221,8 @@ struct State {
     idle_workers: usize,
     /// Threads asleep on `progress`.
     progress_waiters: usize,
+    /// Tasks whose kernel or callback panicked, reported at shutdown.
+    panics: Vec<String>,
 }
 
 /// How a rank's runtime is set up.
@@ -544,6 +546,11 @@ impl Runtime {
         }
     }
 
+    /// The panics of tasks so far (emptied).
+    pub(crate) fn take_panics(&self) -> Vec<String> {
+        core::mem::take(&mut self.state().panics)
+    }
+
     /// Marks `tag` unlocked and wakes its waiters.
     pub(crate) fn unlock_tag(&self, tag: TaskTag) {
         let mut st = self.state();
@@ -600,16 +607,30 @@ impl Runtime {
             st.running += 1;
             drop(st);
 
-            if !self.shared.disable_kernels {
-                if let Some(kernel) = &codelet.kernel {
-                    let mut buffers = Buffers {
-                        accesses: &accesses,
-                    };
-                    kernel(&mut buffers);
+            // A panicking kernel or callback must not wedge the rank: the task still
+            // completes (its successors run) and the panic is reported at shutdown.
+            let ran = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+                if !self.shared.disable_kernels {
+                    if let Some(kernel) = &codelet.kernel {
+                        let mut buffers = Buffers {
+                            accesses: &accesses,
+                        };
+                        kernel(&mut buffers);
+                    }
                 }
-            }
-            if let Some(cb) = callback {
-                cb();
+                if let Some(cb) = callback {
+                    cb();
+                }
+            }));
+            if let Err(payload) = ran {
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-string panic".to_owned());
+                self.state()
+                    .panics
+                    .push(format!("task `{}` panicked: {what}", codelet.name()));
             }
             if let Some(t) = tag {
                 self.unlock_tag(t);
