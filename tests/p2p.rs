@@ -754,3 +754,25 @@ fn a_panicking_task_is_reported_at_shutdown_and_does_not_wedge_the_rank() {
         "{err}"
     );
 }
+
+#[test]
+fn a_panicking_request_callback_is_reported_and_the_rank_goes_on() {
+    let err = run_local_with(2, config(), |ctx| {
+        let h = ctx.register(Variable::new(1u32));
+        if ctx.rank().0 == 0 {
+            ctx.isend_detached(&h, Rank(1), Tag(1), |_| panic!("callback failed"))
+                .unwrap();
+            ctx.send(&h, Rank(1), Tag(2)).unwrap(); // the progression thread still runs
+        } else {
+            ctx.recv(&h, Rank(0), Tag(1)).unwrap();
+            ctx.recv(&h, Rank(0), Tag(2)).unwrap();
+        }
+    })
+    .unwrap_err();
+    assert_eq!(err.leftovers.len(), 1, "{err}");
+    assert!(
+        err.leftovers[0]
+            .contains("rank 0: the callback of the send of data 0 to rank 1 with tag 1 panicked"),
+        "{err}"
+    );
+}

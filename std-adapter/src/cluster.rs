@@ -320,7 +320,7 @@ where
         .map(|l| describe(rank, &l))
         .collect();
     leftovers.extend(
-        lock(&ctx.unwaited)
+        lock(&ctx.reports)
             .drain(..)
             .map(|w| format!("rank {}: {w}", rank.0)),
     );

@@ -29,7 +29,7 @@ pub struct Context {
     next_comm: AtomicU32,
     tags: Mutex<HashMap<Tag, DataId>>,
     pedantic_isend: bool,
-    pub(crate) unwaited: Arc<Mutex<Vec<String>>>,
+    pub(crate) reports: Arc<Mutex<Vec<String>>>,
     pub(crate) tag_base: i32,
 }
 
@@ -104,7 +104,7 @@ struct ReqInner {
     cv: Condvar,
     waited: AtomicBool,
     what: String,
-    unwaited: Arc<Mutex<Vec<String>>>,
+    reports: Arc<Mutex<Vec<String>>>,
 }
 
 /// A non-detached point-to-point request: [`Request::wait`] or [`Request::test`] it.
@@ -155,7 +155,7 @@ impl Request {
 impl Drop for Request {
     fn drop(&mut self) {
         if !self.inner.waited.load(Ordering::SeqCst) {
-            lock(&self.inner.unwaited)
+            lock(&self.inner.reports)
                 .push(format!("request never waited on: {}", self.inner.what));
         }
     }
@@ -319,7 +319,7 @@ impl Context {
             next_comm: AtomicU32::new(1),
             tags: Mutex::new(HashMap::new()),
             pedantic_isend,
-            unwaited: Arc::new(Mutex::new(Vec::new())),
+            reports: Arc::new(Mutex::new(Vec::new())),
             tag_base,
         }
     }
@@ -613,13 +613,29 @@ impl Context {
         Ok(())
     }
 
+    /// Wraps a user's completion callback: it runs on the progression thread, so a panic
+    /// in it is caught (the thread goes on) and reported at shutdown.
+    fn guarded(
+        &self,
+        what: String,
+        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
+    ) -> Done {
+        let panics = Arc::clone(&self.reports);
+        Box::new(move |result| {
+            if std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| callback(result))).is_err()
+            {
+                lock(&panics).push(format!("the callback of the {what} panicked"));
+            }
+        })
+    }
+
     fn request(&self, what: String) -> (Request, Done) {
         let inner = Arc::new(ReqInner {
             result: Mutex::new(None),
             cv: Condvar::new(),
             waited: AtomicBool::new(false),
             what,
-            unwaited: Arc::clone(&self.unwaited),
+            reports: Arc::clone(&self.reports),
         });
         let i2 = Arc::clone(&inner);
         let done: Done = Box::new(move |result| {
@@ -702,7 +718,8 @@ impl Context {
         opts: SendOpts,
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
-        self.post_send(h.erased(), dest, tag, opts, Box::new(callback))
+        let callback = self.guarded(format!("send of {} to {dest} with {tag}", h.id()), callback);
+        self.post_send(h.erased(), dest, tag, opts, callback)
     }
 
     /// Starts a detached send (`starpu_mpi_isend_detached`).
@@ -825,7 +842,11 @@ impl Context {
         opts: RecvOpts,
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
-        self.post_recv(h.erased(), source, tag, opts, Box::new(callback))
+        let callback = self.guarded(
+            format!("receive into {} from {source} with {tag}", h.id()),
+            callback,
+        );
+        self.post_recv(h.erased(), source, tag, opts, callback)
     }
 
     /// Starts a detached receive (`starpu_mpi_irecv_detached`).
