@@ -1,18 +1,17 @@
 //! The in-process cluster: N ranks as threads of one process (the embedded default).
 
 use core::time::Duration;
-use std::sync::mpsc;
 use std::thread;
 
 use starling_core::Rank;
-use starling_core::engine::Leftover;
-use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB, TagSpace};
+use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB};
 
 use crate::context::Context;
 use crate::error::ShutdownError;
-use crate::progress::{self, Command, Input, ProgressConfig};
+use crate::progress::{self, Input};
+use crate::rank::{Inbox, RankConfig, RankRunner};
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, lock};
-use crate::task::{Runtime, RuntimeConfig, env_flag};
+use crate::task::{Runtime, RuntimeConfig};
 use crate::transport::{Deliver, InProcess, InProcessWire};
 
 /// How an in-process cluster is set up.
@@ -61,27 +60,30 @@ impl Default for ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// The defaults, overridden by the environment: `STARLING_NCPU`,
-    /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
-    /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
-    /// `STARLING_MPI_NDETACHED_SEND`. A flag is on when set to anything but empty or `0`.
+    /// The defaults, overridden by the environment as [`RankConfig::from_env`] reads it.
     pub fn from_env() -> Self {
-        let mut c = Self {
-            runtime: RuntimeConfig::from_env(),
-            stats: env_flag("STARLING_COMM_STATS") || env_flag("STARLING_MPI_STATS"),
-            trace: env_flag("STARLING_MPI_COMM"),
+        let r = RankConfig::from_env();
+        Self {
+            runtime: r.runtime,
+            stats: r.stats,
+            trace: r.trace,
+            priorities: r.priorities,
+            max_inflight_sends: r.max_inflight_sends,
             ..Self::default()
-        };
-        if std::env::var("STARLING_MPI_PRIORITIES").is_ok_and(|v| v == "0") {
-            c.priorities = false;
         }
-        if let Some(n) = std::env::var("STARLING_MPI_NDETACHED_SEND")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
-            c.max_inflight_sends = n;
+    }
+
+    /// The part of the configuration every rank gets.
+    pub fn rank_config(&self) -> RankConfig {
+        RankConfig {
+            runtime: self.runtime.clone(),
+            communication_tag: self.communication_tag,
+            stats: self.stats,
+            trace: self.trace,
+            pedantic_isend: self.pedantic_isend,
+            priorities: self.priorities,
+            max_inflight_sends: self.max_inflight_sends,
         }
-        c
     }
 }
 
@@ -174,24 +176,13 @@ where
     F: Fn(&Context) -> R + Send + Sync + 'static,
 {
     assert!(ranks > 0, "a cluster needs at least one rank");
-    let tags = TagSpace::with_base(config.communication_tag, config.tag_ub)
-        .expect("the tag bound leaves room for the communication tag");
     let in_flight = Arc::new(AtomicUsize::new(0));
-    let mut inboxes = Vec::new();
-    let mut senders = Vec::new();
-    let mut shareds = Vec::new();
-    for _ in 0..ranks {
-        let (tx, rx) = mpsc::channel::<Input<InProcessWire>>();
-        senders.push(tx);
-        inboxes.push(rx);
-        shareds.push(Arc::new(progress::Shared::new()));
-    }
-    let delivers: Vec<Deliver> = senders
+    let inboxes: Vec<Inbox<InProcessWire>> = (0..ranks).map(|_| Inbox::new()).collect();
+    let delivers: Vec<Deliver> = inboxes
         .iter()
-        .zip(&shareds)
-        .map(|(tx, shared)| {
-            let tx = Mutex::new(tx.clone());
-            let shared = Arc::clone(shared);
+        .map(|inbox| {
+            let tx = Mutex::new(inbox.tx.clone());
+            let shared = Arc::clone(&inbox.shared);
             let d: Deliver = Arc::new(move |w| {
                 shared.queued.fetch_add(1, Ordering::SeqCst);
                 let _ = lock(&tx).send(Input::Net(w));
@@ -210,14 +201,12 @@ where
     let mut threads = Vec::new();
     for (r, inbox) in inboxes.into_iter().enumerate() {
         let rank = Rank(r as u32);
-        let transport = InProcess::new(
-            rank,
-            delivers.clone(),
-            config.tag_ub,
-            Arc::clone(&in_flight),
-        );
-        let tx = Mutex::new(senders[r].clone());
-        let shared = Arc::clone(&shareds[r]);
+        let delivers = delivers.clone();
+        let in_flight = Arc::clone(&in_flight);
+        let tag_ub = config.tag_ub;
+        let make = move || {
+            Ok::<_, core::convert::Infallible>(InProcess::new(rank, delivers, tag_ub, in_flight))
+        };
         let config = config.clone();
         let quiesce = Arc::clone(&quiesce);
         let f = Arc::clone(&f);
@@ -225,9 +214,9 @@ where
             thread::Builder::new()
                 .name(format!("rank{r}"))
                 .spawn(move || {
-                    rank_main(
-                        rank, ranks, transport, inbox, tx, shared, tags, &config, &quiesce, &*f,
-                    )
+                    let runner = RankRunner::start_with_inbox(make, inbox, &config.rank_config())
+                        .expect("an in-process rank starts");
+                    rank_main(runner, &config, &quiesce, &*f)
                 })
                 .expect("spawning a rank thread"),
         );
@@ -253,15 +242,8 @@ where
     Ok(results.into_iter().flatten().collect())
 }
 
-#[allow(clippy::too_many_arguments)] // one rank's whole world, passed once
 fn rank_main<R, F>(
-    rank: Rank,
-    size: u32,
-    transport: InProcess,
-    inbox: mpsc::Receiver<Input<InProcessWire>>,
-    tx: Mutex<mpsc::Sender<Input<InProcessWire>>>,
-    shared: Arc<progress::Shared>,
-    tags: TagSpace,
+    runner: RankRunner,
     config: &ClusterConfig,
     quiesce: &Quiesce,
     f: &F,
@@ -269,36 +251,12 @@ fn rank_main<R, F>(
 where
     F: Fn(&Context) -> R,
 {
-    let (runtime, workers) = Runtime::start(&config.runtime, &format!("rank{}", rank.0));
-    let progress_config = ProgressConfig {
-        tags,
-        stats: config.stats,
-        trace: config.trace,
-        priorities: config.priorities,
-        max_inflight_sends: config.max_inflight_sends,
-    };
-    let pshared = Arc::clone(&shared);
-    let progression = thread::Builder::new()
-        .name(format!("rank{}-progress", rank.0))
-        .stack_size(16 << 20)
-        .spawn(move || progress::run(transport, inbox, progress_config, pshared))
-        .expect("spawning the progression thread");
-    let sink_shared = Arc::clone(&shared);
-    let commands: crate::context::CommandSink = Arc::new(move |c: Command| {
-        sink_shared.queued.fetch_add(1, Ordering::SeqCst);
-        let _ = lock(&tx).send(Input::Command(c));
-    });
-    let ctx = Context::new(
-        rank,
-        size,
-        runtime.clone(),
-        commands,
-        config.pedantic_isend,
-        config.communication_tag,
-    );
+    let runtime = runner.runtime().clone();
+    let shared = Arc::clone(&runner.shared);
+    let rank = runner.context().rank();
     lock(&quiesce.probes).push((runtime.clone(), Arc::clone(&shared)));
 
-    let outcome = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| f(&ctx)));
+    let outcome = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| f(runner.context())));
 
     // Shutdown: wait for this rank's work, or until nothing moves anywhere.
     quiesce.at_shutdown.fetch_add(1, Ordering::SeqCst);
@@ -315,21 +273,7 @@ where
     {
         thread::sleep(Duration::from_millis(1));
     }
-    let mut leftovers: Vec<String> = ask(&ctx, Command::Leftovers)
-        .into_iter()
-        .map(|l| describe(rank, &l))
-        .collect();
-    leftovers.extend(
-        lock(&ctx.reports)
-            .drain(..)
-            .map(|w| format!("rank {}: {w}", rank.0)),
-    );
-    leftovers.extend(
-        runtime
-            .take_panics()
-            .into_iter()
-            .map(|p| format!("rank {}: {p}", rank.0)),
-    );
+    let mut leftovers = runner.leftovers();
     if stuck {
         let mut outstanding = 0;
         runtime.wait_until(Duration::ZERO, |v| {
@@ -342,51 +286,12 @@ where
         ));
     }
     if config.stats {
-        eprint!("{}", ask(&ctx, Command::Report));
+        eprint!("{}", runner.stats_report());
     }
     quiesce.rendezvous.wait();
-    (ctx.commands)(Command::Stop);
-    let _ = progression.join();
-    workers.stop();
+    runner.stop();
     match outcome {
         Ok(r) => (Some(r), leftovers),
         Err(p) => std::panic::resume_unwind(p),
-    }
-}
-
-/// Asks the progression thread a question and waits for the answer.
-fn ask<T: Send + Default + 'static>(
-    ctx: &Context,
-    q: fn(Box<dyn FnOnce(T) + Send>) -> Command,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    (ctx.commands)(q(Box::new(move |v| {
-        let _ = tx.send(v);
-    })));
-    rx.recv().unwrap_or_default()
-}
-
-fn describe(rank: Rank, l: &Leftover) -> String {
-    match l {
-        Leftover::Orphan(o) => format!(
-            "rank {}: message from rank {} with tag {} ({} bytes) was never received",
-            rank.0, o.source.0, o.tag.0, o.size
-        ),
-        Leftover::Pending {
-            kind,
-            peer,
-            tag,
-            state,
-            ..
-        } => format!(
-            "rank {}: {kind:?} with rank {} and tag {} never completed ({state})",
-            rank.0, peer.0, tag.0
-        ),
-        Leftover::NotRetired {
-            kind, peer, tag, ..
-        } => format!(
-            "rank {}: {kind:?} with rank {} and tag {} was never waited on",
-            rank.0, peer.0, tag.0
-        ),
     }
 }

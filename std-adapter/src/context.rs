@@ -155,8 +155,7 @@ impl Request {
 impl Drop for Request {
     fn drop(&mut self) {
         if !self.inner.waited.load(Ordering::SeqCst) {
-            lock(&self.inner.reports)
-                .push(format!("request never waited on: {}", self.inner.what));
+            lock(&self.inner.reports).push(format!("request never waited on: {}", self.inner.what));
         }
     }
 }

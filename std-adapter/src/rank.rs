@@ -1,0 +1,323 @@
+//! Starting one rank over any transport.
+//!
+//! A rank is a [`Context`], a worker pool and a progression thread that owns the rank's
+//! [`Transport`]. The transport is **built on the progression thread** by a closure, so a
+//! transport whose handles must not cross threads (Open MPI's communicators and requests)
+//! is created, used and dropped on that one thread. [`crate::run_local`] starts its ranks
+//! this way over [`crate::InProcess`]; the MPI adapter does the same over MPI.
+
+use std::sync::mpsc;
+use std::thread;
+
+use starling_core::Rank;
+use starling_core::engine::Leftover;
+use starling_core::tags::{DEFAULT_BASE, TagSpace};
+
+use crate::context::{CommandSink, Context};
+use crate::progress::{self, Command, Input, ProgressConfig};
+use crate::sync::{Arc, Mutex, Ordering, lock};
+use crate::task::{Runtime, RuntimeConfig, Workers, env_flag};
+use crate::transport::Transport;
+
+/// How one rank is set up (what every transport shares).
+#[derive(Clone, Debug)]
+pub struct RankConfig {
+    /// The task runtime (workers, kernels on or off).
+    pub runtime: RuntimeConfig,
+    /// The base of the runtime's physical tags (the reference's communication tag, 42).
+    pub communication_tag: i32,
+    /// Count payload bytes per peer (`STARLING_COMM_STATS=1`).
+    pub stats: bool,
+    /// Print every transmission and completion to stderr (`STARLING_MPI_COMM=1`).
+    pub trace: bool,
+    /// Sends acquire their data for writing until they complete ("pedantic isend").
+    pub pedantic_isend: bool,
+    /// Whether send priorities order the sends that are ready at once
+    /// (`STARLING_MPI_PRIORITIES=0` turns it off).
+    pub priorities: bool,
+    /// The most sends in flight before ready sends wait, in priority order
+    /// (`STARLING_MPI_NDETACHED_SEND`, default 10; 0 = no cap).
+    pub max_inflight_sends: u32,
+}
+
+impl Default for RankConfig {
+    fn default() -> Self {
+        Self {
+            runtime: RuntimeConfig::default(),
+            communication_tag: DEFAULT_BASE,
+            stats: false,
+            trace: false,
+            pedantic_isend: false,
+            priorities: true,
+            max_inflight_sends: 10,
+        }
+    }
+}
+
+impl RankConfig {
+    /// The defaults, overridden by the environment: `STARLING_NCPU`,
+    /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
+    /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
+    /// `STARLING_MPI_NDETACHED_SEND`. A flag is on when set to anything but empty or `0`.
+    pub fn from_env() -> Self {
+        let mut c = Self {
+            runtime: RuntimeConfig::from_env(),
+            stats: env_flag("STARLING_COMM_STATS") || env_flag("STARLING_MPI_STATS"),
+            trace: env_flag("STARLING_MPI_COMM"),
+            ..Self::default()
+        };
+        if std::env::var("STARLING_MPI_PRIORITIES").is_ok_and(|v| v == "0") {
+            c.priorities = false;
+        }
+        if let Some(n) = std::env::var("STARLING_MPI_NDETACHED_SEND")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            c.max_inflight_sends = n;
+        }
+        c
+    }
+}
+
+/// Why a rank could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The transport could not be built (its own message).
+    #[error("the transport could not start: {0}")]
+    Transport(String),
+    /// The transport's tag bound leaves no room for the communication tag.
+    #[error("the transport's tag bound {tag_ub} leaves no room above communication tag {base}")]
+    Tags {
+        /// The transport's largest tag.
+        tag_ub: i32,
+        /// The configured communication tag.
+        base: i32,
+    },
+}
+
+/// One running rank: its context, workers and progression thread.
+pub struct RankRunner {
+    ctx: Context,
+    runtime: Runtime,
+    workers: Option<Workers>,
+    progression: Option<thread::JoinHandle<()>>,
+    pub(crate) shared: Arc<progress::Shared>,
+}
+
+impl core::fmt::Debug for RankRunner {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RankRunner")
+            .field("ctx", &self.ctx)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The inbox of a rank's progression thread, made before the transport when peers must
+/// deliver into it (the in-process transport).
+pub(crate) struct Inbox<W> {
+    pub(crate) tx: mpsc::Sender<Input<W>>,
+    pub(crate) rx: mpsc::Receiver<Input<W>>,
+    pub(crate) shared: Arc<progress::Shared>,
+}
+
+impl<W> Inbox<W> {
+    pub(crate) fn new() -> Self {
+        let (tx, rx) = mpsc::channel();
+        Self {
+            tx,
+            rx,
+            shared: Arc::new(progress::Shared::new()),
+        }
+    }
+}
+
+impl RankRunner {
+    /// Starts a rank whose transport `make` builds on the rank's progression thread.
+    ///
+    /// # Errors
+    /// [`StartError::Transport`] when `make` fails; [`StartError::Tags`] when the
+    /// transport's tag bound leaves no room for the configured communication tag.
+    pub fn start<T, E>(
+        make: impl FnOnce() -> Result<T, E> + Send + 'static,
+        config: &RankConfig,
+    ) -> Result<Self, StartError>
+    where
+        T: Transport,
+        E: core::fmt::Display,
+    {
+        Self::start_with_inbox(make, Inbox::<T::Wire>::new(), config)
+    }
+
+    pub(crate) fn start_with_inbox<T, E>(
+        make: impl FnOnce() -> Result<T, E> + Send + 'static,
+        inbox: Inbox<T::Wire>,
+        config: &RankConfig,
+    ) -> Result<Self, StartError>
+    where
+        T: Transport,
+        E: core::fmt::Display,
+    {
+        let Inbox { tx, rx, shared } = inbox;
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(Rank, u32), StartError>>();
+        let base = config.communication_tag;
+        let (stats, trace) = (config.stats, config.trace);
+        let (priorities, max_inflight_sends) = (config.priorities, config.max_inflight_sends);
+        let pshared = Arc::clone(&shared);
+        let progression = thread::Builder::new()
+            .name("starling-progress".into())
+            .stack_size(16 << 20)
+            .spawn(move || {
+                let transport = match make() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(StartError::Transport(e.to_string())));
+                        return;
+                    }
+                };
+                let tag_ub = transport.tag_ub();
+                let Ok(tags) = TagSpace::with_base(base, tag_ub) else {
+                    let _ = ready_tx.send(Err(StartError::Tags { tag_ub, base }));
+                    return;
+                };
+                let _ = ready_tx.send(Ok((transport.rank(), transport.size())));
+                let config = ProgressConfig {
+                    tags,
+                    stats,
+                    trace,
+                    priorities,
+                    max_inflight_sends,
+                };
+                progress::run(transport, rx, config, pshared);
+            })
+            .expect("spawning the progression thread");
+        let (rank, size) = match ready_rx.recv() {
+            Ok(Ok(rs)) => rs,
+            Ok(Err(e)) => {
+                let _ = progression.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = progression.join();
+                return Err(StartError::Transport("the progression thread died".into()));
+            }
+        };
+        let (runtime, workers) = Runtime::start(&config.runtime, &format!("rank{}", rank.0));
+        let sink_shared = Arc::clone(&shared);
+        let tx = Mutex::new(tx);
+        let commands: CommandSink = Arc::new(move |c: Command| {
+            sink_shared.queued.fetch_add(1, Ordering::SeqCst);
+            let _ = lock(&tx).send(Input::Command(c));
+        });
+        let ctx = Context::new(
+            rank,
+            size,
+            runtime.clone(),
+            commands,
+            config.pedantic_isend,
+            config.communication_tag,
+        );
+        Ok(Self {
+            ctx,
+            runtime,
+            workers: Some(workers),
+            progression: Some(progression),
+            shared,
+        })
+    }
+
+    /// The rank's context.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    pub(crate) fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// What the rank leaves behind, one line each: messages never received, requests
+    /// never completed or never waited on, panicking tasks and callbacks. Ask after every
+    /// rank finished its work (after a barrier), or orphans may still be in flight.
+    pub fn leftovers(&self) -> Vec<String> {
+        let rank = self.ctx.rank();
+        let mut out: Vec<String> = ask(&self.ctx, Command::Leftovers)
+            .into_iter()
+            .map(|l| describe(rank, &l))
+            .collect();
+        out.extend(
+            lock(&self.ctx.reports)
+                .drain(..)
+                .map(|w| format!("rank {}: {w}", rank.0)),
+        );
+        out.extend(
+            self.runtime
+                .take_panics()
+                .into_iter()
+                .map(|p| format!("rank {}: {p}", rank.0)),
+        );
+        out
+    }
+
+    /// The rank's communication statistics in the reference's line format.
+    pub fn stats_report(&self) -> String {
+        ask(&self.ctx, Command::Report)
+    }
+
+    /// Stops the progression thread and the workers.
+    pub fn stop(mut self) {
+        self.stop_threads();
+    }
+
+    fn stop_threads(&mut self) {
+        if let Some(p) = self.progression.take() {
+            (self.ctx.commands)(Command::Stop);
+            let _ = p.join();
+        }
+        if let Some(w) = self.workers.take() {
+            w.stop();
+        }
+    }
+}
+
+impl Drop for RankRunner {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+/// Asks the progression thread a question and waits for the answer.
+fn ask<T: Send + Default + 'static>(
+    ctx: &Context,
+    q: fn(Box<dyn FnOnce(T) + Send>) -> Command,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    (ctx.commands)(q(Box::new(move |v| {
+        let _ = tx.send(v);
+    })));
+    rx.recv().unwrap_or_default()
+}
+
+fn describe(rank: Rank, l: &Leftover) -> String {
+    match l {
+        Leftover::Orphan(o) => format!(
+            "rank {}: message from rank {} with tag {} ({} bytes) was never received",
+            rank.0, o.source.0, o.tag.0, o.size
+        ),
+        Leftover::Pending {
+            kind,
+            peer,
+            tag,
+            state,
+            ..
+        } => format!(
+            "rank {}: {kind:?} with rank {} and tag {} never completed ({state})",
+            rank.0, peer.0, tag.0
+        ),
+        Leftover::NotRetired {
+            kind, peer, tag, ..
+        } => format!(
+            "rank {}: {kind:?} with rank {} and tag {} was never waited on",
+            rank.0, peer.0, tag.0
+        ),
+    }
+}
