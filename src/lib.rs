@@ -18,10 +18,11 @@
 
 pub use starling_core as core;
 pub use starling_std::{
-    Acquired, AnyHandle, Buffers, ClusterConfig, Codelet, CommError, Context, DataError, DataMut,
-    DataRef, Handle, InProcess, Interface, RecvOpts, Request, RuntimeConfig, SendOpts,
-    ShutdownError, TaskBuilder, TaskTag, Transport, data, interfaces, run_local, run_local_with,
-    sim, transport,
+    Acquired, AnyHandle, Buffers, Built, BuiltTask, ClusterConfig, Codelet, CommError, Context,
+    DataError, DataMut, DataRef, Handle, InProcess, InsertBuilder, InsertError, Inserted,
+    Interface, PostBuild, RankConfig, RankRunner, RecvOpts, Request, RuntimeConfig, SendOpts,
+    ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data, interfaces, rank, run_fake,
+    run_local, run_local_with, sim, transport,
 };
 
 #[cfg(feature = "mpi")]

@@ -155,7 +155,66 @@ where
     R: Send + 'static,
     F: Fn(&Context) -> R + Send + Sync + 'static,
 {
+    let fake = |v: &str| std::env::var(v).ok().and_then(|s| s.parse::<u32>().ok());
+    if let (Some(rank), Some(size)) = (
+        fake("STARLING_MPI_FAKE_RANK"),
+        fake("STARLING_MPI_FAKE_SIZE"),
+    ) {
+        return run_fake(Rank(rank), size, ClusterConfig::from_env(), f).map(|r| vec![r]);
+    }
     run_local_with(ranks, ClusterConfig::from_env(), f)
+}
+
+/// Runs `f` once, in this process, as rank `rank` of a job of `size` ranks that does not
+/// exist: every insert is planned as that rank would plan it and every communication is
+/// dropped (the reference's `STARPU_MPI_FAKE_RANK` / `STARPU_MPI_FAKE_SIZE`, which
+/// [`run_local`] honours too). With kernels disabled (`RuntimeConfig::disable_kernels`,
+/// `STARLING_DISABLE_KERNELS=1`) it measures one rank's submission cost.
+///
+/// # Errors
+/// [`ShutdownError`] for panicking tasks or requests never waited on.
+///
+/// # Panics
+/// When `rank >= size`, or when `f` panics.
+pub fn run_fake<R, F>(
+    rank: Rank,
+    size: u32,
+    config: ClusterConfig,
+    f: F,
+) -> Result<R, ShutdownError>
+where
+    F: FnOnce(&Context) -> R,
+{
+    assert!(rank.0 < size, "the fake rank must be below the fake size");
+    let inbox = Inbox::<InProcessWire>::new();
+    let tx = Mutex::new(inbox.tx.clone());
+    let shared = Arc::clone(&inbox.shared);
+    let deliver: Deliver = Arc::new(move |w| {
+        shared.queued.fetch_add(1, Ordering::SeqCst);
+        let _ = lock(&tx).send(Input::Net(w));
+    });
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let tag_ub = config.tag_ub;
+    let make = move || {
+        Ok::<_, core::convert::Infallible>(InProcess::new(
+            Rank(0),
+            vec![deliver],
+            tag_ub,
+            in_flight,
+        ))
+    };
+    let mut runner = RankRunner::start_with_inbox(make, inbox, &config.rank_config())
+        .expect("a fake rank starts");
+    runner.fake(rank, size);
+    let r = f(runner.context());
+    runner.context().wait_for_all();
+    let leftovers = runner.leftovers();
+    runner.stop();
+    if leftovers.is_empty() {
+        Ok(r)
+    } else {
+        Err(ShutdownError { leftovers })
+    }
 }
 
 /// [`run_local`] with an explicit configuration.
@@ -213,6 +272,7 @@ where
         threads.push(
             thread::Builder::new()
                 .name(format!("rank{r}"))
+                .stack_size(32 << 20)
                 .spawn(move || {
                     let runner = RankRunner::start_with_inbox(make, inbox, &config.rank_config())
                         .expect("an in-process rank starts");

@@ -27,10 +27,14 @@ pub struct Context {
     pub(crate) commands: CommandSink,
     next_data: AtomicU32,
     next_comm: AtomicU32,
-    tags: Mutex<HashMap<Tag, DataId>>,
+    pub(crate) tags: Mutex<HashMap<Tag, DataId>>,
     pedantic_isend: bool,
     pub(crate) reports: Arc<Mutex<Vec<String>>>,
     pub(crate) tag_base: i32,
+    /// The insert-task utility's state: registrations, cache, policies.
+    pub(crate) dist: Mutex<crate::distributed::DistState>,
+    /// Fake rank mode: every communication is dropped.
+    pub(crate) fake: AtomicBool,
 }
 
 impl core::fmt::Debug for Context {
@@ -89,6 +93,12 @@ impl core::fmt::Debug for AnyHandle {
         f.debug_struct("AnyHandle")
             .field("id", &self.cell.id())
             .finish()
+    }
+}
+
+impl AnyHandle {
+    pub(crate) fn cell(&self) -> Arc<dyn AnyCell> {
+        Arc::clone(&self.cell)
     }
 }
 
@@ -320,6 +330,8 @@ impl Context {
             pedantic_isend,
             reports: Arc::new(Mutex::new(Vec::new())),
             tag_base,
+            dist: Mutex::new(crate::distributed::DistState::from_env()),
+            fake: AtomicBool::new(false),
         }
     }
 
@@ -497,7 +509,7 @@ impl Context {
 
     // ----- point to point ------------------------------------------------------------
 
-    fn check_rank(&self, rank: Rank) -> Result<(), CommError> {
+    pub(crate) fn check_rank(&self, rank: Rank) -> Result<(), CommError> {
         if rank.0 >= self.size {
             return Err(CommError::RankOutOfRange {
                 rank,
@@ -509,7 +521,7 @@ impl Context {
 
     /// Posts a send of `cell` once its earlier writers are done; `done` runs on the
     /// progression thread when the request completes.
-    fn post_send(
+    pub(crate) fn post_send(
         &self,
         cell: Arc<dyn AnyCell>,
         dest: Rank,
@@ -518,6 +530,11 @@ impl Context {
         done: Done,
     ) -> Result<(), CommError> {
         self.check_rank(dest)?;
+        if self.fake.load(Ordering::Relaxed) {
+            // Fake rank mode: communications are dropped (the reference's behaviour).
+            done(Ok(()));
+            return Ok(());
+        }
         let runtime = self.runtime.clone();
         let commands = Arc::clone(&self.commands);
         let pedantic = self.pedantic_isend;
@@ -567,7 +584,7 @@ impl Context {
     }
 
     /// Posts a receive into `cell` once its earlier accesses are done.
-    fn post_recv(
+    pub(crate) fn post_recv(
         &self,
         cell: Arc<dyn AnyCell>,
         source: Rank,
@@ -576,6 +593,10 @@ impl Context {
         done: Done,
     ) -> Result<(), CommError> {
         self.check_rank(source)?;
+        if self.fake.load(Ordering::Relaxed) {
+            done(Ok(()));
+            return Ok(());
+        }
         let runtime = self.runtime.clone();
         let commands = Arc::clone(&self.commands);
         runtime.begin_request();
