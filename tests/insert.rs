@@ -602,3 +602,90 @@ fn a_byte_budget_evicts_least_recently_used_copies_without_breaking_agreement() 
     // Evicted copies were fetched again in the second round: 16 transfers of 4 KiB.
     assert_eq!(out[1].2, vec![16 * 4096, 0]);
 }
+
+#[test]
+fn the_manual_exchange_pair_equals_an_insert() {
+    // `mpi_task_submit`: a hand-built task between exchange-before and exchange-after
+    // gives the same values and the same traffic as the insert.
+    let run_one = |manual: bool| {
+        run(2, move |ctx| {
+            let x0 = var(ctx, 0, 0, 3);
+            let x1 = var(ctx, 1, 1, 4);
+            let mul = Codelet::new("mul", |b| {
+                let v = b.r::<Variable<i64>>(1).get();
+                let mut x = b.w::<Variable<i64>>(0);
+                let w = x.get();
+                x.set(w * v);
+            });
+            if manual {
+                let (inserted, after) = ctx
+                    .insert(&Codelet::empty("unused"))
+                    .rw(&x0)
+                    .r(&x1)
+                    .on_node(Rank(1))
+                    .exchange_before()
+                    .unwrap();
+                if inserted.executed_here {
+                    ctx.task(&mul).rw(&x0).r(&x1).submit();
+                }
+                after.finish();
+            } else {
+                ctx.insert(&mul)
+                    .rw(&x0)
+                    .r(&x1)
+                    .on_node(Rank(1))
+                    .submit()
+                    .unwrap();
+            }
+            ctx.wait_for_all();
+            let v = if ctx.rank() == Rank(0) {
+                value(ctx, &x0)
+            } else {
+                value(ctx, &x1)
+            };
+            (v, ctx.comm_amounts())
+        })
+    };
+    let manual = run_one(true);
+    assert_eq!(manual, run_one(false));
+    assert_eq!(manual[0].0, 12);
+    assert_eq!(
+        (manual[0].1.clone(), manual[1].1.clone()),
+        (vec![0, 8], vec![8, 0])
+    );
+}
+
+#[test]
+fn cache_events_are_printed_when_asked() {
+    // STARLING_MPI_CACHE_STATS=1 prints "+"/"-" lines; checked by running a child
+    // process of this test binary with the variable set (it cannot be set in-process).
+    if std::env::var("STARLING_CACHE_STATS_CHILD").is_ok() {
+        let _ = run(2, |ctx| {
+            let a = var(ctx, 0, 0, 1);
+            let b = var(ctx, 1, 1, 2);
+            let cl = Codelet::empty("read");
+            ctx.insert(&cl).rw(&a).r(&b).submit().unwrap();
+            ctx.flush(&b);
+            ctx.wait_for_all();
+        });
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([
+            "cache_events_are_printed_when_asked",
+            "--exact",
+            "--nocapture",
+        ])
+        .env("STARLING_CACHE_STATS_CHILD", "1")
+        .env("STARLING_MPI_CACHE_STATS", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("[starling_mpi_cache][0] + 8 bytes of data 1"),
+        "{err}"
+    );
+    assert!(err.contains("[starling_mpi_cache][0] - data 1"), "{err}");
+}

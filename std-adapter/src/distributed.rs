@@ -289,6 +289,20 @@ impl<'a> InsertBuilder<'a> {
         Ok(built.inserted)
     }
 
+    /// For a task the application builds itself: performs the transfers before it on
+    /// every rank (`starpu_mpi_task_exchange_data_before_execution`) and returns the
+    /// write-backs to perform after submitting it
+    /// (`starpu_mpi_task_exchange_data_after_execution`, [`PostBuild::finish`]). The
+    /// codelet given to [`Context::insert`] is not used; [`Inserted::executed_here`] says
+    /// whether this rank must run the task.
+    ///
+    /// # Errors
+    /// As for [`InsertBuilder::submit`].
+    pub fn exchange_before(self) -> Result<(Inserted, PostBuild<'a>), InsertError> {
+        let (built, post) = self.build()?;
+        Ok((built.inserted, post))
+    }
+
     /// The first half of [`InsertBuilder::submit`]: plans, posts the transfers before the
     /// task and returns the task on the executor, unsubmitted
     /// (`starpu_mpi_task_build`). Submit it, then call [`PostBuild::finish`]
