@@ -687,5 +687,8 @@ fn cache_events_are_printed_when_asked() {
         err.contains("[starling_mpi_cache][0] + 8 bytes of data 1"),
         "{err}"
     );
-    assert!(err.contains("[starling_mpi_cache][0] - data 1"), "{err}");
+    assert!(
+        err.contains("[starling_mpi_cache][0] - data 1 (flushed)"),
+        "{err}"
+    );
 }

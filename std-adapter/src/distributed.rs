@@ -663,9 +663,13 @@ fn apply_update(
         insert::CacheUpdate::ReceivedSet { .. } => {
             if dist.cache_stats {
                 let size = cell.as_ref().map_or(0, |c| c.packed_size());
+                let from = match owner {
+                    Some(Owner::Rank(r)) => format!("rank {}", r.0),
+                    _ => "its owner".to_owned(),
+                };
                 eprintln!(
-                    "[starling_mpi_cache][{}] + {size} bytes of {data} from {:?}",
-                    me.0, owner
+                    "[starling_mpi_cache][{}] + {size} bytes of {data} from {from}",
+                    me.0
                 );
             }
             if let (Some(Owner::Rank(o)), Some(c)) = (owner, &cell) {
@@ -911,8 +915,16 @@ impl Context {
         let Some(owner) = dist.info.get(&h.id()).map(|i| i.owner) else {
             return;
         };
+        let held = dist.cache.cached_receive(h.id());
         let f = dist.cache.flush(h.id(), self.rank, owner);
         forget_lru(&mut dist, h.id());
+        if held && dist.cache_stats {
+            eprintln!(
+                "[starling_mpi_cache][{}] - {} (flushed)",
+                self.rank.0,
+                h.id()
+            );
+        }
         if f.drop_local_copy {
             release_after_pending(self, h.erased());
         }
