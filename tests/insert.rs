@@ -692,3 +692,49 @@ fn cache_events_are_printed_when_asked() {
         "{err}"
     );
 }
+
+#[test]
+fn with_the_cache_off_fetched_and_migrated_data_stay_where_they_were_brought() {
+    let out = run(2, |ctx| {
+        ctx.set_cache_enabled(false);
+        let a = var(ctx, 1, 0, 42);
+        ctx.get_data_on_node(&a, Rank(1)).unwrap();
+        let seen = (ctx.rank() == Rank(1)).then(|| value(ctx, &a));
+        let b = var(ctx, 2, 0, 7);
+        ctx.migrate(&b, Rank(1)).unwrap();
+        ctx.wait_for_all();
+        let migrated = (ctx.rank() == Rank(1)).then(|| value(ctx, &b));
+        (seen, migrated)
+    });
+    assert_eq!(out[1], (Some(42), Some(7)));
+}
+
+#[test]
+fn mpi_wait_for_all_wraps_up_pending_reductions() {
+    // `mpi_redux_autowrapup`: contributions on every rank, no explicit redux call.
+    let out = run(3, |ctx| {
+        let sum = var(ctx, 100, 1, 1);
+        let parts: Vec<_> = (0..6)
+            .map(|i| var(ctx, i, (i % 3) as u32, i * 10))
+            .collect();
+        let add = Codelet::new("add", |b| {
+            let v = b.r::<Variable<i64>>(1).get();
+            let mut acc = b.w::<Variable<i64>>(0);
+            let x = acc.get();
+            acc.set(x + v);
+        });
+        let zero = Codelet::new("zero", |b| b.w::<Variable<i64>>(0).set(0));
+        ctx.set_reduction_methods(&sum, &add, &zero);
+        for p in &parts {
+            ctx.insert(&add)
+                .redux(&sum)
+                .r(p)
+                .on_data(p)
+                .submit()
+                .unwrap();
+        }
+        ctx.mpi_wait_for_all().unwrap();
+        (ctx.rank() == Rank(1)).then(|| value(ctx, &sum))
+    });
+    assert_eq!(out[1], Some(1 + 150));
+}

@@ -398,7 +398,9 @@ impl Context {
     }
 
     /// Unregisters `h`: waits until every access submitted on it is done, then hands the
-    /// data back (allocating it first if it was never used).
+    /// data back (allocating it first if it was never used). A datum registered for the
+    /// insert-task utility is forgotten there too, with its cache flags — like every
+    /// replicated decision, every rank unregisters it at the same point of the flow.
     ///
     /// # Panics
     /// A task or request submitted later through a clone of `h` panics when it touches the
@@ -407,6 +409,7 @@ impl Context {
         let acquired = self.acquire(&h, AccessMode::W);
         drop(acquired);
         lock(&self.tags).retain(|_, id| *id != h.id());
+        crate::distributed::forget(self, h.id());
         // The last access is done: nothing else can be scheduled on a handle we own.
         h.cell
             .take()

@@ -28,7 +28,7 @@ use crate::sync::{Arc, lock};
 use crate::task::{Access as TaskAccess, Codelet, env_flag};
 
 /// The communication cache's capacity (sent pairs and received copies, each).
-pub(crate) const CACHE_CAPACITY: usize = 1 << 13;
+pub(crate) const CACHE_CAPACITY: usize = 1 << 16;
 /// The most transfers one insert can plan.
 const PLAN_CAPACITY: usize = 64;
 
@@ -112,7 +112,7 @@ impl DistState {
     /// `STARLING_MPI_CACHE_STATS=1` prints cache events, `STARLING_MPI_CACHE_BUDGET=bytes`
     /// bounds the received copies kept per peer.
     pub(crate) fn from_env() -> Self {
-        let mut cache: Box<Cache<CACHE_CAPACITY>> = Box::new(Cache::new());
+        let mut cache = new_cache();
         if std::env::var("STARLING_MPI_CACHE").is_ok_and(|v| v == "0") {
             cache.set_enabled(false, |_| {});
         }
@@ -131,6 +131,17 @@ impl DistState {
             stamp: 0,
         }
     }
+}
+
+/// A new, empty cache on the heap. Built on a thread with a large stack: `Box::new` of a
+/// multi-megabyte value goes through the stack in unoptimised builds.
+fn new_cache() -> Box<Cache<CACHE_CAPACITY>> {
+    std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(|| Box::new(Cache::new()))
+        .ok()
+        .and_then(|t| t.join().ok())
+        .expect("building the communication cache")
 }
 
 /// One access of an insert being built: a handle this rank knows, or none (temporary data
@@ -156,6 +167,9 @@ pub struct InsertBuilder<'a> {
     priority: i32,
     ssend: bool,
     callback: Option<Box<dyn FnOnce() + Send>>,
+    /// Keep the copies this insert fetches even with the cache off (a get-data-on-node
+    /// or a migration: the copy is the point).
+    pub(crate) keep_copies: bool,
 }
 
 impl core::fmt::Debug for InsertBuilder<'_> {
@@ -497,6 +511,7 @@ impl<'a> InsertBuilder<'a> {
                 after,
                 updates,
                 fake,
+                keep_copies: self.keep_copies,
                 cells: self.items.iter().filter_map(|i| i.cell.clone()).collect(),
             },
         ))
@@ -605,6 +620,7 @@ pub struct PostBuild<'a> {
     updates: Vec<insert::CacheUpdate>,
     fake: bool,
     cells: Vec<Arc<dyn AnyCell>>,
+    keep_copies: bool,
 }
 
 impl core::fmt::Debug for PostBuild<'_> {
@@ -628,6 +644,9 @@ impl PostBuild<'_> {
         let mut dist = lock(&ctx.dist);
         let dist = &mut *dist;
         for u in &self.updates {
+            if self.keep_copies && matches!(u, insert::CacheUpdate::DropCopy { .. }) {
+                continue;
+            }
             apply_update(ctx, dist, u, &self.cells);
         }
     }
@@ -735,6 +754,19 @@ fn track(ctx: &Context, dist: &mut DistState, o: Rank, x: Rank, data: DataId, si
                 release_after_pending(ctx, Arc::clone(c));
             }
         }
+    }
+}
+
+/// Forgets a datum being unregistered: its registration, reduction state and cache flags.
+pub(crate) fn forget(ctx: &Context, data: DataId) {
+    let mut dist = lock(&ctx.dist);
+    let dist = &mut *dist;
+    if dist.info.remove(&data).is_some() {
+        dist.cells.remove(&data);
+        dist.redux.remove(&data);
+        dist.cache.clear_sent(data);
+        let _ = dist.cache.clear_received(data);
+        forget_lru(dist, data);
     }
 }
 
@@ -883,6 +915,7 @@ impl Context {
             priority: 0,
             ssend: false,
             callback: None,
+            keep_copies: false,
         }
     }
 

@@ -103,6 +103,40 @@ pub(super) fn reduce(
 }
 
 impl Context {
+    /// An insert that brings data to a node and keeps it there even with the cache off.
+    fn fetch(&self, name: &str) -> super::InsertBuilder<'_> {
+        let mut b = self.insert(&Codelet::empty(name));
+        b.keep_copies = true;
+        b
+    }
+
+    /// Wraps up every pending reduction, then waits for every task and request of this
+    /// rank (`starpu_mpi_wait_for_all`). Collective: every rank calls it at the same point
+    /// of the flow (a pending reduction moves data between ranks).
+    ///
+    /// # Errors
+    /// As for [`Context::redux`].
+    pub fn mpi_wait_for_all(&self) -> Result<(), InsertError> {
+        {
+            let mut dist = lock(&self.dist);
+            let pending: Vec<_> = dist
+                .redux
+                .iter()
+                .filter(|(_, r)| !r.contributors.is_empty())
+                .map(|(id, _)| *id)
+                .collect();
+            let mut pending: Vec<_> = pending
+                .into_iter()
+                .filter_map(|id| dist.cells.get(&id).cloned())
+                .collect();
+            pending.sort_by_key(|c| c.id());
+            for cell in pending {
+                reduce(self, &mut dist, &cell, 2)?;
+            }
+        }
+        self.wait_for_all();
+        Ok(())
+    }
     // ----- reductions -------------------------------------------------------------------
 
     /// Gives `h` its reduction codelets: `combine` (RW the accumulator, R a
@@ -151,10 +185,7 @@ impl Context {
         h: &Handle<I>,
         node: Rank,
     ) -> Result<(), InsertError> {
-        self.insert(&Codelet::empty("get_data_on_node"))
-            .r(h)
-            .on_node(node)
-            .submit()?;
+        self.fetch("get_data_on_node").r(h).on_node(node).submit()?;
         if self.rank == node {
             drop(self.acquire(h, AccessMode::R));
         }
@@ -172,7 +203,7 @@ impl Context {
         node: Rank,
         callback: impl FnOnce() + Send + 'static,
     ) -> Result<(), InsertError> {
-        self.insert(&Codelet::empty("get_data_on_node"))
+        self.fetch("get_data_on_node")
             .r(h)
             .on_node(node)
             .callback(callback)
@@ -190,7 +221,7 @@ impl Context {
         h: &Handle<I>,
     ) -> Result<(), InsertError> {
         for r in 0..self.size {
-            self.insert(&Codelet::empty("get_data_on_node"))
+            self.fetch("get_data_on_node")
                 .r(h)
                 .on_node(Rank(r))
                 .submit()?;
@@ -208,10 +239,7 @@ impl Context {
         if self.data_owner(h) == Some(Owner::Rank(new_owner)) {
             return Ok(());
         }
-        self.insert(&Codelet::empty("migrate"))
-            .r(h)
-            .on_node(new_owner)
-            .submit()?;
+        self.fetch("migrate").r(h).on_node(new_owner).submit()?;
         self.set_data_owner(h, Owner::Rank(new_owner))?;
         // Every rank but the new owner, the old owner included, drops its copy.
         self.flush(h);
@@ -219,7 +247,8 @@ impl Context {
     }
 
     /// Copies the value of `src` into `dst`, which may have another owner: the owner of
-    /// `src` sends it to the owner of `dst` with `dst`'s tag (`starpu_mpi_data_cpy`).
+    /// `src` sends it to the owner of `dst` (`starpu_mpi_data_cpy`). It is an insert, so
+    /// it is cache-aware; the value travels with `src`'s tag (the reference uses `dst`'s).
     /// Every rank calls it; `callback` runs on `dst`'s owner when the copy is done.
     ///
     /// # Errors
