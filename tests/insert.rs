@@ -738,3 +738,17 @@ fn mpi_wait_for_all_wraps_up_pending_reductions() {
     });
     assert_eq!(out[1], Some(1 + 150));
 }
+
+#[test]
+fn fetched_copies_are_never_evicted_by_the_byte_budget() {
+    let out = run(2, |ctx| {
+        ctx.set_cache_budget(Some(8));
+        let a = var(ctx, 1, 1, 42);
+        let b = var(ctx, 2, 1, 7);
+        ctx.get_data_on_node(&a, Rank(0)).unwrap();
+        ctx.get_data_on_node(&b, Rank(0)).unwrap();
+        ctx.wait_for_all();
+        (ctx.rank() == Rank(0)).then(|| (value(ctx, &a), value(ctx, &b)))
+    });
+    assert_eq!(out[0], Some((42, 7)));
+}

@@ -167,8 +167,9 @@ pub struct InsertBuilder<'a> {
     priority: i32,
     ssend: bool,
     callback: Option<Box<dyn FnOnce() + Send>>,
-    /// Keep the copies this insert fetches even with the cache off (a get-data-on-node
-    /// or a migration: the copy is the point).
+    /// Keep the copies this insert fetches even with the cache off, and never evict them
+    /// for the byte budget (a get-data-on-node or a migration: the copy is the point; the
+    /// flag is the same on every rank, so both ranks of a pair agree).
     pub(crate) keep_copies: bool,
 }
 
@@ -647,7 +648,7 @@ impl PostBuild<'_> {
             if self.keep_copies && matches!(u, insert::CacheUpdate::DropCopy { .. }) {
                 continue;
             }
-            apply_update(ctx, dist, u, &self.cells);
+            apply_update(ctx, dist, u, &self.cells, !self.keep_copies);
         }
     }
 }
@@ -658,6 +659,7 @@ fn apply_update(
     dist: &mut DistState,
     u: &insert::CacheUpdate,
     cells: &[Arc<dyn AnyCell>],
+    evictable: bool,
 ) {
     let me = ctx.rank;
     let data = match *u {
@@ -691,12 +693,12 @@ fn apply_update(
                     me.0
                 );
             }
-            if let (Some(Owner::Rank(o)), Some(c)) = (owner, &cell) {
+            if let (Some(Owner::Rank(o)), Some(c), true) = (owner, &cell, evictable) {
                 track(ctx, dist, o, me, data, c.packed_size() as u64);
             }
         }
         insert::CacheUpdate::SentSet { dest, .. } => {
-            if let Some(c) = &cell {
+            if let (Some(c), true) = (&cell, evictable) {
                 track(ctx, dist, me, dest, data, c.packed_size() as u64);
             }
         }
