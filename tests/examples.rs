@@ -1,0 +1,19 @@
+//! The examples' cores, run on small clusters: each example's `run` is compiled in here
+//! from `examples/` and checked as `cargo run --example` would check it.
+
+#[path = "../examples/lu.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod lu;
+
+#[test]
+fn lu_explicit_and_implicit_factor_the_matrix() {
+    for version in ["explicit", "implicit"] {
+        for ranks in [1, 3, 4] {
+            let res = lu::run(ranks, version, lu::Lu { nt: 4, bs: 8 }).unwrap();
+            assert!(res < 1e-10, "{version} on {ranks} ranks: {res:e}");
+        }
+    }
+}
