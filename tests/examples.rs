@@ -7,6 +7,12 @@
     reason = "the example's `main` is not called from the tests"
 )]
 mod lu;
+#[path = "../examples/scatter_gather.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod scatter_gather;
 
 #[test]
 fn lu_explicit_and_implicit_factor_the_matrix() {
@@ -15,5 +21,12 @@ fn lu_explicit_and_implicit_factor_the_matrix() {
             let res = lu::run(ranks, version, lu::Lu { nt: 4, bs: 8 }).unwrap();
             assert!(res < 1e-10, "{version} on {ranks} ranks: {res:e}");
         }
+    }
+}
+
+#[test]
+fn scatter_compute_gather_returns_every_block_computed_by_its_owner() {
+    for ranks in [1, 3, 4] {
+        scatter_gather::run(ranks, 7, 16).unwrap();
     }
 }
