@@ -1,6 +1,12 @@
 //! The examples' cores, run on small clusters: each example's `run` is compiled in here
 //! from `examples/` and checked as `cargo run --example` would check it.
 
+#[path = "../examples/complex.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod complex;
 #[path = "../examples/lu.rs"]
 #[allow(
     dead_code,
@@ -28,5 +34,12 @@ fn lu_explicit_and_implicit_factor_the_matrix() {
 fn scatter_compute_gather_returns_every_block_computed_by_its_owner() {
     for ranks in [1, 3, 4] {
         scatter_gather::run(ranks, 7, 16).unwrap();
+    }
+}
+
+#[test]
+fn complex_numbers_cross_ranks_packed_both_ways_and_through_inserts() {
+    for ranks in [1, 2, 3] {
+        complex::run(ranks, 5).unwrap();
     }
 }
