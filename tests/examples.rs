@@ -13,6 +13,12 @@ mod complex;
     reason = "the example's `main` is not called from the tests"
 )]
 mod lu;
+#[path = "../examples/pernode.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod pernode;
 #[path = "../examples/scatter_gather.rs"]
 #[allow(
     dead_code,
@@ -41,5 +47,12 @@ fn scatter_compute_gather_returns_every_block_computed_by_its_owner() {
 fn complex_numbers_cross_ranks_packed_both_ways_and_through_inserts() {
     for ranks in [1, 2, 3] {
         complex::run(ranks, 5).unwrap();
+    }
+}
+
+#[test]
+fn per_node_tasks_run_everywhere_and_move_nothing() {
+    for ranks in [1, 2, 4] {
+        pernode::run(ranks, 6, 5).unwrap();
     }
 }
