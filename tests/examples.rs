@@ -19,6 +19,12 @@ mod lu;
     reason = "the example's `main` is not called from the tests"
 )]
 mod pernode;
+#[path = "../examples/redux.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod redux;
 #[path = "../examples/scatter_gather.rs"]
 #[allow(
     dead_code,
@@ -54,5 +60,14 @@ fn complex_numbers_cross_ranks_packed_both_ways_and_through_inserts() {
 fn per_node_tasks_run_everywhere_and_move_nothing() {
     for ranks in [1, 2, 4] {
         pernode::run(ranks, 6, 5).unwrap();
+    }
+}
+
+#[test]
+fn a_reduced_dot_product_matches_the_sequential_one_flat_tree_and_auto() {
+    for variant in ["flat", "tree", "auto"] {
+        for ranks in [1, 3, 4] {
+            redux::run(ranks, variant, 7, 32).unwrap();
+        }
     }
 }
