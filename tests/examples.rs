@@ -13,6 +13,12 @@ mod complex;
     reason = "the example's `main` is not called from the tests"
 )]
 mod lu;
+#[path = "../examples/migration.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod migration;
 #[path = "../examples/pernode.rs"]
 #[allow(
     dead_code,
@@ -69,5 +75,12 @@ fn a_reduced_dot_product_matches_the_sequential_one_flat_tree_and_auto() {
         for ranks in [1, 3, 4] {
             redux::run(ranks, variant, 7, 32).unwrap();
         }
+    }
+}
+
+#[test]
+fn migrated_cells_change_owner_everywhere_and_tasks_follow_them() {
+    for ranks in [1, 2, 4] {
+        migration::run(ranks, 9, 2).unwrap();
     }
 }
