@@ -84,3 +84,39 @@ fn migrated_cells_change_owner_everywhere_and_tasks_follow_them() {
         migration::run(ranks, 9, 2).unwrap();
     }
 }
+
+/// The implicit LU and the migrations with the cache off and with a tiny byte budget for
+/// received copies: the environment is read at start-up, so each setting runs in a child
+/// process of this test binary.
+#[test]
+fn examples_hold_with_the_cache_off_and_with_a_tiny_budget() {
+    if std::env::var("STARLING_EXAMPLES_CHILD").is_ok() {
+        lu::run(4, "implicit", lu::Lu { nt: 4, bs: 8 }).unwrap();
+        migration::run(4, 12, 2).unwrap();
+        return;
+    }
+    for (var, value) in [
+        ("STARLING_MPI_CACHE", "0"),
+        ("STARLING_MPI_CACHE_BUDGET", "200"),
+    ] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "examples_hold_with_the_cache_off_and_with_a_tiny_budget",
+                "--exact",
+            ])
+            .env("STARLING_EXAMPLES_CHILD", "1")
+            .env(var, value)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{var}={value}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("1 passed"),
+            "{var}={value}: the child ran no test: {text}"
+        );
+    }
+}
