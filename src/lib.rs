@@ -10,7 +10,9 @@
 //!   point-to-point call on a [`Context`], and [`run_local`], which runs an SPMD closure on
 //!   N ranks held in this process — the embedded default, no MPI needed;
 //! * [`sim`]: a seeded, deterministic cluster of bare protocol engines in one thread, with
-//!   MPI's per-pair message order, for protocol tests that replay from a seed.
+//!   MPI's per-pair message order, for protocol tests that replay from a seed;
+//! * [`comm_matrix`]: reads the ranks' communication statistics reports back into a
+//!   rank × rank matrix (the `comm-matrix` binary, feature `comm-matrix`, draws it).
 //!
 //! The features `mpi` and `cuda` add the MPI transport and the CUDA device as they are
 //! built (see the README's status table).
@@ -24,6 +26,8 @@ pub use starling_std::{
     ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data, interfaces, rank, run_fake,
     run_local, run_local_with, sim, transport,
 };
+
+pub mod comm_matrix;
 
 #[cfg(feature = "mpi")]
 pub use starling_mpi as mpi;

@@ -27,6 +27,11 @@ pub struct ClusterConfig {
     /// Count payload bytes per peer, and print each rank's table at shutdown
     /// (`STARLING_COMM_STATS=1`).
     pub stats: bool,
+    /// Also write each rank's statistics report to `<dir>/rank<N>.txt` at shutdown (the
+    /// directory is created), for the `comm-matrix` tool (`STARLING_COMM_STATS_DIR=<dir>`).
+    /// Takes effect with [`stats`](Self::stats) on; [`from_env`](Self::from_env) turns
+    /// `stats` on when the variable is set.
+    pub stats_dir: Option<std::path::PathBuf>,
     /// Print every transmission and completion to stderr (`STARLING_MPI_COMM=1`).
     pub trace: bool,
     /// Sends acquire their data for writing, so no task reads it during a send (the
@@ -50,6 +55,7 @@ impl Default for ClusterConfig {
             tag_ub: MIN_TAG_UB,
             communication_tag: DEFAULT_BASE,
             stats: false,
+            stats_dir: None,
             trace: false,
             pedantic_isend: false,
             shutdown_grace: Duration::from_millis(50),
@@ -60,12 +66,17 @@ impl Default for ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// The defaults, overridden by the environment as [`RankConfig::from_env`] reads it.
+    /// The defaults, overridden by the environment as [`RankConfig::from_env`] reads it,
+    /// and by `STARLING_COMM_STATS_DIR` ([`stats_dir`](Self::stats_dir)).
     pub fn from_env() -> Self {
         let r = RankConfig::from_env();
+        let stats_dir = std::env::var_os("STARLING_COMM_STATS_DIR")
+            .filter(|d| !d.is_empty())
+            .map(std::path::PathBuf::from);
         Self {
             runtime: r.runtime,
-            stats: r.stats,
+            stats: r.stats || stats_dir.is_some(),
+            stats_dir,
             trace: r.trace,
             priorities: r.priorities,
             max_inflight_sends: r.max_inflight_sends,
@@ -346,7 +357,20 @@ where
         ));
     }
     if config.stats {
-        eprint!("{}", runner.stats_report());
+        let report = runner.stats_report();
+        eprint!("{report}");
+        if let Some(dir) = &config.stats_dir {
+            let path = dir.join(format!("rank{}.txt", rank.0));
+            if let Err(e) =
+                std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &report))
+            {
+                eprintln!(
+                    "starling: rank {}: cannot write {}: {e}",
+                    rank.0,
+                    path.display()
+                );
+            }
+        }
     }
     quiesce.rendezvous.wait();
     runner.stop();
