@@ -29,8 +29,7 @@ pub struct ClusterConfig {
     pub stats: bool,
     /// Also write each rank's statistics report to `<dir>/rank<N>.txt` at shutdown (the
     /// directory is created), for the `comm-matrix` tool (`STARLING_COMM_STATS_DIR=<dir>`).
-    /// Takes effect with [`stats`](Self::stats) on; [`from_env`](Self::from_env) turns
-    /// `stats` on when the variable is set.
+    /// Setting it turns the statistics on.
     pub stats_dir: Option<std::path::PathBuf>,
     /// Print every transmission and completion to stderr (`STARLING_MPI_COMM=1`).
     pub trace: bool,
@@ -89,7 +88,7 @@ impl ClusterConfig {
         RankConfig {
             runtime: self.runtime.clone(),
             communication_tag: self.communication_tag,
-            stats: self.stats,
+            stats: self.stats || self.stats_dir.is_some(),
             trace: self.trace,
             pedantic_isend: self.pedantic_isend,
             priorities: self.priorities,
@@ -356,7 +355,7 @@ where
             rank.0
         ));
     }
-    if config.stats {
+    if config.stats || config.stats_dir.is_some() {
         let report = runner.stats_report();
         eprint!("{report}");
         if let Some(dir) = &config.stats_dir {

@@ -179,7 +179,7 @@ impl Context {
     /// (`starpu_mpi_get_data_on_node`). Every rank calls it; cache-aware.
     ///
     /// # Errors
-    /// As for [`InsertBuilder::submit`].
+    /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
     pub fn get_data_on_node<I: Interface>(
         &self,
         h: &Handle<I>,
@@ -196,7 +196,7 @@ impl Context {
     /// `node` once it arrived (`starpu_mpi_get_data_on_node_detached`).
     ///
     /// # Errors
-    /// As for [`InsertBuilder::submit`].
+    /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
     pub fn get_data_on_node_detached<I: Interface>(
         &self,
         h: &Handle<I>,
@@ -215,7 +215,7 @@ impl Context {
     /// (`starpu_mpi_get_data_on_all_nodes_detached`).
     ///
     /// # Errors
-    /// As for [`InsertBuilder::submit`].
+    /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
     pub fn get_data_on_all_nodes_detached<I: Interface>(
         &self,
         h: &Handle<I>,
@@ -234,7 +234,7 @@ impl Context {
     /// rank calls it at the same point of the flow.
     ///
     /// # Errors
-    /// As for [`InsertBuilder::submit`] and [`Context::set_data_owner`].
+    /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit) and [`Context::set_data_owner`].
     pub fn migrate<I: Interface>(&self, h: &Handle<I>, new_owner: Rank) -> Result<(), InsertError> {
         if self.data_owner(h) == Some(Owner::Rank(new_owner)) {
             return Ok(());
@@ -252,7 +252,7 @@ impl Context {
     /// Every rank calls it; `callback` runs on `dst`'s owner when the copy is done.
     ///
     /// # Errors
-    /// As for [`InsertBuilder::submit`].
+    /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
     pub fn data_cpy<I: Interface + Clone>(
         &self,
         dst: &Handle<I>,
@@ -276,7 +276,7 @@ impl Context {
     /// sends; on every other rank, `callback` runs once after all its receives.
     ///
     /// # Errors
-    /// [`InsertError::NotRegistered`]; [`CommError`] for a bad root.
+    /// [`InsertError::NotRegistered`]; [`crate::CommError`] for a bad root.
     pub fn scatter_detached(
         &self,
         handles: &[crate::context::AnyHandle],
