@@ -1,0 +1,414 @@
+//! Tiled Cholesky factorization (`A = L·Lᵀ`) with the insert-task utility, on the
+//! in-process cluster (no MPI needed), checked against `A` (the reference's
+//! `mpi/examples/matrix_decomposition`).
+//!
+//! The symmetric positive definite matrix `A = H + n·I` (`H` the Hilbert matrix,
+//! `h_ij = 1 / (i + j + 1)`, as in the reference's example) of order `n` is cut into
+//! `NT × NT` tiles of `nb × nb` (`Matrix<f64>`, column-major, `ld = nb`); only the lower
+//! tiles are registered. The tiles are distributed 2-D block-cyclically over a `P × Q`
+//! grid of the ranks: tile (m, k) belongs to rank `(m mod P)·Q + k mod Q`. Every rank
+//! inserts the right-looking algorithm's tasks in the same order:
+//!
+//! ```text
+//! for k in 0..NT:
+//!     POTRF  A[k][k] ← chol(A[k][k])                       priority 2·NT − 2k
+//!     TRSM   A[m][k] ← A[m][k] · A[k][k]⁻ᵀ     (m > k)     priority 2·NT − 2k − m
+//!     flush  A[k][k]                          (its last use)
+//!     SYRK   A[n][n] ← A[n][n] − A[n][k]·A[n][k]ᵀ (n > k)  priority 2·NT − 2k − 2n
+//!     GEMM   A[m][n] ← A[m][n] − A[m][k]·A[n][k]ᵀ (m > n > k) priority 2·NT − 2k − m − n
+//!     flush  A[m][k]                          (m > k, their last use)
+//! ```
+//!
+//! (the priorities of the reference's `cholesky_implicit`: the panel, the critical path,
+//! goes first). The owner of the written tile runs each task; the runtime moves the panel
+//! tiles to the ranks that need them, once per rank thanks to its communication cache, and
+//! the flushes free those copies after their last use. The tile kernels are `faer`'s
+//! (pure Rust, sequential: `Par::Seq`), called on views over the tiles' storage.
+//!
+//! The run prints the factorization's wall time and GFlop/s (`n³/3` flops), then gathers
+//! the tiles on rank 0 (`get_data_on_node`), which checks `‖A − L·Lᵀ‖_F / ‖A‖_F < 1e-10`;
+//! the example exits non-zero when the check fails (it always runs; `--check` is accepted
+//! for the reference's command line) or when the cluster shuts down with leftovers.
+//!
+//! ```sh
+//! cargo run --release --example cholesky -- [ranks] [n] [nb] [--check]
+//! ```
+//!
+//! The worker count per rank comes from `STARLING_NCPU` (default: the machine's cores).
+
+use core::time::Duration;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
+use faer::linalg::matmul::matmul;
+use faer::linalg::matmul::triangular::{self, BlockStructure};
+use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
+use faer::{Accum, Mat, MatMut, MatRef, Par};
+use starling::core::{AccessMode, Owner, Rank, Tag};
+use starling::interfaces::Matrix;
+use starling::{Codelet, Context, Handle, InsertError, run_local};
+
+/// The problem: `ranks` ranks factor a matrix of order `n` in tiles of order `nb`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Params {
+    pub(crate) ranks: u32,
+    pub(crate) n: usize,
+    pub(crate) nb: usize,
+}
+
+impl Params {
+    /// Tiles per row and per column.
+    pub(crate) fn nt(&self) -> usize {
+        self.n / self.nb
+    }
+
+    /// The process grid `P × Q = ranks`: `P` the largest divisor of `ranks` not above its
+    /// square root.
+    pub(crate) fn grid(&self) -> (u32, u32) {
+        let p = (1..=self.ranks)
+            .take_while(|p| p * p <= self.ranks)
+            .filter(|p| self.ranks.is_multiple_of(*p))
+            .last()
+            .unwrap_or(1);
+        (p, self.ranks / p)
+    }
+
+    /// The owner of tile (m, k): 2-D block-cyclic over the `P × Q` grid.
+    pub(crate) fn owner(&self, m: usize, k: usize) -> Rank {
+        let (p, q) = self.grid();
+        Rank((m as u32 % p) * q + k as u32 % q)
+    }
+
+    /// Floating-point operations of the factorization, as the reference counts them.
+    pub(crate) fn flops(&self) -> f64 {
+        let n = self.n as f64;
+        n * n * n / 3.0
+    }
+}
+
+/// Element (i, j) of `A = H + n·I`.
+pub(crate) fn element(n: usize, i: usize, j: usize) -> f64 {
+    let h = 1.0 / (i + j + 1) as f64;
+    if i == j { h + n as f64 } else { h }
+}
+
+/// Tile (m, k) of `A`, column-major with `ld = nb`.
+pub(crate) fn tile(p: &Params, m: usize, k: usize) -> Vec<f64> {
+    let nb = p.nb;
+    let mut t = vec![0.0; nb * nb];
+    for j in 0..nb {
+        for i in 0..nb {
+            t[i + j * nb] = element(p.n, m * nb + i, k * nb + j);
+        }
+    }
+    t
+}
+
+// ----- the tile kernels (faer, sequential) -------------------------------------------------
+
+/// The view of a tile's storage as an `nx × ny` matrix with leading dimension `ld`.
+fn view(t: &Matrix<f64>) -> MatRef<'_, f64> {
+    MatRef::from_column_major_slice_with_stride(t.as_slice(), t.nx(), t.ny(), t.ld())
+}
+
+/// The writable view of a tile's storage.
+fn view_mut(t: &mut Matrix<f64>) -> MatMut<'_, f64> {
+    let (nx, ny, ld) = (t.nx(), t.ny(), t.ld());
+    MatMut::from_column_major_slice_with_stride_mut(t.as_mut_slice(), nx, ny, ld)
+}
+
+/// POTRF: the lower triangle of `a` becomes its Cholesky factor `L` (`a = L·Lᵀ`); the
+/// strict upper triangle is left as it was.
+///
+/// # Panics
+/// When `a` is not positive definite.
+pub(crate) fn potrf(a: MatMut<'_, f64>) {
+    let nb = a.nrows();
+    let mut buf = MemBuffer::new(cholesky_in_place_scratch::<f64>(
+        nb,
+        Par::Seq,
+        Default::default(),
+    ));
+    cholesky_in_place(
+        a,
+        Default::default(),
+        Par::Seq,
+        MemStack::new(&mut buf),
+        Default::default(),
+    )
+    .expect("a diagonal tile is not positive definite");
+}
+
+/// TRSM: `b ← b·L⁻ᵀ` for the lower triangle `L` of `l` (solved as `L·bᵀ = bᵀ`).
+pub(crate) fn trsm(l: MatRef<'_, f64>, b: MatMut<'_, f64>) {
+    solve_lower_triangular_in_place(l, b.transpose_mut(), Par::Seq);
+}
+
+/// SYRK: `c ← c − a·aᵀ`, on the lower triangle of `c` only.
+pub(crate) fn syrk(a: MatRef<'_, f64>, c: MatMut<'_, f64>) {
+    triangular::matmul(
+        c,
+        BlockStructure::TriangularLower,
+        Accum::Add,
+        a,
+        BlockStructure::Rectangular,
+        a.transpose(),
+        BlockStructure::Rectangular,
+        -1.0,
+        Par::Seq,
+    );
+}
+
+/// GEMM: `c ← c − a·bᵀ`.
+pub(crate) fn gemm(a: MatRef<'_, f64>, b: MatRef<'_, f64>, c: MatMut<'_, f64>) {
+    matmul(c, Accum::Add, a, b.transpose(), -1.0, Par::Seq);
+}
+
+// ----- the distributed factorization ------------------------------------------------------
+
+/// The lower tiles of `A` as registered handles: `tiles[m][k]` for `k ≤ m`.
+pub(crate) type Tiles = Vec<Vec<Handle<Matrix<f64>>>>;
+
+/// Registers the lower tiles on every rank, with the same tags and owners; the owner
+/// allocates and fills its tiles now, the other ranks allocate a copy on first use.
+///
+/// # Errors
+/// [`InsertError`] from the registration (a tag in use, a rank out of range).
+pub(crate) fn register_tiles(ctx: &Context, p: &Params) -> Result<Tiles, InsertError> {
+    let nt = p.nt();
+    let params = *p;
+    let mut tiles = Vec::with_capacity(nt);
+    for m in 0..nt {
+        let mut row = Vec::with_capacity(m + 1);
+        for k in 0..=m {
+            let owner = p.owner(m, k);
+            let mine = owner == ctx.rank();
+            let nb = p.nb;
+            let h =
+                ctx.register_owned(Tag((m * nt + k) as i64), Owner::Rank(owner), move || {
+                    let data = if mine {
+                        tile(&params, m, k)
+                    } else {
+                        vec![0.0; nb * nb]
+                    };
+                    Matrix::new(nb, nb, nb, data).expect("a tile is nb × nb")
+                })?;
+            row.push(h);
+        }
+        tiles.push(row);
+    }
+    Ok(tiles)
+}
+
+/// The four tile codelets.
+pub(crate) struct Codelets {
+    potrf: Codelet,
+    trsm: Codelet,
+    syrk: Codelet,
+    gemm: Codelet,
+}
+
+impl Codelets {
+    pub(crate) fn new() -> Self {
+        Self {
+            potrf: Codelet::new("potrf", |b| potrf(view_mut(&mut b.w::<Matrix<f64>>(0)))),
+            trsm: Codelet::new("trsm", |b| {
+                let l = b.r::<Matrix<f64>>(0);
+                trsm(view(&l), view_mut(&mut b.w::<Matrix<f64>>(1)));
+            }),
+            syrk: Codelet::new("syrk", |b| {
+                let a = b.r::<Matrix<f64>>(0);
+                syrk(view(&a), view_mut(&mut b.w::<Matrix<f64>>(1)));
+            }),
+            gemm: Codelet::new("gemm", |b| {
+                let (a, bt) = (b.r::<Matrix<f64>>(0), b.r::<Matrix<f64>>(1));
+                gemm(view(&a), view(&bt), view_mut(&mut b.w::<Matrix<f64>>(2)));
+            }),
+        }
+    }
+}
+
+/// Inserts the factorization's tasks (every rank, in the same order); returns without
+/// waiting for them.
+///
+/// # Errors
+/// [`InsertError`] from an insert.
+pub(crate) fn factorize(
+    ctx: &Context,
+    p: &Params,
+    tiles: &Tiles,
+    cl: &Codelets,
+) -> Result<(), InsertError> {
+    let nt = p.nt();
+    let prio = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
+    for k in 0..nt {
+        let two = 2 * nt - 2 * k;
+        ctx.insert(&cl.potrf)
+            .rw(&tiles[k][k])
+            .priority(prio(two))
+            .submit()?;
+        for m in k + 1..nt {
+            ctx.insert(&cl.trsm)
+                .r(&tiles[k][k])
+                .rw(&tiles[m][k])
+                .priority(prio(two - m))
+                .submit()?;
+        }
+        ctx.flush(&tiles[k][k]);
+        for n in k + 1..nt {
+            ctx.insert(&cl.syrk)
+                .r(&tiles[n][k])
+                .rw(&tiles[n][n])
+                .priority(prio(two - 2 * n))
+                .submit()?;
+            for m in n + 1..nt {
+                ctx.insert(&cl.gemm)
+                    .r(&tiles[m][k])
+                    .r(&tiles[n][k])
+                    .rw(&tiles[m][n])
+                    .priority(prio(two - m - n))
+                    .submit()?;
+            }
+        }
+        for row in tiles.iter().skip(k + 1) {
+            ctx.flush(&row[k]);
+        }
+    }
+    Ok(())
+}
+
+/// One rank's run: register, factor (timed between two barriers), gather on rank 0.
+/// Rank 0 returns the wall time and `L` (column-major, `n × n`).
+fn distributed(ctx: &Context, p: &Params) -> Result<Option<(Duration, Vec<f64>)>, InsertError> {
+    let tiles = register_tiles(ctx, p)?;
+    let cl = Codelets::new();
+    ctx.wait_for_all();
+    ctx.barrier();
+    let start = Instant::now();
+    factorize(ctx, p, &tiles, &cl)?;
+    ctx.wait_for_all();
+    ctx.barrier();
+    let elapsed = start.elapsed();
+    for row in &tiles {
+        for h in row {
+            ctx.get_data_on_node(h, Rank(0))?;
+        }
+    }
+    if ctx.rank() != Rank(0) {
+        return Ok(None);
+    }
+    let (n, nb) = (p.n, p.nb);
+    let mut l = vec![0.0; n * n];
+    for (m, row) in tiles.iter().enumerate() {
+        for (k, h) in row.iter().enumerate() {
+            let t = ctx.acquire(h, AccessMode::R);
+            let t = t.get();
+            for j in 0..nb {
+                // Diagonal tiles: only the lower triangle holds L.
+                let first = if m == k { j } else { 0 };
+                for i in first..nb {
+                    l[(m * nb + i) + (k * nb + j) * n] = t.get(i, j);
+                }
+            }
+        }
+    }
+    Ok(Some((elapsed, l)))
+}
+
+/// `‖A − L·Lᵀ‖_F / ‖A‖_F` for `L` column-major `n × n`.
+fn residual(n: usize, l: &[f64]) -> f64 {
+    let l = MatRef::from_column_major_slice(l, n, n);
+    let a = Mat::from_fn(n, n, |i, j| element(n, i, j));
+    let mut r = a.clone();
+    matmul(r.as_mut(), Accum::Add, l, l.transpose(), -1.0, Par::Seq);
+    let frobenius = |m: MatRef<'_, f64>| {
+        let mut s = 0.0;
+        for j in 0..n {
+            for i in 0..n {
+                s += m[(i, j)] * m[(i, j)];
+            }
+        }
+        s.sqrt()
+    };
+    frobenius(r.as_ref()) / frobenius(a.as_ref())
+}
+
+fn parse() -> Result<Params, String> {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--check")
+        .collect();
+    let num = |i: usize, default: usize| -> Result<usize, String> {
+        args.get(i).map_or(Ok(default), |s| {
+            s.parse()
+                .map_err(|_| format!("argument {}: `{s}` is not a number", i + 1))
+        })
+    };
+    let p = Params {
+        ranks: u32::try_from(num(0, 2)?).map_err(|_| "too many ranks".to_string())?,
+        n: num(1, 512)?,
+        nb: num(2, 128)?,
+    };
+    if p.ranks == 0 || p.nb == 0 || p.n == 0 || !p.n.is_multiple_of(p.nb) {
+        return Err("need ranks ≥ 1 and n a positive multiple of nb".into());
+    }
+    Ok(p)
+}
+
+fn main() -> ExitCode {
+    let p = match parse() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cholesky: {e}");
+            eprintln!("usage: cholesky [ranks] [n] [nb] [--check]");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (gp, gq) = p.grid();
+    println!(
+        "cholesky: n = {}, nb = {} ({} × {} tiles), {} rank(s) on a {gp} × {gq} grid",
+        p.n,
+        p.nb,
+        p.nt(),
+        p.nt(),
+        p.ranks
+    );
+    let out = match run_local(p.ranks, move |ctx| distributed(ctx, &p)) {
+        Ok(out) => out,
+        Err(e) => {
+            let e: String = e.to_string().chars().take(2000).collect();
+            eprintln!("cholesky: FAILED: the cluster did not shut down cleanly: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut result = None;
+    for (rank, r) in out.into_iter().enumerate() {
+        match r {
+            Ok(r) => result = result.or(r),
+            Err(e) => {
+                eprintln!("cholesky: FAILED on rank {rank}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let Some((elapsed, l)) = result else {
+        eprintln!("cholesky: FAILED: rank 0 returned no factor");
+        return ExitCode::FAILURE;
+    };
+    let secs = elapsed.as_secs_f64();
+    println!(
+        "factorization: {:.1} ms, {:.2} GFlop/s",
+        secs * 1e3,
+        p.flops() / secs / 1e9
+    );
+    let r = residual(p.n, &l);
+    if r.is_finite() && r < 1e-10 {
+        println!("OK: ‖A − L·Lᵀ‖_F / ‖A‖_F = {r:.3e} < 1e-10");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("cholesky: FAILED: ‖A − L·Lᵀ‖_F / ‖A‖_F = {r:.3e} (want < 1e-10)");
+        ExitCode::FAILURE
+    }
+}
