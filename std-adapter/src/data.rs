@@ -250,7 +250,10 @@ pub(crate) trait AnyCell: Send + Sync {
 
 /// Ids of temporary handles the runtime makes (reduction buffers): a range of their own,
 /// above every id a context hands out.
-static TEMPORARY_IDS: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0x8000_0000);
+// A plain atomic, not the `sync` shim: a static needs a `const` constructor, and this
+// counter is no structure the loom models check.
+static TEMPORARY_IDS: core::sync::atomic::AtomicU32 =
+    core::sync::atomic::AtomicU32::new(0x8000_0000);
 
 impl<I: Interface> AnyCell for Cell<I> {
     fn id(&self) -> DataId {
@@ -297,7 +300,7 @@ impl<I: Interface> AnyCell for Cell<I> {
 
     fn same_shape(&self) -> Option<Arc<dyn AnyCell>> {
         let factory = self.read().shape()?;
-        let id = DataId(TEMPORARY_IDS.fetch_add(1, crate::sync::Ordering::SeqCst));
+        let id = DataId(TEMPORARY_IDS.fetch_add(1, core::sync::atomic::Ordering::SeqCst));
         Some(Arc::new(Self::lazy(id, factory)))
     }
 }
