@@ -1,0 +1,484 @@
+//! [`MpiTransport`]: the runtime's [`Transport`] over MPI.
+//!
+//! One transport per process, built, driven and dropped on the rank's progression thread
+//! (see [`starling_std::RankRunner::start`]): every MPI call of Starling happens there.
+//!
+//! * **Communicators.** The engine's [`CommId`] `k` is the `k`-th duplicate of
+//!   `MPI_COMM_WORLD` (`MPI_Comm_dup`), never the application's communicator (internals
+//!   §12.11): `CommId(0)` is the world's duplicate, and [`Context::comm_dup`] numbers the
+//!   others. Every rank creates a pool of them at start-up (collectively, in the same
+//!   order); a `CommId` beyond the pool is duplicated when this rank first uses it, in
+//!   `CommId` order (see [`MpiConfig::communicators`]).
+//! * **Envelopes** are found with `MPI_Improbe` on the envelope tag from any source, on
+//!   each communicator this rank has used, and received with `MPI_Imrecv` into a buffer
+//!   of the probed size. They are handed to the engine in probe order, one at a time, so
+//!   the engine posts the payload receive of one envelope before it sees the next
+//!   (internals §3.4).
+//! * **Payloads** travel with `MPI_Isend`/`MPI_Irecv` on the physical tags the engine
+//!   gives, from buffers the transport owns until `MPI_Test` says the request completed
+//!   (rsmpi panics when an unfinished request is dropped). A payload longer than
+//!   [`MpiConfig::max_message`] (at most `i32::MAX` bytes, MPI's count type) is split
+//!   into chunks of that size, alike on both sides.
+//! * **Barriers** are `MPI_Ibarrier`s, tested like any request: the progression thread
+//!   never blocks in MPI.
+//!
+//! [`Context::comm_dup`]: starling_std::Context::comm_dup
+//! [`MpiConfig::communicators`]: crate::MpiConfig::communicators
+//! [`MpiConfig::max_message`]: crate::MpiConfig::max_message
+
+use core::ffi::c_int;
+use core::sync::atomic::{AtomicBool, Ordering};
+use core::time::Duration;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use mpi::Threading;
+use mpi::collective::CommunicatorCollectives;
+use mpi::datatype::Equivalence;
+use mpi::environment::Universe;
+use mpi::point_to_point::{Destination, Source};
+use mpi::raw::AsRaw;
+use mpi::request::{Request, StaticScope};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use starling_core::{CommId, PhysTag, Rank, ReqId};
+use starling_std::Transport;
+use starling_std::transport::Completion;
+
+use crate::MpiError;
+use crate::lent::{Lent, split, split_mut};
+
+/// A payload request: its chunks' requests (`None` once completed) and its buffer.
+struct Op {
+    reqs: Vec<Option<Request<'static, [u8]>>>,
+    lent: Lent,
+    /// Bytes received so far (receives).
+    got: usize,
+}
+
+impl Op {
+    /// Tests every unfinished chunk; whether all have completed.
+    fn test(&mut self) -> bool {
+        let mut done = true;
+        for slot in &mut self.reqs {
+            if let Some(r) = slot.take() {
+                match r.test() {
+                    Ok(status) => self.got += count(&status),
+                    Err(r) => {
+                        *slot = Some(r);
+                        done = false;
+                    }
+                }
+            }
+        }
+        done
+    }
+
+    /// Gives up on the unfinished chunks (an abnormal shutdown): their requests and the
+    /// buffer are leaked, since MPI may still use them.
+    fn abandon(self) {
+        for r in self.reqs.into_iter().flatten() {
+            core::mem::forget(r);
+        }
+    }
+}
+
+/// The bytes a completed request moved.
+fn count(status: &mpi::point_to_point::Status) -> usize {
+    usize::try_from(status.count(u8::equivalent_datatype())).unwrap_or(0)
+}
+
+/// Something to hand to the engine in order: an envelope being received, or a barrier
+/// that completed.
+enum Arrival {
+    Envelope { source: Rank, comm: CommId, op: Op },
+    Barrier(u64),
+}
+
+/// One of Starling's communicators.
+struct Comm {
+    comm: SimpleCommunicator,
+    /// Whether this rank probes it for envelopes (it used it, or shutdown is near).
+    active: bool,
+}
+
+/// What [`MpiTransport::new`] needs.
+pub(crate) struct Settings {
+    pub(crate) threading: Threading,
+    pub(crate) communicators: u16,
+    pub(crate) max_message: usize,
+    /// Set when the rank is dropped without a clean shutdown: do not finalize MPI.
+    pub(crate) abandon: Arc<AtomicBool>,
+}
+
+/// The runtime's [`Transport`] over MPI (see the [module docs](self)).
+///
+/// Built by [`crate::init`] on the progression thread; applications do not make one.
+pub struct MpiTransport {
+    rank: Rank,
+    size: u32,
+    tag_ub: i32,
+    envelope_tag: Option<i32>,
+    max_message: usize,
+    comms: Vec<Comm>,
+    pool: usize,
+    sends: Vec<(Option<ReqId>, Op)>,
+    recvs: Vec<(ReqId, Op)>,
+    arrivals: VecDeque<Arrival>,
+    barriers: VecDeque<(u64, Request<'static, ()>)>,
+    ready: VecDeque<Completion>,
+    abandon: Arc<AtomicBool>,
+    /// `Some` when Starling initialised MPI: dropping it finalizes MPI.
+    universe: Option<Universe>,
+}
+
+impl core::fmt::Debug for MpiTransport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MpiTransport")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("tag_ub", &self.tag_ub)
+            .field("communicators", &self.comms.len())
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the MPI handles inside (communicators, requests: raw pointers with Open MPI)
+// make the type `!Send` by default. Moving the transport moves the exclusive ownership
+// of all of them, so no two threads ever call MPI through it at once; and `new` only
+// succeeds once MPI provides at least `MPI_THREAD_SERIALIZED`, which allows MPI calls from
+// any thread as long as they are not concurrent. (In practice the transport never moves:
+// it is built, used and dropped on the progression thread.)
+unsafe impl Send for MpiTransport {}
+
+impl MpiTransport {
+    /// Initialises MPI (or adopts the application's), checks the thread level, and
+    /// duplicates the world communicator into the pool of Starling's communicators.
+    pub(crate) fn new(settings: Settings) -> Result<Self, MpiError> {
+        let required = settings.threading;
+        let universe = if mpi::environment::is_initialized() {
+            if mpi::environment::is_finalized() {
+                return Err(MpiError::Finalized);
+            }
+            let provided = mpi::environment::threading_support();
+            if provided < required {
+                return Err(MpiError::Threading { required, provided });
+            }
+            None
+        } else {
+            let Some((universe, provided)) = mpi::initialize_with_threading(required) else {
+                return Err(MpiError::Finalized);
+            };
+            if provided < required {
+                return Err(MpiError::Threading { required, provided });
+            }
+            Some(universe)
+        };
+        let world = SimpleCommunicator::world();
+        let tag_ub = read_tag_ub(&world).ok_or(MpiError::TagUb)?;
+        let pool = usize::from(settings.communicators.max(1));
+        let comms: Vec<Comm> = (0..pool)
+            .map(|i| Comm {
+                comm: world.duplicate(),
+                active: i == 0,
+            })
+            .collect();
+        let rank = Rank(u32::try_from(comms[0].comm.rank()).unwrap_or(0));
+        let size = u32::try_from(comms[0].comm.size()).unwrap_or(1);
+        Ok(Self {
+            rank,
+            size,
+            tag_ub,
+            envelope_tag: None,
+            max_message: settings.max_message.clamp(1, i32::MAX as usize),
+            comms,
+            pool,
+            sends: Vec::new(),
+            recvs: Vec::new(),
+            arrivals: VecDeque::new(),
+            barriers: VecDeque::new(),
+            ready: VecDeque::new(),
+            abandon: settings.abandon,
+            universe,
+        })
+    }
+
+    /// The MPI duplicate of `id`, created (in `CommId` order) if this rank never used it.
+    fn comm(&mut self, id: CommId) -> &SimpleCommunicator {
+        let i = usize::from(id.0);
+        while self.comms.len() <= i {
+            if self.comms.len() == self.pool {
+                eprintln!(
+                    "[starling-mpi][{}] communicator {} is beyond the {} created at start-up \
+                     (STARLING_MPI_COMMS): duplicating more now, which blocks until every \
+                     rank uses them",
+                    self.rank.0, id.0, self.pool
+                );
+            }
+            let comm = self.comms[0].comm.duplicate();
+            self.comms.push(Comm {
+                comm,
+                active: false,
+            });
+        }
+        let c = &mut self.comms[i];
+        c.active = true;
+        &c.comm
+    }
+
+    fn has_pending(&self) -> bool {
+        !(self.sends.is_empty()
+            && self.recvs.is_empty()
+            && self.arrivals.is_empty()
+            && self.barriers.is_empty())
+    }
+
+    /// One sweep: tests every request, probes for envelopes, and queues what completed.
+    fn progress(&mut self) {
+        // Barriers first: an envelope sent before a peer entered the barrier is probed
+        // below, after the barrier completed, so it reaches the engine before the barrier.
+        let mut barriers_done = Vec::new();
+        while let Some((token, req)) = self.barriers.pop_front() {
+            match req.test() {
+                Ok(_) => barriers_done.push(token),
+                Err(req) => {
+                    self.barriers.push_front((token, req));
+                    break;
+                }
+            }
+        }
+        let mut i = 0;
+        while i < self.sends.len() {
+            if self.sends[i].1.test() {
+                let (token, op) = self.sends.swap_remove(i);
+                // SAFETY: every chunk's request completed (`test` returned true).
+                drop(unsafe { op.lent.take() });
+                if let Some(t) = token {
+                    self.ready.push_back(Completion::Sent(t));
+                }
+            } else {
+                i += 1;
+            }
+        }
+        let mut i = 0;
+        while i < self.recvs.len() {
+            if self.recvs[i].1.test() {
+                let (token, op) = self.recvs.swap_remove(i);
+                let got = op.got;
+                // SAFETY: every chunk's request completed (`test` returned true).
+                let mut bytes = unsafe { op.lent.take() };
+                bytes.truncate(got);
+                self.ready.push_back(Completion::Received(token, bytes));
+            } else {
+                i += 1;
+            }
+        }
+        self.probe();
+        self.arrivals
+            .extend(barriers_done.into_iter().map(Arrival::Barrier));
+        self.drain_arrivals();
+    }
+
+    /// Receives every envelope waiting on an active communicator.
+    fn probe(&mut self) {
+        let Some(tag) = self.envelope_tag else {
+            return;
+        };
+        for (id, c) in self.comms.iter().enumerate() {
+            if !c.active {
+                continue;
+            }
+            while let Some((msg, status)) =
+                c.comm.any_process().immediate_matched_probe_with_tag(tag)
+            {
+                let (lent, buf) = Lent::new(vec![0u8; count(&status)]);
+                let req = msg.immediate_matched_receive_into(StaticScope, buf);
+                self.arrivals.push_back(Arrival::Envelope {
+                    source: Rank(u32::try_from(status.source_rank()).unwrap_or(0)),
+                    comm: CommId(u16::try_from(id).unwrap_or(u16::MAX)),
+                    op: Op {
+                        reqs: vec![Some(req)],
+                        lent,
+                        got: 0,
+                    },
+                });
+            }
+        }
+    }
+
+    /// Moves the arrivals that completed, in order, to the completions.
+    fn drain_arrivals(&mut self) {
+        while let Some(front) = self.arrivals.front_mut() {
+            match front {
+                Arrival::Envelope { op, .. } => {
+                    if !op.test() {
+                        break;
+                    }
+                }
+                Arrival::Barrier(_) => {}
+            }
+            match self.arrivals.pop_front() {
+                Some(Arrival::Envelope { source, comm, op }) => {
+                    let got = op.got;
+                    // SAFETY: the envelope's receive completed (`test` returned true).
+                    let mut bytes = unsafe { op.lent.take() };
+                    bytes.truncate(got);
+                    self.ready.push_back(Completion::Envelope {
+                        source,
+                        comm,
+                        bytes,
+                    });
+                }
+                Some(Arrival::Barrier(token)) => self.ready.push_back(Completion::Barrier(token)),
+                None => break,
+            }
+        }
+    }
+}
+
+/// Reads `MPI_TAG_UB`, which rsmpi does not wrap.
+fn read_tag_ub(world: &SimpleCommunicator) -> Option<i32> {
+    let mut value: *mut c_int = core::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: MPI is initialised; `MPI_TAG_UB` is a predefined attribute of every
+    // communicator whose value is a pointer to an `int` owned by MPI; `value` and `flag`
+    // are valid for writes of the types MPI_Comm_get_attr writes.
+    unsafe {
+        mpi::ffi::MPI_Comm_get_attr(
+            world.as_raw(),
+            mpi::ffi::MPI_TAG_UB as c_int,
+            (&raw mut value).cast(),
+            &raw mut flag,
+        );
+    }
+    if flag == 0 || value.is_null() {
+        return None;
+    }
+    // SAFETY: the attribute is set (`flag`), so `value` points to MPI's `int`, valid until
+    // MPI_Finalize.
+    Some(unsafe { *value })
+}
+
+impl Transport for MpiTransport {
+    /// Nothing comes through the inbox: arrivals are found by polling MPI.
+    type Wire = core::convert::Infallible;
+
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.size
+    }
+
+    fn tag_ub(&self) -> i32 {
+        self.tag_ub
+    }
+
+    fn set_envelope_tag(&mut self, tag: PhysTag) {
+        self.envelope_tag = Some(tag.0);
+    }
+
+    fn send(
+        &mut self,
+        dest: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        bytes: Vec<u8>,
+        token: Option<ReqId>,
+    ) {
+        let max = self.max_message;
+        let (lent, buf) = Lent::new(bytes);
+        let buf: &'static [u8] = buf;
+        let process = self.comm(comm).process_at_rank(dest.0 as i32);
+        let reqs = split(buf, max)
+            .into_iter()
+            .map(|chunk| Some(process.immediate_send_with_tag(StaticScope, chunk, tag.0)))
+            .collect();
+        self.sends.push((token, Op { reqs, lent, got: 0 }));
+    }
+
+    fn recv(&mut self, source: Rank, comm: CommId, tag: PhysTag, size: usize, token: ReqId) {
+        let max = self.max_message;
+        let (lent, buf) = Lent::new(vec![0u8; size]);
+        let process = self.comm(comm).process_at_rank(source.0 as i32);
+        let reqs = split_mut(buf, max)
+            .into_iter()
+            .map(|chunk| Some(process.immediate_receive_into_with_tag(StaticScope, chunk, tag.0)))
+            .collect();
+        self.recvs.push((token, Op { reqs, lent, got: 0 }));
+    }
+
+    fn barrier(&mut self, token: u64) {
+        // A barrier precedes shutdown's search for orphan messages: from now on, look for
+        // envelopes on every communicator.
+        for c in &mut self.comms {
+            c.active = true;
+        }
+        let req = self.comms[0].comm.immediate_barrier();
+        self.barriers.push_back((token, req));
+    }
+
+    fn accept(&mut self, wire: Self::Wire) {
+        match wire {}
+    }
+
+    fn poll(&mut self) -> Option<Completion> {
+        if self.ready.is_empty() {
+            self.progress();
+        }
+        self.ready.pop_front()
+    }
+
+    fn needs_polling(&self) -> bool {
+        true
+    }
+}
+
+impl Drop for MpiTransport {
+    fn drop(&mut self) {
+        let abandon = self.abandon.load(Ordering::SeqCst);
+        if !abandon {
+            // At a clean shutdown everything completed already; let stragglers finish.
+            let deadline = std::time::Instant::now() + Duration::from_millis(200);
+            while self.has_pending() && std::time::Instant::now() < deadline {
+                self.progress();
+            }
+        }
+        let clean = !abandon && !self.has_pending();
+        if clean {
+            // Free the duplicates (MPI_Comm_free), then finalize if MPI is ours.
+            self.comms.clear();
+            drop(self.universe.take());
+            return;
+        }
+        // Requests that never completed: leak them and their buffers (MPI may still use
+        // them), and leave MPI initialised: finalizing could wait forever for them or for
+        // peers. The process should exit with an error; mpirun then ends the job.
+        let pending = self.sends.len() + self.recvs.len() + self.arrivals.len();
+        for (_, op) in self.sends.drain(..) {
+            op.abandon();
+        }
+        for (_, op) in self.recvs.drain(..) {
+            op.abandon();
+        }
+        for a in self.arrivals.drain(..) {
+            if let Arrival::Envelope { op, .. } = a {
+                op.abandon();
+            }
+        }
+        for (_, r) in self.barriers.drain(..) {
+            core::mem::forget(r);
+        }
+        for c in self.comms.drain(..) {
+            core::mem::forget(c.comm);
+        }
+        if let Some(u) = self.universe.take() {
+            core::mem::forget(u);
+            eprintln!(
+                "[starling-mpi][{}] {pending} request(s) unfinished at shutdown: MPI is left \
+                 unfinalized",
+                self.rank.0
+            );
+        }
+    }
+}
