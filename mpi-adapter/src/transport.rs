@@ -18,9 +18,17 @@
 //!   gives, from buffers the transport owns until `MPI_Test` says the request completed
 //!   (rsmpi panics when an unfinished request is dropped). A payload longer than
 //!   [`MpiConfig::max_message`] (at most `i32::MAX` bytes, MPI's count type) is split
-//!   into chunks of that size, alike on both sides.
-//! * **Barriers** are `MPI_Ibarrier`s, tested like any request: the progression thread
-//!   never blocks in MPI.
+//!   into chunks of that size, alike on both sides. (Envelopes are never split: they
+//!   carry a header and at most an eager payload of a few KiB.)
+//! * **Barriers** never block the progression thread, and they *flush*: a barrier
+//!   completes on a rank only once every envelope any rank sent it before entering the
+//!   barrier was received. MPI orders messages per sender only, so an `MPI_Ibarrier`
+//!   alone may complete before an earlier message from a third rank shows up (Open MPI's
+//!   shared-memory transport does that with 4 ranks); shutdown would then miss orphan
+//!   messages, and "early data" would depend on luck. So each rank counts the envelopes
+//!   it sent to each peer, and a barrier is an `MPI_Ialltoall` of those counts — which
+//!   synchronises like a barrier — after which the rank probes until it has received as
+//!   many from each peer.
 //!
 //! [`Context::comm_dup`]: starling_std::Context::comm_dup
 //! [`MpiConfig::communicators`]: crate::MpiConfig::communicators
@@ -94,6 +102,17 @@ enum Arrival {
     Barrier(u64),
 }
 
+/// A flushing barrier (see the [module docs](self)): the all-to-all exchange of envelope
+/// counts, then the counts this rank must have received.
+struct BarrierOp {
+    token: u64,
+    exchange: Option<Op>,
+    /// The envelope counts each rank had sent this one when it entered the barrier.
+    expected: Option<Vec<u64>>,
+    /// What this rank sent (kept until the exchange completed).
+    sent: Option<Lent>,
+}
+
 /// One of Starling's communicators.
 struct Comm {
     comm: SimpleCommunicator,
@@ -124,7 +143,10 @@ pub struct MpiTransport {
     sends: Vec<(Option<ReqId>, Op)>,
     recvs: Vec<(ReqId, Op)>,
     arrivals: VecDeque<Arrival>,
-    barriers: VecDeque<(u64, Request<'static, ()>)>,
+    barriers: VecDeque<BarrierOp>,
+    /// Envelopes sent to each rank, and received from each rank, since the start.
+    envelopes_sent: Vec<u64>,
+    envelopes_received: Vec<u64>,
     ready: VecDeque<Completion>,
     abandon: Arc<AtomicBool>,
     /// `Some` when Starling initialised MPI: dropping it finalizes MPI.
@@ -196,6 +218,8 @@ impl MpiTransport {
             recvs: Vec::new(),
             arrivals: VecDeque::new(),
             barriers: VecDeque::new(),
+            envelopes_sent: vec![0; size as usize],
+            envelopes_received: vec![0; size as usize],
             ready: VecDeque::new(),
             abandon: settings.abandon,
             universe,
@@ -234,15 +258,23 @@ impl MpiTransport {
 
     /// One sweep: tests every request, probes for envelopes, and queues what completed.
     fn progress(&mut self) {
-        // Barriers first: an envelope sent before a peer entered the barrier is probed
-        // below, after the barrier completed, so it reaches the engine before the barrier.
-        let mut barriers_done = Vec::new();
-        while let Some((token, req)) = self.barriers.pop_front() {
-            match req.test() {
-                Ok(_) => barriers_done.push(token),
-                Err(req) => {
-                    self.barriers.push_front((token, req));
-                    break;
+        for b in &mut self.barriers {
+            if let Some(op) = &mut b.exchange {
+                if op.test() {
+                    let op = b.exchange.take().expect("tested above");
+                    // SAFETY: the exchange completed (`test` returned true): MPI no longer
+                    // writes the received counts...
+                    let counts = unsafe { op.lent.take() };
+                    if let Some(sent) = b.sent.take() {
+                        // SAFETY: ...nor reads the sent ones.
+                        drop(unsafe { sent.take() });
+                    }
+                    b.expected = Some(
+                        counts
+                            .chunks_exact(8)
+                            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                            .collect(),
+                    );
                 }
             }
         }
@@ -273,8 +305,20 @@ impl MpiTransport {
             }
         }
         self.probe();
-        self.arrivals
-            .extend(barriers_done.into_iter().map(Arrival::Barrier));
+        // A barrier whose expected envelopes were all probed completes, after them.
+        while let Some(b) = self.barriers.front() {
+            let flushed = b.expected.as_ref().is_some_and(|e| {
+                e.iter()
+                    .zip(&self.envelopes_received)
+                    .all(|(want, got)| got >= want)
+            });
+            if !flushed {
+                break;
+            }
+            let token = b.token;
+            self.barriers.pop_front();
+            self.arrivals.push_back(Arrival::Barrier(token));
+        }
         self.drain_arrivals();
     }
 
@@ -292,8 +336,12 @@ impl MpiTransport {
             {
                 let (lent, buf) = Lent::new(vec![0u8; count(&status)]);
                 let req = msg.immediate_matched_receive_into(StaticScope, buf);
+                let source = usize::try_from(status.source_rank()).unwrap_or(0);
+                if let Some(n) = self.envelopes_received.get_mut(source) {
+                    *n += 1;
+                }
                 self.arrivals.push_back(Arrival::Envelope {
-                    source: Rank(u32::try_from(status.source_rank()).unwrap_or(0)),
+                    source: Rank(source as u32),
                     comm: CommId(u16::try_from(id).unwrap_or(u16::MAX)),
                     op: Op {
                         reqs: vec![Some(req)],
@@ -386,7 +434,16 @@ impl Transport for MpiTransport {
         bytes: Vec<u8>,
         token: Option<ReqId>,
     ) {
-        let max = self.max_message;
+        // Envelopes (a header and at most an eager payload) travel whole: the receiver
+        // probes one message per envelope.
+        let max = if Some(tag.0) == self.envelope_tag {
+            if let Some(n) = self.envelopes_sent.get_mut(dest.index()) {
+                *n += 1;
+            }
+            usize::MAX
+        } else {
+            self.max_message
+        };
         let (lent, buf) = Lent::new(bytes);
         let buf: &'static [u8] = buf;
         let process = self.comm(comm).process_at_rank(dest.0 as i32);
@@ -414,8 +471,26 @@ impl Transport for MpiTransport {
         for c in &mut self.comms {
             c.active = true;
         }
-        let req = self.comms[0].comm.immediate_barrier();
-        self.barriers.push_back((token, req));
+        let counts: Vec<u8> = self
+            .envelopes_sent
+            .iter()
+            .flat_map(|n| n.to_le_bytes())
+            .collect();
+        let (sent, send_buf) = Lent::new(counts);
+        let (lent, recv_buf) = Lent::new(vec![0u8; 8 * self.size as usize]);
+        let req = self.comms[0]
+            .comm
+            .immediate_all_to_all_into(StaticScope, &*send_buf, recv_buf);
+        self.barriers.push_back(BarrierOp {
+            token,
+            exchange: Some(Op {
+                reqs: vec![Some(req)],
+                lent,
+                got: 0,
+            }),
+            expected: None,
+            sent: Some(sent),
+        });
     }
 
     fn accept(&mut self, wire: Self::Wire) {
@@ -466,17 +541,23 @@ impl Drop for MpiTransport {
                 op.abandon();
             }
         }
-        for (_, r) in self.barriers.drain(..) {
-            core::mem::forget(r);
+        for b in self.barriers.drain(..) {
+            if let Some(op) = b.exchange {
+                op.abandon();
+            }
         }
         for c in self.comms.drain(..) {
             core::mem::forget(c.comm);
         }
         if let Some(u) = self.universe.take() {
             core::mem::forget(u);
+            let why = if abandon {
+                "the rank stopped without a clean shutdown".to_string()
+            } else {
+                format!("{pending} request(s) never completed")
+            };
             eprintln!(
-                "[starling-mpi][{}] {pending} request(s) unfinished at shutdown: MPI is left \
-                 unfinalized",
+                "[starling-mpi][{}] {why}: MPI is left unfinalized",
                 self.rank.0
             );
         }
