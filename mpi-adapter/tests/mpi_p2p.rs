@@ -93,6 +93,10 @@ fn launcher() -> ExitCode {
         .is_ok_and(|o| o.status.success());
     if !found {
         println!("mpi_p2p: skipped: mpirun not found (install openmpi-bin to run the MPI tests)");
+        println!(
+            "test result: ok. 0 passed; 0 failed; {} ignored",
+            JOBS.len()
+        );
         return ExitCode::SUCCESS;
     }
     let exe = std::env::current_exe().expect("the test's own path");
@@ -175,11 +179,15 @@ fn launcher() -> ExitCode {
             println!("mpi_p2p: {what} ... FAILED ({why}, {secs:.1} s); its output:\n{output}");
         }
     }
+    // A libtest-style summary, so that scripts counting `test result:` lines count jobs.
+    let passed = JOBS.len() - failed;
     if failed == 0 {
         println!("mpi_p2p: all {} MPI jobs passed", JOBS.len());
+        println!("test result: ok. {passed} passed; 0 failed; 0 ignored");
         ExitCode::SUCCESS
     } else {
         println!("mpi_p2p: {failed} MPI job(s) failed");
+        println!("test result: FAILED. {passed} passed; {failed} failed; 0 ignored");
         ExitCode::FAILURE
     }
 }
