@@ -507,6 +507,12 @@ impl Transport for MpiTransport {
     fn needs_polling(&self) -> bool {
         true
     }
+
+    /// Payload sends and receives, or envelope receives, are in flight: long ones move
+    /// only while MPI is called. (A barrier waiting for other ranks is not busy.)
+    fn busy(&self) -> bool {
+        !(self.sends.is_empty() && self.recvs.is_empty() && self.arrivals.is_empty())
+    }
 }
 
 impl Drop for MpiTransport {
