@@ -75,11 +75,12 @@ pub struct MpiConfig {
     /// the pending requests instead of hanging (`STARLING_WATCHDOG_SECS`, default 60 s;
     /// zero waits forever). A running task counts as progress.
     pub watchdog: Duration,
-    /// How many duplicates of the world communicator every rank creates at start-up:
-    /// `CommId(0)` and the first `communicators - 1` of [`Context::comm_dup`]
-    /// (`STARLING_MPI_COMMS`, default 8). A communicator beyond them is duplicated when
-    /// this rank first uses it, which blocks its progression thread until every rank has
-    /// used it: raise the pool when a program duplicates more.
+    /// How many duplicates of the world communicator every rank creates at start-up
+    /// (`STARLING_MPI_COMMS`, default 8, at least 1): `CommId(0)` and the first
+    /// `communicators - 2` of [`Context::comm_dup`] get one each; all later communicators
+    /// share the last. Matching stays per communicator either way (the envelope names
+    /// it); a duplicate of their own keeps communicators apart inside MPI too (separate
+    /// queues). See [`transport`].
     pub communicators: u16,
     /// The longest single MPI message, in bytes: longer payloads travel in chunks of this
     /// size (`STARLING_MPI_MAX_MESSAGE`, default and at most `i32::MAX`, MPI's count

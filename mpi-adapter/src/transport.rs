@@ -3,14 +3,21 @@
 //! One transport per process, built, driven and dropped on the rank's progression thread
 //! (see [`starling_std::RankRunner::start`]): every MPI call of Starling happens there.
 //!
-//! * **Communicators.** The engine's [`CommId`] `k` is the `k`-th duplicate of
-//!   `MPI_COMM_WORLD` (`MPI_Comm_dup`), never the application's communicator (internals
-//!   §12.11): `CommId(0)` is the world's duplicate, and [`Context::comm_dup`] numbers the
-//!   others. Every rank creates a pool of them at start-up (collectively, in the same
-//!   order); a `CommId` beyond the pool is duplicated when this rank first uses it, in
-//!   `CommId` order (see [`MpiConfig::communicators`]).
+//! * **Communicators.** Starling's traffic runs on duplicates of `MPI_COMM_WORLD`
+//!   (`MPI_Comm_dup`), never on the application's communicator (internals §12.11). Every
+//!   rank creates `n` of them at start-up, collectively and in the same order
+//!   ([`MpiConfig::communicators`], default 8): the engine's [`CommId`] `k < n - 1` is
+//!   the `k`-th (`CommId(0)`, the world, is the first; [`Context::comm_dup`] numbers the
+//!   others), and every `CommId` from `n - 1` on shares the last. Sharing is safe: the
+//!   envelope names its communicator and the engine matches per communicator, and the
+//!   ordering rules that pair payloads with their receives (see
+//!   [`starling_core::tags`]) hold per MPI communicator, whatever the engine's
+//!   communicators on it. A communicator cannot be duplicated later, when a rank first
+//!   uses it: `MPI_Comm_dup` is collective, and a rank learns that it receives on a
+//!   communicator only from an envelope that arrives on it.
 //! * **Envelopes** are found with `MPI_Improbe` on the envelope tag from any source, on
-//!   each communicator this rank has used, and received with `MPI_Imrecv` into a buffer
+//!   the world's duplicate, on each other communicator this rank has used, and on all of
+//!   them once a barrier was posted, and received with `MPI_Imrecv` into a buffer
 //!   of the probed size. They are handed to the engine in probe order, one at a time, so
 //!   the engine posts the payload receive of one envelope before it sees the next
 //!   (internals §3.4).
@@ -98,7 +105,12 @@ fn count(status: &mpi::point_to_point::Status) -> usize {
 /// Something to hand to the engine in order: an envelope being received, or a barrier
 /// that completed.
 enum Arrival {
-    Envelope { source: Rank, comm: CommId, op: Op },
+    Envelope {
+        source: Rank,
+        /// Which of Starling's MPI duplicates it arrived on.
+        index: usize,
+        op: Op,
+    },
     Barrier(u64),
 }
 
@@ -139,7 +151,6 @@ pub struct MpiTransport {
     envelope_tag: Option<i32>,
     max_message: usize,
     comms: Vec<Comm>,
-    pool: usize,
     sends: Vec<(Option<ReqId>, Op)>,
     recvs: Vec<(ReqId, Op)>,
     arrivals: VecDeque<Arrival>,
@@ -213,7 +224,6 @@ impl MpiTransport {
             envelope_tag: None,
             max_message: settings.max_message.clamp(1, i32::MAX as usize),
             comms,
-            pool,
             sends: Vec::new(),
             recvs: Vec::new(),
             arrivals: VecDeque::new(),
@@ -226,27 +236,27 @@ impl MpiTransport {
         })
     }
 
-    /// The MPI duplicate of `id`, created (in `CommId` order) if this rank never used it.
+    /// The MPI duplicate that carries `id` (the last one carries every `CommId` from
+    /// its index on); from now on it is probed for envelopes.
     fn comm(&mut self, id: CommId) -> &SimpleCommunicator {
-        let i = usize::from(id.0);
-        while self.comms.len() <= i {
-            if self.comms.len() == self.pool {
-                eprintln!(
-                    "[starling-mpi][{}] communicator {} is beyond the {} created at start-up \
-                     (STARLING_MPI_COMMS): duplicating more now, which blocks until every \
-                     rank uses them",
-                    self.rank.0, id.0, self.pool
-                );
-            }
-            let comm = self.comms[0].comm.duplicate();
-            self.comms.push(Comm {
-                comm,
-                active: false,
-            });
-        }
+        let i = usize::from(id.0).min(self.comms.len() - 1);
         let c = &mut self.comms[i];
         c.active = true;
         &c.comm
+    }
+
+    /// The communicator to report for an envelope that arrived on MPI duplicate `index`:
+    /// that duplicate's own, or, on the shared last one, the one the envelope names (the
+    /// engine rejects an envelope whose communicator does not match).
+    fn arrived_on(&self, index: usize, bytes: &[u8]) -> CommId {
+        let own = CommId(u16::try_from(index).unwrap_or(u16::MAX));
+        if index + 1 < self.comms.len() {
+            return own;
+        }
+        match starling_core::envelope::decode(bytes) {
+            Ok(d) if d.envelope.comm >= own => d.envelope.comm,
+            _ => own,
+        }
     }
 
     fn has_pending(&self) -> bool {
@@ -342,7 +352,7 @@ impl MpiTransport {
                 }
                 self.arrivals.push_back(Arrival::Envelope {
                     source: Rank(source as u32),
-                    comm: CommId(u16::try_from(id).unwrap_or(u16::MAX)),
+                    index: id,
                     op: Op {
                         reqs: vec![Some(req)],
                         lent,
@@ -365,11 +375,12 @@ impl MpiTransport {
                 Arrival::Barrier(_) => {}
             }
             match self.arrivals.pop_front() {
-                Some(Arrival::Envelope { source, comm, op }) => {
+                Some(Arrival::Envelope { source, index, op }) => {
                     let got = op.got;
                     // SAFETY: the envelope's receive completed (`test` returned true).
                     let mut bytes = unsafe { op.lent.take() };
                     bytes.truncate(got);
+                    let comm = self.arrived_on(index, &bytes);
                     self.ready.push_back(Completion::Envelope {
                         source,
                         comm,
