@@ -23,6 +23,7 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export STARLING_NCPU="${STARLING_NCPU:-1}"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for _ in $(seq "$runs"); do
     # Alternate the two, so that a noisy neighbour hurts both alike.
     mpirun "${flags[@]}" -n 2 "$target/mpi_bench" raw >>"$out"
@@ -36,6 +37,8 @@ for _ in $(seq "$runs"); do
             sed "s/^/ring local $n /" >>"$out"
     done
 done
+echo "load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores; raw MPI spins, so a busy machine hurts it most)"
+echo
 python3 - "$out" <<'PY'
 import re, statistics, sys
 samples, rings = {}, {}
