@@ -90,6 +90,14 @@ const JOBS: &[Job] = &[
     },
     Job {
         ranks: 2,
+        name: "serialized",
+        env: &[],
+        expect: &["rank 0: serialized passed", "rank 1: serialized passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
         name: "watchdog",
         env: &[("STARLING_WATCHDOG_SECS", "1")],
         expect: &["rank 0: watchdog passed", "rank 1: watchdog passed"],
@@ -236,6 +244,7 @@ fn main() -> ExitCode {
         "adopt" => adopt(),
         "watchdog" => watchdog(),
         "big" => big(),
+        "serialized" => serialized(),
         other => panic!("unknown job {other:?}"),
     }
     ExitCode::SUCCESS
@@ -1117,6 +1126,43 @@ fn adopt() {
     assert_eq!(x, [other]);
     drop(universe);
     println!("rank {me}: adopt passed");
+}
+
+/// The application initialised MPI with `MPI_THREAD_SERIALIZED`: Starling refuses to
+/// start when told the application calls MPI too (that needs `MPI_THREAD_MULTIPLE`), with
+/// a typed error, and starts when it is the only caller.
+fn serialized() {
+    let (universe, provided) =
+        mpi::initialize_with_threading(Threading::Serialized).expect("MPI initialises");
+    if provided > Threading::Serialized {
+        // This MPI upgrades the level: nothing to refuse.
+        println!("rank ?: serialized passed (MPI gave {provided:?})");
+        return;
+    }
+    let mut c = config();
+    c.application_calls_mpi = true;
+    match starling_mpi::init(c) {
+        Err(MpiError::Threading { required, provided }) => {
+            assert_eq!(
+                (required, provided),
+                (Threading::Multiple, Threading::Serialized)
+            );
+        }
+        other => panic!("expected a thread-level error, got {other:?}"),
+    }
+    let rank = starling_mpi::init(config()).expect("Serialized is enough for Starling alone");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    let h = ctx.register(Variable::new(me));
+    if me == 0 {
+        ctx.send(&h, Rank(1), Tag(1)).unwrap();
+    } else {
+        ctx.recv(&h, Rank(0), Tag(1)).unwrap();
+        assert_eq!(ctx.acquire(&h, AccessMode::R).get().get(), 0);
+    }
+    rank.shutdown().expect("a clean shutdown");
+    drop(universe);
+    println!("rank {me}: serialized passed");
 }
 
 /// A receive whose message never comes: shutdown's watchdog reports it instead of
