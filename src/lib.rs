@@ -10,7 +10,9 @@
 //!   point-to-point call on a [`Context`], and [`run_local`], which runs an SPMD closure on
 //!   N ranks held in this process — the embedded default, no MPI needed;
 //! * [`sim`]: a seeded, deterministic cluster of bare protocol engines in one thread, with
-//!   MPI's per-pair message order, for protocol tests that replay from a seed.
+//!   MPI's per-pair message order, for protocol tests that replay from a seed;
+//! * [`comm_matrix`]: reads the ranks' communication statistics reports back into a
+//!   rank × rank matrix (the `comm-matrix` binary, feature `comm-matrix`, draws it).
 //!
 //! The features `mpi` and `cuda` add the MPI transport (`starling::mpi`, the `starling-mpi` crate) and the
 //! CUDA device as they are built (see the README's status table). [`launch`] runs one
@@ -20,11 +22,14 @@
 
 pub use starling_core as core;
 pub use starling_std::{
-    Acquired, AnyHandle, Buffers, ClusterConfig, Codelet, CommError, Context, DataError, DataMut,
-    DataRef, Handle, InProcess, Interface, RecvOpts, Request, RuntimeConfig, SendOpts,
-    ShutdownError, TaskBuilder, TaskTag, Transport, data, interfaces, run_local, run_local_with,
-    sim, transport,
+    Acquired, AnyHandle, Buffers, Built, BuiltTask, ClusterConfig, Codelet, CommError, Context,
+    DataError, DataMut, DataRef, Handle, InProcess, InsertBuilder, InsertError, Inserted,
+    Interface, PostBuild, RankConfig, RankRunner, RecvOpts, Request, RuntimeConfig, SendOpts,
+    ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data, interfaces, rank, run_fake,
+    run_local, run_local_with, sim, transport,
 };
+
+pub mod comm_matrix;
 
 #[cfg(feature = "mpi")]
 pub use starling_mpi as mpi;

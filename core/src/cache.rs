@@ -193,6 +193,41 @@ impl<const N: usize> Cache<N> {
         }
     }
 
+    /// Forgets that the current value of `data` was sent to `dest` only (an eviction of
+    /// that copy, decided alike by both ranks); returns whether it was recorded.
+    pub fn clear_sent_to(&mut self, data: DataId, dest: Rank) -> bool {
+        let Some(&after) = self.sent.get(&(data, dest)) else {
+            return false;
+        };
+        // Unlink `dest` from the datum's list: it is the head, or follows another entry.
+        if self.heads.get(&data) == Some(&dest) {
+            match after {
+                Some(next) => {
+                    if let Some(h) = self.heads.get_mut(&data) {
+                        *h = next;
+                    }
+                }
+                None => {
+                    self.heads.remove(&data);
+                }
+            }
+        } else {
+            let mut cur = self.heads.get(&data).copied();
+            while let Some(r) = cur {
+                let next = self.sent.get(&(data, r)).copied().flatten();
+                if next == Some(dest) {
+                    if let Some(link) = self.sent.get_mut(&(data, r)) {
+                        *link = after;
+                    }
+                    break;
+                }
+                cur = next;
+            }
+        }
+        self.sent.remove(&(data, dest));
+        true
+    }
+
     /// Forgets the received copy of `data`; returns whether one was recorded, in which case
     /// the adapter must drop (invalidate) the local copy (the reference's
     /// `starpu_mpi_cached_receive_clear`).

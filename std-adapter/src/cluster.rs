@@ -27,6 +27,10 @@ pub struct ClusterConfig {
     /// Count payload bytes per peer, and print each rank's table at shutdown
     /// (`STARLING_COMM_STATS=1`).
     pub stats: bool,
+    /// Also write each rank's statistics report to `<dir>/rank<N>.txt` at shutdown (the
+    /// directory is created), for the `comm-matrix` tool (`STARLING_COMM_STATS_DIR=<dir>`).
+    /// Setting it turns the statistics on.
+    pub stats_dir: Option<std::path::PathBuf>,
     /// Print every transmission and completion to stderr (`STARLING_MPI_COMM=1`).
     pub trace: bool,
     /// Sends acquire their data for writing, so no task reads it during a send (the
@@ -50,6 +54,7 @@ impl Default for ClusterConfig {
             tag_ub: MIN_TAG_UB,
             communication_tag: DEFAULT_BASE,
             stats: false,
+            stats_dir: None,
             trace: false,
             pedantic_isend: false,
             shutdown_grace: Duration::from_millis(50),
@@ -60,12 +65,17 @@ impl Default for ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// The defaults, overridden by the environment as [`RankConfig::from_env`] reads it.
+    /// The defaults, overridden by the environment as [`RankConfig::from_env`] reads it,
+    /// and by `STARLING_COMM_STATS_DIR` ([`stats_dir`](Self::stats_dir)).
     pub fn from_env() -> Self {
         let r = RankConfig::from_env();
+        let stats_dir = std::env::var_os("STARLING_COMM_STATS_DIR")
+            .filter(|d| !d.is_empty())
+            .map(std::path::PathBuf::from);
         Self {
             runtime: r.runtime,
-            stats: r.stats,
+            stats: r.stats || stats_dir.is_some(),
+            stats_dir,
             trace: r.trace,
             priorities: r.priorities,
             max_inflight_sends: r.max_inflight_sends,
@@ -78,7 +88,7 @@ impl ClusterConfig {
         RankConfig {
             runtime: self.runtime.clone(),
             communication_tag: self.communication_tag,
-            stats: self.stats,
+            stats: self.stats || self.stats_dir.is_some(),
             trace: self.trace,
             pedantic_isend: self.pedantic_isend,
             priorities: self.priorities,
@@ -155,7 +165,66 @@ where
     R: Send + 'static,
     F: Fn(&Context) -> R + Send + Sync + 'static,
 {
+    let fake = |v: &str| std::env::var(v).ok().and_then(|s| s.parse::<u32>().ok());
+    if let (Some(rank), Some(size)) = (
+        fake("STARLING_MPI_FAKE_RANK"),
+        fake("STARLING_MPI_FAKE_SIZE"),
+    ) {
+        return run_fake(Rank(rank), size, ClusterConfig::from_env(), f).map(|r| vec![r]);
+    }
     run_local_with(ranks, ClusterConfig::from_env(), f)
+}
+
+/// Runs `f` once, in this process, as rank `rank` of a job of `size` ranks that does not
+/// exist: every insert is planned as that rank would plan it and every communication is
+/// dropped (the reference's `STARPU_MPI_FAKE_RANK` / `STARPU_MPI_FAKE_SIZE`, which
+/// [`run_local`] honours too). With kernels disabled (`RuntimeConfig::disable_kernels`,
+/// `STARLING_DISABLE_KERNELS=1`) it measures one rank's submission cost.
+///
+/// # Errors
+/// [`ShutdownError`] for panicking tasks or requests never waited on.
+///
+/// # Panics
+/// When `rank >= size`, or when `f` panics.
+pub fn run_fake<R, F>(
+    rank: Rank,
+    size: u32,
+    config: ClusterConfig,
+    f: F,
+) -> Result<R, ShutdownError>
+where
+    F: FnOnce(&Context) -> R,
+{
+    assert!(rank.0 < size, "the fake rank must be below the fake size");
+    let inbox = Inbox::<InProcessWire>::new();
+    let tx = Mutex::new(inbox.tx.clone());
+    let shared = Arc::clone(&inbox.shared);
+    let deliver: Deliver = Arc::new(move |w| {
+        shared.queued.fetch_add(1, Ordering::SeqCst);
+        let _ = lock(&tx).send(Input::Net(w));
+    });
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let tag_ub = config.tag_ub;
+    let make = move || {
+        Ok::<_, core::convert::Infallible>(InProcess::new(
+            Rank(0),
+            vec![deliver],
+            tag_ub,
+            in_flight,
+        ))
+    };
+    let mut runner = RankRunner::start_with_inbox(make, inbox, &config.rank_config())
+        .expect("a fake rank starts");
+    runner.fake(rank, size);
+    let r = f(runner.context());
+    runner.context().wait_for_all();
+    let leftovers = runner.leftovers();
+    runner.stop();
+    if leftovers.is_empty() {
+        Ok(r)
+    } else {
+        Err(ShutdownError { leftovers })
+    }
 }
 
 /// [`run_local`] with an explicit configuration.
@@ -213,6 +282,7 @@ where
         threads.push(
             thread::Builder::new()
                 .name(format!("rank{r}"))
+                .stack_size(32 << 20)
                 .spawn(move || {
                     let runner = RankRunner::start_with_inbox(make, inbox, &config.rank_config())
                         .expect("an in-process rank starts");
@@ -285,8 +355,21 @@ where
             rank.0
         ));
     }
-    if config.stats {
-        eprint!("{}", runner.stats_report());
+    if config.stats || config.stats_dir.is_some() {
+        let report = runner.stats_report();
+        eprint!("{report}");
+        if let Some(dir) = &config.stats_dir {
+            let path = dir.join(format!("rank{}.txt", rank.0));
+            if let Err(e) =
+                std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &report))
+            {
+                eprintln!(
+                    "starling: rank {}: cannot write {}: {e}",
+                    rank.0,
+                    path.display()
+                );
+            }
+        }
     }
     quiesce.rendezvous.wait();
     runner.stop();

@@ -27,10 +27,14 @@ pub struct Context {
     pub(crate) commands: CommandSink,
     next_data: AtomicU32,
     next_comm: AtomicU32,
-    tags: Mutex<HashMap<Tag, DataId>>,
+    pub(crate) tags: Mutex<HashMap<Tag, DataId>>,
     pedantic_isend: bool,
     pub(crate) reports: Arc<Mutex<Vec<String>>>,
     pub(crate) tag_base: i32,
+    /// The insert-task utility's state: registrations, cache, policies.
+    pub(crate) dist: Mutex<crate::distributed::DistState>,
+    /// Fake rank mode: every communication is dropped.
+    pub(crate) fake: AtomicBool,
 }
 
 impl core::fmt::Debug for Context {
@@ -89,6 +93,12 @@ impl core::fmt::Debug for AnyHandle {
         f.debug_struct("AnyHandle")
             .field("id", &self.cell.id())
             .finish()
+    }
+}
+
+impl AnyHandle {
+    pub(crate) fn cell(&self) -> Arc<dyn AnyCell> {
+        Arc::clone(&self.cell)
     }
 }
 
@@ -320,6 +330,8 @@ impl Context {
             pedantic_isend,
             reports: Arc::new(Mutex::new(Vec::new())),
             tag_base,
+            dist: Mutex::new(crate::distributed::DistState::from_env()),
+            fake: AtomicBool::new(false),
         }
     }
 
@@ -386,7 +398,9 @@ impl Context {
     }
 
     /// Unregisters `h`: waits until every access submitted on it is done, then hands the
-    /// data back (allocating it first if it was never used).
+    /// data back (allocating it first if it was never used). A datum registered for the
+    /// insert-task utility is forgotten there too, with its cache flags — like every
+    /// replicated decision, every rank unregisters it at the same point of the flow.
     ///
     /// # Panics
     /// A task or request submitted later through a clone of `h` panics when it touches the
@@ -395,6 +409,7 @@ impl Context {
         let acquired = self.acquire(&h, AccessMode::W);
         drop(acquired);
         lock(&self.tags).retain(|_, id| *id != h.id());
+        crate::distributed::forget(self, h.id());
         // The last access is done: nothing else can be scheduled on a handle we own.
         h.cell
             .take()
@@ -497,7 +512,7 @@ impl Context {
 
     // ----- point to point ------------------------------------------------------------
 
-    fn check_rank(&self, rank: Rank) -> Result<(), CommError> {
+    pub(crate) fn check_rank(&self, rank: Rank) -> Result<(), CommError> {
         if rank.0 >= self.size {
             return Err(CommError::RankOutOfRange {
                 rank,
@@ -509,7 +524,7 @@ impl Context {
 
     /// Posts a send of `cell` once its earlier writers are done; `done` runs on the
     /// progression thread when the request completes.
-    fn post_send(
+    pub(crate) fn post_send(
         &self,
         cell: Arc<dyn AnyCell>,
         dest: Rank,
@@ -518,6 +533,11 @@ impl Context {
         done: Done,
     ) -> Result<(), CommError> {
         self.check_rank(dest)?;
+        if self.fake.load(Ordering::Relaxed) {
+            // Fake rank mode: communications are dropped (the reference's behaviour).
+            done(Ok(()));
+            return Ok(());
+        }
         let runtime = self.runtime.clone();
         let commands = Arc::clone(&self.commands);
         let pedantic = self.pedantic_isend;
@@ -567,7 +587,7 @@ impl Context {
     }
 
     /// Posts a receive into `cell` once its earlier accesses are done.
-    fn post_recv(
+    pub(crate) fn post_recv(
         &self,
         cell: Arc<dyn AnyCell>,
         source: Rank,
@@ -576,6 +596,10 @@ impl Context {
         done: Done,
     ) -> Result<(), CommError> {
         self.check_rank(source)?;
+        if self.fake.load(Ordering::Relaxed) {
+            done(Ok(()));
+            return Ok(());
+        }
         let runtime = self.runtime.clone();
         let commands = Arc::clone(&self.commands);
         runtime.begin_request();

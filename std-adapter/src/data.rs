@@ -70,6 +70,17 @@ pub trait Interface: Send + Sync + 'static {
     fn as_bytes_mut(&mut self) -> Option<&mut [u8]> {
         None
     }
+
+    /// How to allocate this data again, zeroed, with the same shape. It lets the runtime
+    /// free a received copy it may need again later (a cache flush, an eviction): the
+    /// copy is dropped and reallocated on its next use. `None` (the default) keeps the
+    /// copy's memory.
+    fn shape(&self) -> Option<Box<dyn FnOnce() -> Self + Send>>
+    where
+        Self: Sized,
+    {
+        None
+    }
 }
 
 /// One registered datum of interface `I` on one rank. Cloning a handle clones the name,
@@ -165,6 +176,18 @@ impl<I: Interface> Cell<I> {
         DataMut(self.write_lock())
     }
 
+    /// Frees the data if its interface can reallocate it later with the same shape;
+    /// returns whether memory was freed.
+    pub(crate) fn release(&self) -> bool {
+        let mut data = self.write_lock();
+        let Some(factory) = data.as_ref().and_then(Interface::shape) else {
+            return false;
+        };
+        *lock(&self.init) = Some(factory);
+        *data = None;
+        true
+    }
+
     /// Takes the data out (unregistration).
     pub(crate) fn take(&self) -> Option<I> {
         self.allocate();
@@ -218,7 +241,16 @@ pub(crate) trait AnyCell: Send + Sync {
     fn unpack(&self, bytes: &[u8]) -> Result<(), DataError>;
     /// For typed access from codelets.
     fn as_any(&self) -> &dyn Any;
+    /// Frees the data's memory until its next use, when the interface allows it.
+    fn release(&self) -> bool;
+    /// A new, temporary handle of the same shape (allocated on first use), when the
+    /// interface can make one ([`Interface::shape`]).
+    fn same_shape(&self) -> Option<Arc<dyn AnyCell>>;
 }
+
+/// Ids of temporary handles the runtime makes (reduction buffers): a range of their own,
+/// above every id a context hands out.
+static TEMPORARY_IDS: crate::sync::AtomicU32 = crate::sync::AtomicU32::new(0x8000_0000);
 
 impl<I: Interface> AnyCell for Cell<I> {
     fn id(&self) -> DataId {
@@ -257,5 +289,15 @@ impl<I: Interface> AnyCell for Cell<I> {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    fn release(&self) -> bool {
+        Self::release(self)
+    }
+
+    fn same_shape(&self) -> Option<Arc<dyn AnyCell>> {
+        let factory = self.read().shape()?;
+        let id = DataId(TEMPORARY_IDS.fetch_add(1, crate::sync::Ordering::SeqCst));
+        Some(Arc::new(Self::lazy(id, factory)))
     }
 }

@@ -122,6 +122,10 @@ impl<T: Pod + Send + Sync> Interface for Variable<T> {
     fn as_bytes_mut(&mut self) -> Option<&mut [u8]> {
         Some(bytemuck::bytes_of_mut(&mut self.value))
     }
+
+    fn shape(&self) -> Option<Box<dyn FnOnce() -> Self + Send>> {
+        Some(Box::new(|| Self::new(T::zeroed())))
+    }
 }
 
 // ----- Vector --------------------------------------------------------------------------
@@ -211,6 +215,11 @@ impl<T: Pod + Send + Sync> Interface for Vector<T> {
 
     fn as_bytes_mut(&mut self) -> Option<&mut [u8]> {
         Some(bytemuck::cast_slice_mut(&mut self.data))
+    }
+
+    fn shape(&self) -> Option<Box<dyn FnOnce() -> Self + Send>> {
+        let len = self.data.len();
+        Some(Box::new(move || Self::zeros(len)))
     }
 }
 
@@ -398,6 +407,16 @@ impl<T: Pod + Send + Sync> Interface for Matrix<T> {
         let len = self.nx * self.ny;
         self.is_dense()
             .then(|| bytemuck::cast_slice_mut(&mut self.data[..len]))
+    }
+
+    fn shape(&self) -> Option<Box<dyn FnOnce() -> Self + Send>> {
+        let (nx, ny, ld, len) = (self.nx, self.ny, self.ld, self.data.len());
+        Some(Box::new(move || Self {
+            nx,
+            ny,
+            ld,
+            data: vec![T::zeroed(); len],
+        }))
     }
 }
 
@@ -635,6 +654,25 @@ impl<T: Pod + Send + Sync> Interface for Block<T> {
         self.is_dense()
             .then(|| bytemuck::cast_slice_mut(&mut self.data[..len]))
     }
+
+    fn shape(&self) -> Option<Box<dyn FnOnce() -> Self + Send>> {
+        let (nx, ny, nz, ldy, ldz, len) = (
+            self.nx,
+            self.ny,
+            self.nz,
+            self.ldy,
+            self.ldz,
+            self.data.len(),
+        );
+        Some(Box::new(move || Self {
+            nx,
+            ny,
+            nz,
+            ldy,
+            ldz,
+            data: vec![T::zeroed(); len],
+        }))
+    }
 }
 
 // ----- Complex: a user-defined interface -----------------------------------------------
@@ -787,6 +825,11 @@ impl Interface for Complex {
             *dst = f64_le(src);
         }
         Ok(())
+    }
+
+    fn shape(&self) -> Option<Box<dyn FnOnce() -> Self + Send>> {
+        let len = self.len();
+        Some(Box::new(move || Self::zeros(len)))
     }
 }
 

@@ -24,6 +24,7 @@
 mod cluster;
 mod context;
 pub mod data;
+mod distributed;
 mod error;
 pub mod interfaces;
 mod progress;
@@ -33,9 +34,10 @@ mod sync;
 mod task;
 pub mod transport;
 
-pub use cluster::{ClusterConfig, run_local, run_local_with};
+pub use cluster::{ClusterConfig, run_fake, run_local, run_local_with};
 pub use context::{Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, TaskBuilder};
 pub use data::{DataError, DataMut, DataRef, Handle, Interface};
+pub use distributed::{Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild};
 pub use error::{CommError, ShutdownError};
 pub use rank::{RankConfig, RankRunner, StartError};
 pub use task::{Buffers, Codelet, RuntimeConfig, TaskTag};

@@ -231,6 +231,15 @@ impl RankRunner {
         &self.ctx
     }
 
+    /// Makes this rank pose as rank `rank` of `size` (the reference's
+    /// `STARPU_MPI_FAKE_RANK` / `STARPU_MPI_FAKE_SIZE`): every insert is planned as that
+    /// rank would plan it, and every communication is dropped.
+    pub fn fake(&mut self, rank: Rank, size: u32) {
+        self.ctx.rank = rank;
+        self.ctx.size = size;
+        self.ctx.fake.store(true, Ordering::SeqCst);
+    }
+
     pub(crate) fn runtime(&self) -> &Runtime {
         &self.runtime
     }

@@ -275,3 +275,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn clearing_one_destination_keeps_the_others_and_the_list_intact() {
+    let mut c = Cache::<16>::new();
+    for r in 1..=4 {
+        c.set_sent(D0, Rank(r)).unwrap();
+    }
+    c.set_sent(D1, Rank(1)).unwrap();
+    // The list is 4 -> 3 -> 2 -> 1: remove the head, a middle entry and the tail.
+    assert!(c.clear_sent_to(D0, Rank(4)));
+    assert!(c.clear_sent_to(D0, Rank(2)));
+    assert!(!c.clear_sent_to(D0, Rank(2)), "already cleared");
+    assert!(c.cached_send(D0, Rank(1)) && c.cached_send(D0, Rank(3)));
+    assert!(!c.cached_send(D0, Rank(4)) && !c.cached_send(D0, Rank(2)));
+    assert!(c.clear_sent_to(D0, Rank(1)));
+    assert_eq!(c.len_sent(), 2);
+    // Clearing the whole datum still walks a consistent list.
+    c.clear_sent(D0);
+    assert_eq!(c.len_sent(), 1);
+    assert!(c.cached_send(D1, Rank(1)));
+}

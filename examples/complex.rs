@@ -1,0 +1,195 @@
+//! A user-defined, packed data interface exchanged between ranks (the reference's
+//! `complex/mpi_complex`): `Complex` holds its real and imaginary parts in two vectors,
+//! so it travels through its `pack`/`unpack` (no contiguous byte view).
+//!
+//! * Point to point: every rank sends its numbers to the next rank (`isend_detached`),
+//!   receives the previous rank's (`irecv_detached`), sends them back, and receives its
+//!   own numbers back; a `compare` codelet checks the echo against the original and the
+//!   received numbers against what the sender holds.
+//! * Through inserts: every rank owns `a[r]` and `b[r]`; the task `b[r+1] = 2·conj(a[r])`
+//!   runs on the owner of `b[r+1]`, so `a[r]` moves there; then a check task on rank 0
+//!   reads both and counts mismatches.
+//!
+//! ```sh
+//! cargo run --release --example complex -- [ranks] [length]
+//! ```
+
+use starling::core::{AccessMode, Owner, Rank, Tag};
+use starling::interfaces::{Complex, Variable};
+use starling::{Codelet, Context, run_local};
+
+/// Rank `r`'s numbers: `(r + k + 0.5) − (r·k + 1) i`.
+fn numbers(r: u32, len: usize) -> Complex {
+    let real = (0..len).map(|k| f64::from(r) + k as f64 + 0.5).collect();
+    let imag = (0..len).map(|k| -(f64::from(r) * k as f64) - 1.0).collect();
+    Complex::new(real, imag).expect("parts of one length")
+}
+
+fn show(z: &Complex) -> String {
+    let terms: Vec<String> = z
+        .real()
+        .iter()
+        .zip(z.imag())
+        .map(|(re, im)| format!("{re}{im:+}i"))
+        .collect();
+    format!("[{}]", terms.join(", "))
+}
+
+/// A codelet printing its only (read) buffer, labelled.
+fn display(rank: Rank, label: &'static str) -> Codelet {
+    Codelet::new("display", move |b| {
+        println!("[{}] {label}: {}", rank.0, show(&b.r::<Complex>(0)));
+    })
+}
+
+/// `compare` (R x, R y, RW mismatches): counts the numbers where x ≠ y.
+fn compare() -> Codelet {
+    Codelet::new("compare", |b| {
+        let x = b.r::<Complex>(0);
+        let y = b.r::<Complex>(1);
+        let bad = if x.len() == y.len() {
+            x.real()
+                .iter()
+                .zip(x.imag())
+                .zip(y.real().iter().zip(y.imag()))
+                .filter(|(p, q)| p != q)
+                .count()
+        } else {
+            x.len().max(y.len())
+        };
+        let mut m = b.w::<Variable<u32>>(2);
+        let v = m.get();
+        m.set(v + bad as u32);
+    })
+}
+
+/// Exchanges detached both ways; returns the mismatches this rank counted.
+fn point_to_point(ctx: &Context, len: usize) -> u32 {
+    let (me, size) = (ctx.rank(), ctx.size());
+    let next = Rank((me.0 + 1) % size);
+    let prev = Rank((me.0 + size - 1) % size);
+    let mine = ctx.register(numbers(me.0, len));
+    let got = ctx.register(Complex::zeros(len));
+    let echo = ctx.register(Complex::zeros(len));
+    let expected = ctx.register(numbers(prev.0, len));
+    let mismatches = ctx.register(Variable::new(0u32));
+    let ok = |r: Result<(), starling::CommError>| r.expect("a transfer");
+    ok(ctx.isend_detached(&mine, next, Tag(10), ok));
+    ok(ctx.irecv_detached(&got, prev, Tag(10), ok));
+    ctx.task(&display(me, "received from the previous rank"))
+        .r(&got)
+        .submit();
+    // Send them back, and receive this rank's own numbers back.
+    ok(ctx.isend_detached(&got, prev, Tag(20), ok));
+    ok(ctx.irecv_detached(&echo, next, Tag(20), ok));
+    let cmp = compare();
+    ctx.task(&cmp).r(&mine).r(&echo).rw(&mismatches).submit();
+    ctx.task(&cmp).r(&got).r(&expected).rw(&mismatches).submit();
+    ctx.wait_for_all();
+    ctx.unregister(mismatches).get()
+}
+
+/// The same interface moved by the insert-task utility; returns rank 0's mismatches.
+fn inserted(ctx: &Context, len: usize) -> Option<u32> {
+    let (me, size) = (ctx.rank(), ctx.size());
+    let a: Vec<_> = (0..size)
+        .map(|r| {
+            ctx.register_owned(Tag(100 + i64::from(r)), Owner::Rank(Rank(r)), move || {
+                numbers(r, len)
+            })
+            .expect("register a")
+        })
+        .collect();
+    let b: Vec<_> = (0..size)
+        .map(|r| {
+            ctx.register_owned(Tag(200 + i64::from(r)), Owner::Rank(Rank(r)), move || {
+                Complex::zeros(len)
+            })
+            .expect("register b")
+        })
+        .collect();
+    let mismatches = ctx
+        .register_owned(Tag(300), Owner::Rank(Rank(0)), || Variable::new(0u32))
+        .expect("register the count");
+    let conj2 = Codelet::new("conj2", |bf| {
+        let src = bf.r::<Complex>(0);
+        let mut dst = bf.w::<Complex>(1);
+        let (re, im) = dst.parts_mut();
+        for k in 0..src.len() {
+            re[k] = 2.0 * src.real()[k];
+            im[k] = -2.0 * src.imag()[k];
+        }
+    });
+    // `expected` (W, on rank 0) = 2·conj(numbers(r)), computed where it is checked.
+    let fill_expected = |r: u32| {
+        Codelet::new("fill_expected", move |bf| {
+            let z = numbers(r, len);
+            let mut e = bf.w::<Complex>(0);
+            let (re, im) = e.parts_mut();
+            for k in 0..len {
+                re[k] = 2.0 * z.real()[k];
+                im[k] = -2.0 * z.imag()[k];
+            }
+        })
+    };
+    let expected = ctx
+        .register_owned(Tag(301), Owner::Rank(Rank(0)), move || Complex::zeros(len))
+        .expect("register the expected value");
+    let cmp = compare();
+    let err = |r: Result<starling::Inserted, starling::InsertError>| {
+        r.expect("insert");
+    };
+    for (r, ar) in a.iter().enumerate() {
+        let to = (r + 1) % size as usize;
+        err(ctx.insert(&conj2).r(ar).w(&b[to]).submit());
+    }
+    for r in 0..size as usize {
+        let to = (r + 1) % size as usize;
+        err(ctx.insert(&fill_expected(r as u32)).w(&expected).submit());
+        err(ctx
+            .insert(&cmp)
+            .r(&b[to])
+            .r(&expected)
+            .rw(&mismatches)
+            .submit());
+    }
+    err(ctx
+        .insert(&display(me, "b[1] = 2·conj(a[0]), on rank 0"))
+        .r(&b[1 % size as usize])
+        .on_node(Rank(0))
+        .submit());
+    ctx.wait_for_all();
+    (me == Rank(0)).then(|| ctx.acquire(&mismatches, AccessMode::R).get().get())
+}
+
+/// Runs both parts on `ranks` ranks with `len` numbers per datum.
+///
+/// # Errors
+/// When the cluster does not shut down cleanly or a comparison found a mismatch.
+pub(crate) fn run(ranks: u32, len: usize) -> Result<(), String> {
+    let out = run_local(ranks, move |ctx| {
+        (point_to_point(ctx, len), inserted(ctx, len))
+    })
+    .map_err(|e| e.to_string())?;
+    let p2p: Vec<u32> = out.iter().map(|(m, _)| *m).collect();
+    let ins = out[0].1.ok_or("rank 0 returned no count")?;
+    println!(
+        "complex: {ranks} ranks, {len} numbers; point-to-point mismatches per rank {p2p:?}, \
+         insert mismatches {ins}"
+    );
+    if p2p.iter().any(|m| *m != 0) || ins != 0 {
+        return Err("the complex numbers changed on the way".into());
+    }
+    Ok(())
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let ranks: u32 = args.next().map_or(4, |a| a.parse().expect("ranks"));
+    let len: usize = args.next().map_or(3, |a| a.parse().expect("length"));
+    assert!(ranks >= 1, "ranks ≥ 1");
+    if let Err(e) = run(ranks, len) {
+        eprintln!("FAILED: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,1050 @@
+//! The MPI insert-task utility: one sequential task flow, run across ranks.
+//!
+//! Every rank registers the same data with the same tags and owners, and calls
+//! [`Context::insert`] for every task of the flow, in the same order. For each insert,
+//! every rank runs the core's planner ([`starling_core::insert::plan_into`]) on what it
+//! knows — the accesses, the owners, its [communication cache](starling_core::cache) and
+//! the [node-selection policies](starling_core::select) — and all ranks reach the same
+//! decision without exchanging a message: which rank executes the task, which data move
+//! there before it, which written data go back to their owners after it. This module
+//! performs that plan with the runtime: it posts the transfers as detached requests
+//! ordered by the handles' implicit dependencies, submits the task on the executor, and
+//! applies the cache updates.
+//!
+//! Replicated decisions (the cache, flushes, owner changes, policies, reductions) must be
+//! made by every rank at the same point of the flow; see `docs/protocol.md` §10–12.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use starling_core::cache::Cache;
+use starling_core::insert::{self, Access, Direction, Execute, Executor, Options, Plan};
+use starling_core::select::{Policies, PolicyFn, PolicyId, SelectError};
+use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag};
+
+use crate::context::{Context, RecvOpts, SendOpts};
+use crate::data::{AnyCell, Handle, Interface};
+use crate::error::CommError;
+use crate::sync::{Arc, lock};
+use crate::task::{Access as TaskAccess, Codelet, env_flag};
+
+/// The communication cache's capacity (sent pairs and received copies, each).
+pub(crate) const CACHE_CAPACITY: usize = 1 << 16;
+/// The most transfers one insert can plan.
+const PLAN_CAPACITY: usize = 64;
+
+/// An insert (or a registration) was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InsertError {
+    /// The planner refused the task (see the core's `InsertError`): a bad execute-on
+    /// index or rank, per-node data mixed with owned data, a policy failure.
+    #[error("the task cannot be planned: {0}")]
+    Plan(insert::InsertError),
+    /// A handle of the task was never given an owner with [`Context::mpi_register`].
+    #[error("{0} has no owner: register it with mpi_register first")]
+    NotRegistered(DataId),
+    /// A registration or a transfer failed.
+    #[error(transparent)]
+    Comm(#[from] CommError),
+    /// The policy registry refused the call.
+    #[error("policy registry: {0}")]
+    Policy(SelectError),
+    /// The policy registry is full (24 slots, as in the reference).
+    #[error("the policy registry is full")]
+    PoliciesFull,
+    /// A reduction needs the handle's reduction codelets
+    /// ([`Context::set_reduction_methods`]) and an interface that can allocate a
+    /// same-shaped buffer ([`Interface::shape`]).
+    #[error("{0} cannot be reduced: no reduction methods or no shape")]
+    NoReduction(DataId),
+}
+
+impl From<insert::InsertError> for InsertError {
+    fn from(e: insert::InsertError) -> Self {
+        Self::Plan(e)
+    }
+}
+
+/// What a rank knows of a registered datum.
+#[derive(Clone, Copy, Debug)]
+struct MpiInfo {
+    tag: Tag,
+    owner: Owner,
+    comm: CommId,
+}
+
+/// A handle's reduction methods and pending contributors.
+struct Redux {
+    combine: Codelet,
+    init: Codelet,
+    contributors: BTreeSet<Rank>,
+    /// This rank's copy was initialised for the pending reduction.
+    initialised: bool,
+}
+
+/// Least-recently-used received copies of one (owner, reader) pair, for the byte budget.
+#[derive(Default)]
+struct PairLru {
+    bytes: u64,
+    /// Recency stamp → datum.
+    order: BTreeMap<u64, DataId>,
+    /// Datum → (stamp, size).
+    entries: HashMap<DataId, (u64, u64)>,
+}
+
+/// The insert-task utility's per-rank state.
+pub(crate) struct DistState {
+    cache: Box<Cache<CACHE_CAPACITY>>,
+    policies: Policies,
+    plan: Box<Plan<PLAN_CAPACITY>>,
+    info: HashMap<DataId, MpiInfo>,
+    cells: HashMap<DataId, Arc<dyn AnyCell>>,
+    redux: HashMap<DataId, Redux>,
+    cache_stats: bool,
+    /// Byte budget per (owner, reader) pair for received copies; `None`: unbounded.
+    budget: Option<u64>,
+    lru: HashMap<(Rank, Rank), PairLru>,
+    stamp: u64,
+}
+
+impl DistState {
+    /// The state as the environment sets it: `STARLING_MPI_CACHE=0` disables the cache,
+    /// `STARLING_MPI_CACHE_STATS=1` prints cache events, `STARLING_MPI_CACHE_BUDGET=bytes`
+    /// bounds the received copies kept per peer.
+    pub(crate) fn from_env() -> Self {
+        let mut cache = new_cache();
+        if std::env::var("STARLING_MPI_CACHE").is_ok_and(|v| v == "0") {
+            cache.set_enabled(false, |_| {});
+        }
+        Self {
+            cache,
+            policies: Policies::new(),
+            plan: Box::new(Plan::new()),
+            info: HashMap::new(),
+            cells: HashMap::new(),
+            redux: HashMap::new(),
+            cache_stats: env_flag("STARLING_MPI_CACHE_STATS"),
+            budget: std::env::var("STARLING_MPI_CACHE_BUDGET")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            lru: HashMap::new(),
+            stamp: 0,
+        }
+    }
+}
+
+/// A new, empty cache on the heap. Built on a thread with a large stack: `Box::new` of a
+/// multi-megabyte value goes through the stack in unoptimised builds.
+fn new_cache() -> Box<Cache<CACHE_CAPACITY>> {
+    std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(|| Box::new(Cache::new()))
+        .ok()
+        .and_then(|t| t.join().ok())
+        .expect("building the communication cache")
+}
+
+/// One access of an insert being built: a handle this rank knows, or none (temporary data
+/// that exists on other ranks only).
+struct Item {
+    cell: Option<Arc<dyn AnyCell>>,
+    mode: AccessMode,
+}
+
+enum Target {
+    Auto,
+    Node(Rank),
+    Data(Arc<dyn AnyCell>),
+}
+
+/// A task insert being built ([`Context::insert`]): every rank builds the same one.
+pub struct InsertBuilder<'a> {
+    ctx: &'a Context,
+    codelet: Codelet,
+    items: Vec<Item>,
+    target: Target,
+    policy: Option<PolicyId>,
+    priority: i32,
+    ssend: bool,
+    callback: Option<Box<dyn FnOnce() + Send>>,
+    /// Keep the copies this insert fetches even with the cache off, and never evict them
+    /// for the byte budget (a get-data-on-node or a migration: the copy is the point; the
+    /// flag is the same on every rank, so both ranks of a pair agree).
+    pub(crate) keep_copies: bool,
+}
+
+impl core::fmt::Debug for InsertBuilder<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("InsertBuilder")
+            .field("codelet", &self.codelet)
+            .field("accesses", &self.items.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an insert did on this rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inserted {
+    /// The rank that executes the task (`None`: every rank, for per-node data; or this
+    /// rank took no part because a written temporary datum is unknown here).
+    pub executor: Option<Rank>,
+    /// Whether this rank runs the task.
+    pub executed_here: bool,
+    /// Transfers this rank posted for the task (before and after it).
+    pub transfers: usize,
+}
+
+impl<'a> InsertBuilder<'a> {
+    /// Adds an access to `h` with `mode` (R, W, RW, SCRATCH, REDUX, COMMUTE, SSEND).
+    #[must_use]
+    pub fn access<I: Interface>(mut self, h: &Handle<I>, mode: AccessMode) -> Self {
+        self.items.push(Item {
+            cell: Some(h.erased()),
+            mode,
+        });
+        self
+    }
+
+    /// Adds an access to a datum that may not exist on this rank (the reference's
+    /// temporary data: ranks that do not know it pass `None`).
+    #[must_use]
+    pub fn access_opt<I: Interface>(mut self, h: Option<&Handle<I>>, mode: AccessMode) -> Self {
+        self.items.push(Item {
+            cell: h.map(Handle::erased),
+            mode,
+        });
+        self
+    }
+
+    /// Reads `h`.
+    #[must_use]
+    pub fn r<I: Interface>(self, h: &Handle<I>) -> Self {
+        self.access(h, AccessMode::R)
+    }
+
+    /// Writes `h` without reading it.
+    #[must_use]
+    pub fn w<I: Interface>(self, h: &Handle<I>) -> Self {
+        self.access(h, AccessMode::W)
+    }
+
+    /// Reads and writes `h`.
+    #[must_use]
+    pub fn rw<I: Interface>(self, h: &Handle<I>) -> Self {
+        self.access(h, AccessMode::RW)
+    }
+
+    /// Contributes to a reduction of `h` ([`Context::redux`]).
+    #[must_use]
+    pub fn redux<I: Interface>(self, h: &Handle<I>) -> Self {
+        self.access(h, AccessMode::REDUX)
+    }
+
+    /// Uses `h` as scratch space (never transferred).
+    #[must_use]
+    pub fn scratch<I: Interface>(self, h: &Handle<I>) -> Self {
+        self.access(h, AccessMode::SCRATCH)
+    }
+
+    /// Runs the task on `rank` (the reference's `STARPU_EXECUTE_ON_NODE`).
+    #[must_use]
+    pub fn on_node(mut self, rank: Rank) -> Self {
+        self.target = Target::Node(rank);
+        self
+    }
+
+    /// Runs the task on the owner of `h` (`STARPU_EXECUTE_ON_DATA`).
+    #[must_use]
+    pub fn on_data<I: Interface>(mut self, h: &Handle<I>) -> Self {
+        self.target = Target::Data(h.erased());
+        self
+    }
+
+    /// Chooses the executor with `policy` when the written data do not decide it
+    /// (`STARPU_NODE_SELECTION_POLICY`).
+    #[must_use]
+    pub fn policy(mut self, policy: PolicyId) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The task's priority; it orders the task and its transfers (`STARPU_PRIORITY`).
+    #[must_use]
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Sends this task's data with synchronous sends (`STARPU_SSEND`).
+    #[must_use]
+    pub fn ssend(mut self) -> Self {
+        self.ssend = true;
+        self
+    }
+
+    /// Runs `f` after the task, on the executor.
+    #[must_use]
+    pub fn callback(mut self, f: impl FnOnce() + Send + 'static) -> Self {
+        self.callback = Some(Box::new(f));
+        self
+    }
+
+    /// Plans and performs the insert on this rank: transfers before, the task on the
+    /// executor, write-backs after, cache updates (`starpu_mpi_task_insert`).
+    ///
+    /// # Errors
+    /// [`InsertError`]: the same on every rank that knows the task's data, except
+    /// [`InsertError::NotRegistered`] (a rank-local registration bug).
+    pub fn submit(self) -> Result<Inserted, InsertError> {
+        let (built, post) = self.build()?;
+        if let Some(task) = built.task {
+            task.submit();
+        }
+        post.finish();
+        Ok(built.inserted)
+    }
+
+    /// For a task the application builds itself: performs the transfers before it on
+    /// every rank (`starpu_mpi_task_exchange_data_before_execution`) and returns the
+    /// write-backs to perform after submitting it
+    /// (`starpu_mpi_task_exchange_data_after_execution`, [`PostBuild::finish`]). The
+    /// codelet given to [`Context::insert`] is not used; [`Inserted::executed_here`] says
+    /// whether this rank must run the task.
+    ///
+    /// # Errors
+    /// As for [`InsertBuilder::submit`].
+    pub fn exchange_before(self) -> Result<(Inserted, PostBuild<'a>), InsertError> {
+        let (built, post) = self.build()?;
+        Ok((built.inserted, post))
+    }
+
+    /// The first half of [`InsertBuilder::submit`]: plans, posts the transfers before the
+    /// task and returns the task on the executor, unsubmitted
+    /// (`starpu_mpi_task_build`). Submit it, then call [`PostBuild::finish`]
+    /// (`starpu_mpi_task_post_build`).
+    ///
+    /// # Errors
+    /// As for [`InsertBuilder::submit`].
+    pub fn build(self) -> Result<(Built<'a>, PostBuild<'a>), InsertError> {
+        let ctx = self.ctx;
+        let mut dist = lock(&ctx.dist);
+        let dist = &mut *dist;
+        let me = ctx.rank;
+        // Describe the accesses for the planner.
+        let mut accesses: Vec<Access> = Vec::with_capacity(self.items.len());
+        for item in &self.items {
+            accesses.push(match &item.cell {
+                None => Access {
+                    data: DataId(u32::MAX),
+                    mode: item.mode,
+                    owner: Owner::Rank(Rank(0)),
+                    tag: Tag(0),
+                    size: 0,
+                    known: false,
+                },
+                Some(cell) => {
+                    let info = dist
+                        .info
+                        .get(&cell.id())
+                        .ok_or_else(|| InsertError::NotRegistered(cell.id()))?;
+                    Access::new(cell.id(), item.mode, info.owner, info.tag, 0)
+                }
+            });
+        }
+        let execute = match &self.target {
+            Target::Auto => Execute::Auto,
+            Target::Node(r) => Execute::OnNode(*r),
+            Target::Data(cell) => match self
+                .items
+                .iter()
+                .position(|i| i.cell.as_ref().is_some_and(|c| c.id() == cell.id()))
+            {
+                Some(i) => Execute::OnData(i),
+                None => match dist.info.get(&cell.id()).map(|i| i.owner) {
+                    Some(Owner::Rank(r)) => Execute::OnNode(r),
+                    Some(Owner::PerNode) => Execute::Auto,
+                    None => return Err(InsertError::NotRegistered(cell.id())),
+                },
+            },
+        };
+        // Sizes only matter when a policy chooses the executor: compute them then (it
+        // may allocate a lazily registered copy).
+        if execute == Execute::Auto && policy_needed(&accesses) {
+            for (a, item) in accesses.iter_mut().zip(&self.items) {
+                if let Some(cell) = &item.cell {
+                    a.size = cell.packed_size() as u64;
+                }
+            }
+        }
+        // A pending reduction is wrapped up before the datum is read without REDUX.
+        for (a, item) in accesses.iter().zip(&self.items) {
+            if a.known && a.mode.reads() && !a.mode.contains(AccessMode::REDUX) {
+                if let Some(cell) = &item.cell {
+                    if dist
+                        .redux
+                        .get(&cell.id())
+                        .is_some_and(|r| !r.contributors.is_empty())
+                    {
+                        collective::reduce(ctx, dist, cell, 2)?;
+                    }
+                }
+            }
+        }
+        let options = Options {
+            execute,
+            policy: self.policy,
+            priority: Priority(self.priority),
+            ssend: self.ssend,
+        };
+        insert::plan_into(
+            me,
+            ctx.size,
+            &accesses,
+            &options,
+            &dist.policies,
+            &dist.cache,
+            &mut dist.plan,
+        )?;
+        let plan = &dist.plan;
+        let executor = match plan.executor {
+            Some(Executor::Rank(r)) => Some(r),
+            _ => None,
+        };
+        let execute_here = plan.execute_here;
+        let cell_of = |data: DataId| {
+            self.items
+                .iter()
+                .find_map(|i| i.cell.as_ref().filter(|c| c.id() == data).cloned())
+        };
+        // Reductions: record the executor as a contributor on every rank; a
+        // non-owner executor initialises its copy first.
+        for (a, item) in accesses.iter().zip(&self.items) {
+            if !(a.known && a.mode.contains(AccessMode::REDUX)) {
+                continue;
+            }
+            let (Some(cell), Some(x)) = (&item.cell, executor) else {
+                continue;
+            };
+            if let Some(r) = dist.redux.get_mut(&cell.id()) {
+                r.contributors.insert(x);
+                if x == me && a.owner != Owner::Rank(me) && !r.initialised {
+                    r.initialised = true;
+                    let init = r.init.clone();
+                    ctx.runtime.submit_task(
+                        init,
+                        vec![TaskAccess {
+                            cell: Arc::clone(cell),
+                            mode: AccessMode::W,
+                        }],
+                        self.priority,
+                        None,
+                        None,
+                    );
+                }
+            }
+        }
+        let fake = ctx.fake.load(core::sync::atomic::Ordering::Relaxed);
+        let mut transfers = 0;
+        for t in &plan.before {
+            if let Some(cell) = cell_of(t.data) {
+                transfers += 1;
+                if !fake {
+                    post_transfer(ctx, dist.info[&t.data].comm, cell, t)?;
+                }
+            }
+        }
+        let task = execute_here.then(|| {
+            let accesses = self
+                .items
+                .iter()
+                .filter_map(|i| {
+                    i.cell.as_ref().map(|c| TaskAccess {
+                        cell: Arc::clone(c),
+                        mode: i.mode,
+                    })
+                })
+                .collect();
+            BuiltTask {
+                ctx,
+                codelet: self.codelet.clone(),
+                accesses,
+                priority: self.priority,
+                callback: self.callback,
+            }
+        });
+        let after: Vec<_> = plan
+            .after
+            .iter()
+            .filter_map(|t| cell_of(t.data).map(|c| (dist.info[&t.data].comm, c, *t)))
+            .collect();
+        transfers += after.len();
+        let updates: Vec<_> = plan.cache.iter().copied().collect();
+        // Recency of received copies, for the byte budget.
+        if dist.budget.is_some() {
+            if let Some(x) = executor {
+                for a in accesses.iter().filter(|a| a.known && a.mode.reads()) {
+                    if let Owner::Rank(o) = a.owner {
+                        if o != x && (me == o || me == x) {
+                            dist.stamp += 1;
+                            let stamp = dist.stamp;
+                            let lru = dist.lru.entry((o, x)).or_default();
+                            if let Some(e) = lru.entries.get_mut(&a.data) {
+                                lru.order.remove(&e.0);
+                                e.0 = stamp;
+                                lru.order.insert(stamp, a.data);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok((
+            Built {
+                task,
+                inserted: Inserted {
+                    executor,
+                    executed_here: execute_here,
+                    transfers,
+                },
+            },
+            PostBuild {
+                ctx,
+                after,
+                updates,
+                fake,
+                keep_copies: self.keep_copies,
+                cells: self.items.iter().filter_map(|i| i.cell.clone()).collect(),
+            },
+        ))
+    }
+}
+
+/// Whether the planner will call a policy: no explicit executor, and the written data do
+/// not name one owner.
+fn policy_needed(accesses: &[Access]) -> bool {
+    let mut owner = None;
+    for a in accesses.iter().filter(|a| a.known && a.mode.writes()) {
+        match owner {
+            None => owner = Some(a.owner),
+            Some(o) if o != a.owner => return true,
+            Some(_) => {}
+        }
+    }
+    owner.is_none()
+}
+
+fn post_transfer(
+    ctx: &Context,
+    comm: CommId,
+    cell: Arc<dyn AnyCell>,
+    t: &insert::Transfer,
+) -> Result<(), CommError> {
+    match t.direction {
+        Direction::Send => {
+            let opts = SendOpts {
+                comm,
+                priority: t.priority.0,
+                sync: t.sync,
+                unlock: None,
+            };
+            ctx.post_send(cell, t.peer, t.tag, opts, Box::new(|_| {}))
+        }
+        Direction::Recv => {
+            let opts = RecvOpts {
+                comm,
+                ..RecvOpts::default()
+            };
+            ctx.post_recv(cell, t.peer, t.tag, opts, Box::new(|_| {}))
+        }
+    }
+}
+
+/// The task of an insert built with [`InsertBuilder::build`], on its executor.
+pub struct Built<'a> {
+    /// The task, on the executor only (`None` elsewhere).
+    pub task: Option<BuiltTask<'a>>,
+    /// What the insert does on this rank.
+    pub inserted: Inserted,
+}
+
+impl core::fmt::Debug for Built<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Built")
+            .field("inserted", &self.inserted)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A task built by [`InsertBuilder::build`], to submit on its executor.
+pub struct BuiltTask<'a> {
+    ctx: &'a Context,
+    codelet: Codelet,
+    accesses: Vec<TaskAccess>,
+    priority: i32,
+    callback: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl core::fmt::Debug for BuiltTask<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("BuiltTask")
+            .field("codelet", &self.codelet)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BuiltTask<'_> {
+    /// Changes the task's priority before submitting it.
+    #[must_use]
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Submits the task.
+    pub fn submit(self) {
+        self.ctx.runtime.submit_task(
+            self.codelet,
+            self.accesses,
+            self.priority,
+            self.callback,
+            None,
+        );
+    }
+}
+
+/// The second half of an insert built with [`InsertBuilder::build`]: the write-backs and
+/// cache updates, to perform after the task was submitted.
+#[must_use = "call finish() after submitting the task, or the write-backs never happen"]
+pub struct PostBuild<'a> {
+    ctx: &'a Context,
+    after: Vec<(CommId, Arc<dyn AnyCell>, insert::Transfer)>,
+    updates: Vec<insert::CacheUpdate>,
+    fake: bool,
+    cells: Vec<Arc<dyn AnyCell>>,
+    keep_copies: bool,
+}
+
+impl core::fmt::Debug for PostBuild<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PostBuild")
+            .field("write_backs", &self.after.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostBuild<'_> {
+    /// Posts the write-backs and applies the cache updates (`starpu_mpi_task_post_build`).
+    pub fn finish(self) {
+        let ctx = self.ctx;
+        for (comm, cell, t) in self.after {
+            if !self.fake {
+                // The ranks are in range: the planner checked them.
+                let _ = post_transfer(ctx, comm, cell, &t);
+            }
+        }
+        let mut dist = lock(&ctx.dist);
+        let dist = &mut *dist;
+        for u in &self.updates {
+            if self.keep_copies && matches!(u, insert::CacheUpdate::DropCopy { .. }) {
+                continue;
+            }
+            apply_update(ctx, dist, u, &self.cells, !self.keep_copies);
+        }
+    }
+}
+
+/// Applies one cache update of a plan: flags, statistics, dropped copies, the budget.
+fn apply_update(
+    ctx: &Context,
+    dist: &mut DistState,
+    u: &insert::CacheUpdate,
+    cells: &[Arc<dyn AnyCell>],
+    evictable: bool,
+) {
+    let me = ctx.rank;
+    let data = match *u {
+        insert::CacheUpdate::SentSet { data, .. }
+        | insert::CacheUpdate::ReceivedSet { data }
+        | insert::CacheUpdate::Invalidate { data }
+        | insert::CacheUpdate::DropCopy { data } => data,
+    };
+    let cell = cells.iter().find(|c| c.id() == data).cloned();
+    let drop_copy = match dist.cache.apply(u) {
+        Ok(d) => d,
+        Err(_) => {
+            // A full cache only stops caching: the next read transfers again, on every
+            // rank alike (the flag was not set anywhere... only if all ranks are full
+            // alike). Report it: the cache must be sized for the flow.
+            lock(&ctx.reports).push(format!("communication cache full at {data}"));
+            false
+        }
+    };
+    let owner = dist.info.get(&data).map(|i| i.owner);
+    match *u {
+        insert::CacheUpdate::ReceivedSet { .. } => {
+            if dist.cache_stats {
+                let size = cell.as_ref().map_or(0, |c| c.packed_size());
+                let from = match owner {
+                    Some(Owner::Rank(r)) => format!("rank {}", r.0),
+                    _ => "its owner".to_owned(),
+                };
+                eprintln!(
+                    "[starling_mpi_cache][{}] + {size} bytes of {data} from {from}",
+                    me.0
+                );
+            }
+            if let (Some(Owner::Rank(o)), Some(c), true) = (owner, &cell, evictable) {
+                track(ctx, dist, o, me, data, c.packed_size() as u64);
+            }
+        }
+        insert::CacheUpdate::SentSet { dest, .. } => {
+            if let (Some(c), true) = (&cell, evictable) {
+                track(ctx, dist, me, dest, data, c.packed_size() as u64);
+            }
+        }
+        insert::CacheUpdate::Invalidate { .. } => forget_lru(dist, data),
+        insert::CacheUpdate::DropCopy { .. } => {}
+    }
+    if drop_copy {
+        if dist.cache_stats {
+            eprintln!("[starling_mpi_cache][{}] - {data}", me.0);
+        }
+        if let Some(c) = cell {
+            release_after_pending(ctx, c);
+        }
+    }
+}
+
+/// Records a received copy of `data` (owner `o`, reader `x`) for the byte budget and
+/// evicts the least recently used copies of that pair beyond it. Both ranks of the pair
+/// see the same flow and make the same decision: no message is needed.
+fn track(ctx: &Context, dist: &mut DistState, o: Rank, x: Rank, data: DataId, size: u64) {
+    let Some(budget) = dist.budget else {
+        return;
+    };
+    dist.stamp += 1;
+    let stamp = dist.stamp;
+    let lru = dist.lru.entry((o, x)).or_default();
+    if let Some((old, old_size)) = lru.entries.insert(data, (stamp, size)) {
+        lru.order.remove(&old);
+        lru.bytes -= old_size;
+    }
+    lru.order.insert(stamp, data);
+    lru.bytes += size;
+    let mut evicted = Vec::new();
+    while lru.bytes > budget {
+        let Some((&s, &victim)) = lru.order.iter().next() else {
+            break;
+        };
+        if victim == data {
+            break; // never evict the copy just made: the task needs it
+        }
+        lru.order.remove(&s);
+        if let Some((_, sz)) = lru.entries.remove(&victim) {
+            lru.bytes -= sz;
+        }
+        evicted.push(victim);
+    }
+    for victim in evicted {
+        if ctx.rank == o {
+            dist.cache.clear_sent_to(victim, x);
+        } else if dist.cache.clear_received(victim) {
+            if dist.cache_stats {
+                eprintln!("[starling_mpi_cache][{}] - {victim} (evicted)", ctx.rank.0);
+            }
+            if let Some(c) = dist.cells.get(&victim) {
+                release_after_pending(ctx, Arc::clone(c));
+            }
+        }
+    }
+}
+
+/// Forgets a datum being unregistered: its registration, reduction state and cache flags.
+pub(crate) fn forget(ctx: &Context, data: DataId) {
+    let mut dist = lock(&ctx.dist);
+    let dist = &mut *dist;
+    if dist.info.remove(&data).is_some() {
+        dist.cells.remove(&data);
+        dist.redux.remove(&data);
+        dist.cache.clear_sent(data);
+        let _ = dist.cache.clear_received(data);
+        forget_lru(dist, data);
+    }
+}
+
+/// Forgets `data` in the byte budget's bookkeeping (its copies are no longer cached).
+fn forget_lru(dist: &mut DistState, data: DataId) {
+    for lru in dist.lru.values_mut() {
+        if let Some((stamp, size)) = lru.entries.remove(&data) {
+            lru.order.remove(&stamp);
+            lru.bytes -= size;
+        }
+    }
+}
+
+/// Frees a copy's memory once the accesses already submitted on it are done.
+fn release_after_pending(ctx: &Context, cell: Arc<dyn AnyCell>) {
+    let rt = ctx.runtime.clone();
+    let c = Arc::clone(&cell);
+    ctx.runtime.submit_hook(
+        vec![TaskAccess {
+            cell,
+            mode: AccessMode::W,
+        }],
+        0,
+        Box::new(move |node| {
+            c.release();
+            rt.complete(node);
+        }),
+    );
+}
+
+impl Context {
+    /// Gives `h` a tag and an owner for the insert-task utility, on the world
+    /// communicator (`starpu_mpi_data_register`). Every rank registers every datum it
+    /// uses, with the same tag and owner; `Owner::PerNode` gives every rank its own
+    /// instance (`STARPU_MPI_PER_NODE`).
+    ///
+    /// # Errors
+    /// [`CommError::TagInUse`] when another live handle of this rank has `tag`;
+    /// [`CommError::RankOutOfRange`] for an owner outside the world.
+    pub fn mpi_register<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        tag: Tag,
+        owner: Owner,
+    ) -> Result<(), InsertError> {
+        self.mpi_register_comm(h, tag, owner, CommId::WORLD)
+    }
+
+    /// [`Context::mpi_register`] on communicator `comm` (`starpu_mpi_data_register_comm`).
+    ///
+    /// # Errors
+    /// As for [`Context::mpi_register`].
+    pub fn mpi_register_comm<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        tag: Tag,
+        owner: Owner,
+        comm: CommId,
+    ) -> Result<(), InsertError> {
+        if let Owner::Rank(r) = owner {
+            self.check_rank(r)?;
+        }
+        self.set_tag(h, tag)?;
+        let mut dist = lock(&self.dist);
+        dist.info.insert(h.id(), MpiInfo { tag, owner, comm });
+        dist.cells.insert(h.id(), h.erased());
+        Ok(())
+    }
+
+    /// Registers data that `owner` holds: the owner (and every rank, for per-node data)
+    /// allocates it now with `init`, the other ranks only on first use (the reference's
+    /// home node −1), then [`Context::mpi_register`]s it.
+    ///
+    /// # Errors
+    /// As for [`Context::mpi_register`].
+    pub fn register_owned<I: Interface>(
+        &self,
+        tag: Tag,
+        owner: Owner,
+        init: impl FnOnce() -> I + Send + 'static,
+    ) -> Result<Handle<I>, InsertError> {
+        let local = match owner {
+            Owner::Rank(r) => r == self.rank,
+            Owner::PerNode => true,
+        };
+        let h = if local {
+            self.register(init())
+        } else {
+            self.register_lazy(init)
+        };
+        self.mpi_register(&h, tag, owner)?;
+        Ok(h)
+    }
+
+    /// The owner of `h` (`starpu_mpi_data_get_rank`).
+    pub fn data_owner<I: Interface>(&self, h: &Handle<I>) -> Option<Owner> {
+        lock(&self.dist).info.get(&h.id()).map(|i| i.owner)
+    }
+
+    /// The insert-task tag of `h` (`starpu_mpi_data_get_tag`).
+    pub fn data_tag<I: Interface>(&self, h: &Handle<I>) -> Option<Tag> {
+        lock(&self.dist).info.get(&h.id()).map(|i| i.tag)
+    }
+
+    /// Changes the owner of `h` without moving data (`starpu_mpi_data_set_rank`). Every
+    /// rank must call it at the same point of the flow. Unlike the reference, it clears
+    /// the datum's cache flags, which would otherwise disagree between the old owner's
+    /// readers and the new owner (`docs/protocol.md` §10); local copies are kept.
+    ///
+    /// # Errors
+    /// [`InsertError::NotRegistered`]; [`CommError::RankOutOfRange`].
+    pub fn set_data_owner<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        owner: Owner,
+    ) -> Result<(), InsertError> {
+        if let Owner::Rank(r) = owner {
+            self.check_rank(r)?;
+        }
+        let mut dist = lock(&self.dist);
+        let dist = &mut *dist;
+        let info = dist
+            .info
+            .get_mut(&h.id())
+            .ok_or_else(|| InsertError::NotRegistered(h.id()))?;
+        info.owner = owner;
+        // Forget what was sent and received of the datum (the flags would disagree
+        // between the old owner's readers and the new owner), but keep every local copy:
+        // no data moves, and the old owner may still send its value (a scatter).
+        dist.cache.clear_sent(h.id());
+        let _ = dist.cache.clear_received(h.id());
+        forget_lru(dist, h.id());
+        Ok(())
+    }
+
+    /// Starts building a task insert (`starpu_mpi_task_insert`): add its accesses and
+    /// options, then [`InsertBuilder::submit`]. Every rank calls it for every task, in
+    /// the same order.
+    pub fn insert(&self, codelet: &Codelet) -> InsertBuilder<'_> {
+        InsertBuilder {
+            ctx: self,
+            codelet: codelet.clone(),
+            items: Vec::new(),
+            target: Target::Auto,
+            policy: None,
+            priority: 0,
+            ssend: false,
+            callback: None,
+            keep_copies: false,
+        }
+    }
+
+    // ----- the communication cache ----------------------------------------------------
+
+    /// Whether the communication cache is on (`starpu_mpi_cache_is_enabled`).
+    pub fn cache_enabled(&self) -> bool {
+        lock(&self.dist).cache.is_enabled()
+    }
+
+    /// Switches the communication cache (`starpu_mpi_cache_set`); switching it off
+    /// flushes everything. Every rank must call it at the same point of the flow.
+    pub fn set_cache_enabled(&self, on: bool) {
+        let mut dist = lock(&self.dist);
+        let dist = &mut *dist;
+        let mut dropped = Vec::new();
+        dist.cache.set_enabled(on, |d| dropped.push(d));
+        for d in dropped {
+            if let Some(c) = dist.cells.get(&d) {
+                release_after_pending(self, Arc::clone(c));
+            }
+        }
+    }
+
+    /// Forgets what was sent of `h` and drops this rank's received copy, unless it owns
+    /// `h` (`starpu_mpi_cache_flush`). Every rank must call it at the same point of the
+    /// flow; it sends nothing.
+    pub fn flush<I: Interface>(&self, h: &Handle<I>) {
+        let mut dist = lock(&self.dist);
+        let Some(owner) = dist.info.get(&h.id()).map(|i| i.owner) else {
+            return;
+        };
+        let held = dist.cache.cached_receive(h.id());
+        let f = dist.cache.flush(h.id(), self.rank, owner);
+        forget_lru(&mut dist, h.id());
+        if held && dist.cache_stats {
+            eprintln!(
+                "[starling_mpi_cache][{}] - {} (flushed)",
+                self.rank.0,
+                h.id()
+            );
+        }
+        if f.drop_local_copy {
+            release_after_pending(self, h.erased());
+        }
+    }
+
+    /// [`Context::flush`] for every datum (`starpu_mpi_cache_flush_all_data`).
+    pub fn flush_all(&self) {
+        let mut dist = lock(&self.dist);
+        let dist = &mut *dist;
+        let mut dropped = Vec::new();
+        dist.cache.flush_all(|d| dropped.push(d));
+        dist.lru.clear();
+        for d in dropped {
+            if let Some(c) = dist.cells.get(&d) {
+                release_after_pending(self, Arc::clone(c));
+            }
+        }
+    }
+
+    /// Whether the current value of `h` was already sent to `dest`
+    /// (`starpu_mpi_cached_send`).
+    pub fn cached_send<I: Interface>(&self, h: &Handle<I>, dest: Rank) -> bool {
+        lock(&self.dist).cache.cached_send(h.id(), dest)
+    }
+
+    /// Whether this rank holds a received copy of the current value of `h`
+    /// (`starpu_mpi_cached_receive`).
+    pub fn cached_receive<I: Interface>(&self, h: &Handle<I>) -> bool {
+        lock(&self.dist).cache.cached_receive(h.id())
+    }
+
+    /// Bounds the bytes of received copies kept per (owner, reader) pair; beyond it the
+    /// least recently used copies are evicted on both ranks of the pair alike, with no
+    /// message (`STARLING_MPI_CACHE_BUDGET`). `None`: unbounded, as in the reference.
+    /// Every rank must set the same budget at the same point of the flow.
+    pub fn set_cache_budget(&self, bytes: Option<u64>) {
+        let mut dist = lock(&self.dist);
+        dist.budget = bytes;
+        if bytes.is_none() {
+            dist.lru.clear();
+        }
+    }
+
+    // ----- node selection -------------------------------------------------------------
+
+    /// Registers a node-selection policy (`starpu_mpi_node_selection_register_policy`);
+    /// every rank must register the same policies in the same order.
+    ///
+    /// # Errors
+    /// [`InsertError::PoliciesFull`] past the reference's 24 slots (the reference aborts).
+    pub fn register_policy(&self, policy: PolicyFn) -> Result<PolicyId, InsertError> {
+        lock(&self.dist)
+            .policies
+            .register(policy)
+            .map_err(|_| InsertError::PoliciesFull)
+    }
+
+    /// Unregisters a policy (`starpu_mpi_node_selection_unregister_policy`).
+    ///
+    /// # Errors
+    /// [`InsertError::Policy`] for the built-in policy or an unregistered slot (the
+    /// reference aborts).
+    pub fn unregister_policy(&self, policy: PolicyId) -> Result<(), InsertError> {
+        lock(&self.dist)
+            .policies
+            .unregister(policy)
+            .map_err(InsertError::Policy)
+    }
+
+    /// Makes `policy` the default of inserts that do not name one
+    /// (`starpu_mpi_node_selection_set_current_policy`).
+    ///
+    /// # Errors
+    /// [`InsertError::Policy`] for an unregistered slot.
+    pub fn set_current_policy(&self, policy: PolicyId) -> Result<(), InsertError> {
+        lock(&self.dist)
+            .policies
+            .set_current(policy)
+            .map_err(InsertError::Policy)
+    }
+
+    /// The default policy (`starpu_mpi_node_selection_get_current_policy`).
+    pub fn current_policy(&self) -> PolicyId {
+        lock(&self.dist).policies.current()
+    }
+}
+
+mod collective;

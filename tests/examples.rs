@@ -1,0 +1,122 @@
+//! The examples' cores, run on small clusters: each example's `run` is compiled in here
+//! from `examples/` and checked as `cargo run --example` would check it.
+
+#[path = "../examples/complex.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod complex;
+#[path = "../examples/lu.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod lu;
+#[path = "../examples/migration.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod migration;
+#[path = "../examples/pernode.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod pernode;
+#[path = "../examples/redux.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod redux;
+#[path = "../examples/scatter_gather.rs"]
+#[allow(
+    dead_code,
+    reason = "the example's `main` is not called from the tests"
+)]
+mod scatter_gather;
+
+#[test]
+fn lu_explicit_and_implicit_factor_the_matrix() {
+    for version in ["explicit", "implicit"] {
+        for ranks in [1, 3, 4] {
+            let res = lu::run(ranks, version, lu::Lu { nt: 4, bs: 8 }).unwrap();
+            assert!(res < 1e-10, "{version} on {ranks} ranks: {res:e}");
+        }
+    }
+}
+
+#[test]
+fn scatter_compute_gather_returns_every_block_computed_by_its_owner() {
+    for ranks in [1, 3, 4] {
+        scatter_gather::run(ranks, 7, 16).unwrap();
+    }
+}
+
+#[test]
+fn complex_numbers_cross_ranks_packed_both_ways_and_through_inserts() {
+    for ranks in [1, 2, 3] {
+        complex::run(ranks, 5).unwrap();
+    }
+}
+
+#[test]
+fn per_node_tasks_run_everywhere_and_move_nothing() {
+    for ranks in [1, 2, 4] {
+        pernode::run(ranks, 6, 5).unwrap();
+    }
+}
+
+#[test]
+fn a_reduced_dot_product_matches_the_sequential_one_flat_tree_and_auto() {
+    for variant in ["flat", "tree", "auto"] {
+        for ranks in [1, 3, 4] {
+            redux::run(ranks, variant, 7, 32).unwrap();
+        }
+    }
+}
+
+#[test]
+fn migrated_cells_change_owner_everywhere_and_tasks_follow_them() {
+    for ranks in [1, 2, 4] {
+        migration::run(ranks, 9, 2).unwrap();
+    }
+}
+
+/// The implicit LU and the migrations with the cache off and with a tiny byte budget for
+/// received copies: the environment is read at start-up, so each setting runs in a child
+/// process of this test binary.
+#[test]
+fn examples_hold_with_the_cache_off_and_with_a_tiny_budget() {
+    if std::env::var("STARLING_EXAMPLES_CHILD").is_ok() {
+        lu::run(4, "implicit", lu::Lu { nt: 4, bs: 8 }).unwrap();
+        migration::run(4, 12, 2).unwrap();
+        return;
+    }
+    for (var, value) in [
+        ("STARLING_MPI_CACHE", "0"),
+        ("STARLING_MPI_CACHE_BUDGET", "200"),
+    ] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "examples_hold_with_the_cache_off_and_with_a_tiny_budget",
+                "--exact",
+            ])
+            .env("STARLING_EXAMPLES_CHILD", "1")
+            .env(var, value)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{var}={value}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("1 passed"),
+            "{var}={value}: the child ran no test: {text}"
+        );
+    }
+}
