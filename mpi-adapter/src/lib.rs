@@ -45,8 +45,10 @@
 //!
 //! Besides what [`RankConfig::from_env`] reads (`STARLING_NCPU`, `STARLING_COMM_STATS`,
 //! …): `STARLING_WATCHDOG_SECS` (default 60, 0 = wait forever),
-//! `STARLING_MPI_THREAD_MULTIPLE=1`, `STARLING_MPI_COMMS` (default 8) and
-//! `STARLING_MPI_MAX_MESSAGE` (default `i32::MAX`; every rank must use the same).
+//! `STARLING_MPI_THREAD_MULTIPLE=1`, `STARLING_MPI_COMMS` (default 8),
+//! `STARLING_MPI_MAX_MESSAGE` (default `i32::MAX`; every rank must use the same) and
+//! `STARLING_COMM_STATS_DIR` (each rank writes its statistics there at shutdown, for
+//! the `comm-matrix` tool).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod lent;
@@ -82,6 +84,10 @@ pub struct MpiConfig {
     /// it); a duplicate of their own keeps communicators apart inside MPI too (separate
     /// queues). See [`transport`].
     pub communicators: u16,
+    /// Where shutdown also writes this rank's statistics, as `rank<N>.txt` (the
+    /// directory is created), for the `comm-matrix` tool (`STARLING_COMM_STATS_DIR`);
+    /// setting it turns statistics on.
+    pub stats_dir: Option<std::path::PathBuf>,
     /// The longest single MPI message, in bytes: longer payloads travel in chunks of this
     /// size (`STARLING_MPI_MAX_MESSAGE`, default and at most `i32::MAX`, MPI's count
     /// type). Every rank must use the same value.
@@ -95,6 +101,7 @@ impl Default for MpiConfig {
             application_calls_mpi: false,
             watchdog: Duration::from_secs(60),
             communicators: 8,
+            stats_dir: None,
             max_message: i32::MAX as usize,
         }
     }
@@ -118,6 +125,9 @@ impl MpiConfig {
         if let Some(n) = env_number("STARLING_MPI_MAX_MESSAGE") {
             c.max_message = usize::try_from(n).unwrap_or(usize::MAX);
         }
+        c.stats_dir = std::env::var_os("STARLING_COMM_STATS_DIR")
+            .filter(|d| !d.is_empty())
+            .map(std::path::PathBuf::from);
         c
     }
 
@@ -206,7 +216,9 @@ pub fn init(config: MpiConfig) -> Result<MpiRank, MpiError> {
             text
         })
     };
-    match RankRunner::start(make, &config.rank) {
+    let mut rank_config = config.rank.clone();
+    rank_config.stats |= config.stats_dir.is_some();
+    match RankRunner::start(make, &rank_config) {
         Ok(runner) => Ok(MpiRank {
             runner: Some(runner),
             config,
@@ -313,8 +325,21 @@ fn shutdown_runner(
     }
     runner.context().barrier();
     let leftovers = runner.leftovers();
-    if config.rank.stats {
-        eprint!("{}", runner.stats_report());
+    if config.rank.stats || config.stats_dir.is_some() {
+        let report = runner.stats_report();
+        eprint!("{report}");
+        if let Some(dir) = &config.stats_dir {
+            let path = dir.join(format!("rank{}.txt", rank.0));
+            if let Err(e) =
+                std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &report))
+            {
+                eprintln!(
+                    "[starling-mpi] rank {}: cannot write {}: {e}",
+                    rank.0,
+                    path.display()
+                );
+            }
+        }
     }
     runner.stop();
     if leftovers.is_empty() {
