@@ -66,7 +66,10 @@ pub use starling_mpi as mpi;
 ///
 /// # Panics
 /// As [`run_local`]: when `ranks` is 0 (in-process), or when `f` panics. Under `mpirun`,
-/// when MPI cannot start (the `mpi::MpiError` is in the message).
+/// when MPI cannot start (the `mpi::MpiError` is in the message) — in particular on a
+/// second call in one process: the first call's shutdown finalized MPI, which cannot be
+/// initialised again, so a program calls `launch` once under `mpirun` (running several
+/// phases inside `f`).
 pub fn launch<R, F>(ranks: u32, f: F) -> Result<Vec<R>, ShutdownError>
 where
     R: Send + 'static,
@@ -74,8 +77,9 @@ where
 {
     #[cfg(feature = "mpi")]
     if mpi::under_mpirun() {
-        let rank = mpi::init(mpi::MpiConfig::from_env())
-            .unwrap_or_else(|e| panic!("Starling cannot start over MPI: {e}"));
+        let rank = mpi::init(mpi::MpiConfig::from_env()).unwrap_or_else(|e| {
+            panic!("Starling cannot start over MPI: {e} (launch runs once per MPI process)")
+        });
         let value = f(rank.context());
         rank.shutdown()?;
         return Ok(vec![value]);
