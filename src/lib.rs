@@ -14,8 +14,10 @@
 //! * [`comm_matrix`]: reads the ranks' communication statistics reports back into a
 //!   rank × rank matrix (the `comm-matrix` binary, feature `comm-matrix`, draws it).
 //!
-//! The features `mpi` and `cuda` add the MPI transport and the CUDA device as they are
-//! built (see the README's status table).
+//! The features `mpi` and `cuda` add the MPI transport (`starling::mpi`, the `starling-mpi` crate) and the
+//! CUDA device as they are built (see the README's status table). [`launch`] runs one
+//! SPMD program either way: across the processes of an `mpirun` job when built with
+//! `mpi`, on the in-process cluster otherwise.
 #![forbid(unsafe_code)]
 
 pub use starling_core as core;
@@ -31,6 +33,59 @@ pub mod comm_matrix;
 
 #[cfg(feature = "mpi")]
 pub use starling_mpi as mpi;
+
+/// Runs `f` as an SPMD program on every rank of a job, and returns each rank's value.
+///
+/// * Built with the `mpi` feature and started by `mpirun`/`mpiexec` (the launcher's
+///   `OMPI_COMM_WORLD_SIZE` or `PMI_SIZE` is set): this process is one rank of the MPI
+///   job. `f` runs once, on this rank's [`Context`], with the configuration from the
+///   environment (`mpi::MpiConfig::from_env`); the rank then shuts down
+///   (`mpi::MpiRank::shutdown`). The result holds this rank's value only, and the job's
+///   size is `mpirun -n`'s: `ranks` is not used.
+/// * Otherwise: [`run_local`]`(ranks, f)`, `ranks` ranks held in this process; the
+///   result holds every rank's value, in rank order.
+///
+/// So one program runs both ways:
+///
+/// ```
+/// let values = starling::launch(2, |ctx| ctx.rank().0 * 10)?;
+/// assert_eq!(values, vec![0, 10]); // in-process; under mpirun: vec![10 * this rank]
+/// # Ok::<(), starling::ShutdownError>(())
+/// ```
+///
+/// ```sh
+/// cargo run --release --example ring -- 4 1000                  # 4 ranks in one process
+/// cargo build --release --features mpi --example ring
+/// mpirun -n 4 target/release/examples/ring 4 1000               # 4 MPI processes
+/// ```
+///
+/// # Errors
+/// [`ShutdownError`] listing what this rank (under MPI) or every rank (in-process) left
+/// behind: messages never received, requests never completed or never waited on,
+/// panicking tasks and callbacks; under MPI also a shutdown watchdog that fired.
+///
+/// # Panics
+/// As [`run_local`]: when `ranks` is 0 (in-process), or when `f` panics. Under `mpirun`,
+/// when MPI cannot start (the `mpi::MpiError` is in the message) — in particular on a
+/// second call in one process: the first call's shutdown finalized MPI, which cannot be
+/// initialised again, so a program calls `launch` once under `mpirun` (running several
+/// phases inside `f`).
+pub fn launch<R, F>(ranks: u32, f: F) -> Result<Vec<R>, ShutdownError>
+where
+    R: Send + 'static,
+    F: Fn(&Context) -> R + Send + Sync + 'static,
+{
+    #[cfg(feature = "mpi")]
+    if mpi::under_mpirun() {
+        let rank = mpi::init(mpi::MpiConfig::from_env()).unwrap_or_else(|e| {
+            panic!("Starling cannot start over MPI: {e} (launch runs once per MPI process)")
+        });
+        let value = f(rank.context());
+        rank.shutdown()?;
+        return Ok(vec![value]);
+    }
+    run_local(ranks, f)
+}
 
 #[cfg(feature = "cuda")]
 pub use starling_gpu as gpu;

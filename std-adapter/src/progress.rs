@@ -9,7 +9,7 @@
 
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 
 use starling_core::engine::{
     Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RequestError, SendArgs,
@@ -23,6 +23,10 @@ use crate::data::{AnyCell, DataError};
 use crate::error::CommError;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
 use crate::transport::{Completion, Transport};
+
+/// How long after its last activity a polled transport's progression thread keeps
+/// polling without sleeping.
+const HOT: Duration = Duration::from_millis(1);
 
 /// The engine of a rank: 4096 requests, 1024 match keys, 256 peers in the statistics.
 pub(crate) type RankEngine = Engine<4096, 1024, 256>;
@@ -150,17 +154,33 @@ pub(crate) fn run<T: Transport>(
         start: std::time::Instant::now(),
     };
     let polling = p.transport.needs_polling();
+    let mut last_active = std::time::Instant::now();
     loop {
-        // Block for the next input unless the transport must be polled.
-        let timeout = if polling {
-            Duration::from_micros(50)
+        // Block for the next input unless the transport must be polled. A polled
+        // transport (MPI) learns of arrivals and moves long messages only when polled:
+        // while it is busy, or anything happened within `HOT`, poll without sleeping,
+        // yielding the core between polls; once idle, poll every 50 µs.
+        let hot = polling && (p.transport.busy() || last_active.elapsed() < HOT);
+        let first = if hot {
+            match inbox.try_recv() {
+                Ok(input) => Some(input),
+                Err(TryRecvError::Empty) => {
+                    std::thread::yield_now();
+                    None
+                }
+                Err(TryRecvError::Disconnected) => return,
+            }
         } else {
-            Duration::from_millis(100)
-        };
-        let first = match inbox.recv_timeout(timeout) {
-            Ok(input) => Some(input),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => return,
+            let timeout = if polling {
+                Duration::from_micros(50)
+            } else {
+                Duration::from_millis(100)
+            };
+            match inbox.recv_timeout(timeout) {
+                Ok(input) => Some(input),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
         };
         // Take in everything queued, then drive the engine once: sends that became ready
         // together leave in priority order.
@@ -175,7 +195,9 @@ pub(crate) fn run<T: Transport>(
                 Input::Net(w) => p.transport.accept(w),
             }
         }
-        p.pump();
+        if p.pump() || taken > 0 {
+            last_active = std::time::Instant::now();
+        }
         p.shared.queued.fetch_sub(taken, Ordering::SeqCst);
         p.shared.epoch.fetch_add(1, Ordering::SeqCst);
         if stop {
@@ -269,8 +291,10 @@ impl<T: Transport> Progress<T> {
         }
     }
 
-    /// Drives the engine until neither it nor the transport has anything to do.
-    fn pump(&mut self) {
+    /// Drives the engine until neither it nor the transport has anything to do; whether
+    /// anything happened.
+    fn pump(&mut self) -> bool {
+        let mut any = false;
         loop {
             let mut progressed = false;
             while let Some(t) = self.engine.poll_transmit() {
@@ -286,8 +310,9 @@ impl<T: Transport> Progress<T> {
                 progressed = true;
             }
             if !progressed {
-                break;
+                return any;
             }
+            any = true;
         }
     }
 

@@ -267,6 +267,34 @@ impl RankRunner {
         out
     }
 
+    /// Waits, like [`Context::wait_for_all`], until every task and request submitted on
+    /// this rank completed, and returns `true`; but returns `false` once nothing completed
+    /// and no task ran for `idle` while something is still outstanding: what is pending
+    /// then cannot complete by itself (a receive whose message never comes). A shutdown
+    /// watchdog; [`RankRunner::leftovers`] names what is pending.
+    pub fn wait_for_all_or_idle(&self, idle: core::time::Duration) -> bool {
+        let step = idle.min(core::time::Duration::from_millis(100));
+        let mut last = None;
+        let mut since = std::time::Instant::now();
+        loop {
+            let mut seen = (0, 0, 0);
+            let done = self.runtime.wait_until(step, |v| {
+                seen = (v.outstanding, v.busy, v.completed);
+                v.outstanding == 0
+            });
+            if done {
+                return true;
+            }
+            // A running task, or any change in the counts, is progress.
+            if seen.1 > 0 || last != Some(seen) {
+                last = Some(seen);
+                since = std::time::Instant::now();
+            } else if since.elapsed() >= idle {
+                return false;
+            }
+        }
+    }
+
     /// The rank's communication statistics in the reference's line format.
     pub fn stats_report(&self) -> String {
         ask(&self.ctx, Command::Report)

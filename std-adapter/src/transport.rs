@@ -71,6 +71,12 @@ pub trait Transport: Send + 'static {
     /// arrivals only by polling, like MPI). When `false`, everything arrives through the
     /// inbox and the thread may block on it.
     fn needs_polling(&self) -> bool;
+    /// Whether requests are in flight that move only while the transport is polled (MPI
+    /// copies a long message in fragments, inside MPI calls): the progression thread of
+    /// a polling transport then polls without sleeping. The default is `false`.
+    fn busy(&self) -> bool {
+        false
+    }
 }
 
 /// What one in-process rank sends another.

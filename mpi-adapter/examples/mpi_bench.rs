@@ -1,0 +1,115 @@
+//! Ping-pong between 2 MPI ranks: Starling's blocking `send`/`recv` on `Vector<u8>`
+//! handles, or raw rsmpi `send`/`receive_into` of the same bytes.
+//!
+//! ```sh
+//! mpirun -n 2 target/release/examples/mpi_bench raw
+//! mpirun -n 2 target/release/examples/mpi_bench starling [bytes...]
+//! ```
+//!
+//! Rank 0 prints one line per sample: `sample <impl> <bytes> <half round trip in ns>`;
+//! `scripts/bench-mpi.sh` runs both and turns the samples into medians and ratios.
+
+use std::time::Instant;
+
+use mpi::point_to_point::{Destination, Source};
+use mpi::topology::Communicator;
+use starling_core::{Rank, Tag};
+use starling_std::interfaces::Vector;
+
+const SIZES: [usize; 5] = [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20];
+const SAMPLES: usize = 7;
+
+/// Round trips per sample (about 20–100 ms each), per implementation.
+fn iterations(raw: bool, size: usize) -> u32 {
+    match (raw, size) {
+        (true, s) if s <= 1 << 10 => 20_000,
+        (true, s) if s <= 64 << 10 => 5_000,
+        (true, s) if s <= 1 << 20 => 500,
+        (true, _) => 20,
+        (false, s) if s <= 1 << 10 => 1_000,
+        (false, s) if s <= 64 << 10 => 500,
+        (false, s) if s <= 1 << 20 => 100,
+        (false, _) => 10,
+    }
+}
+
+/// Times `SAMPLES` samples of `iters` calls of `round` after a warm-up; prints them on
+/// rank 0.
+fn measure(name: &str, me: i32, size: usize, iters: u32, mut round: impl FnMut()) {
+    for _ in 0..(iters / 10).max(2) {
+        round();
+    }
+    for _ in 0..SAMPLES {
+        let start = Instant::now();
+        for _ in 0..iters {
+            round();
+        }
+        let half = start.elapsed().as_secs_f64() * 1e9 / f64::from(iters) / 2.0;
+        if me == 0 {
+            println!("sample {name} {size} {half:.0}");
+        }
+    }
+}
+
+/// The sizes given after the implementation's name, or all of [`SIZES`].
+fn sizes() -> Vec<usize> {
+    let given: Vec<usize> = std::env::args()
+        .skip(2)
+        .map(|a| a.parse().expect("a size in bytes"))
+        .collect();
+    if given.is_empty() {
+        SIZES.to_vec()
+    } else {
+        given
+    }
+}
+
+fn raw() {
+    let universe = mpi::initialize().expect("MPI initialises");
+    let world = universe.world();
+    let me = world.rank();
+    assert_eq!(world.size(), 2, "run with mpirun -n 2");
+    let other = world.process_at_rank(1 - me);
+    for size in sizes() {
+        let mut buf = vec![0u8; size];
+        measure("raw", me, size, iterations(true, size), || {
+            if me == 0 {
+                other.send_with_tag(&buf[..], 1);
+                other.receive_into_with_tag(&mut buf[..], 2);
+            } else {
+                other.receive_into_with_tag(&mut buf[..], 1);
+                other.send_with_tag(&buf[..], 2);
+            }
+        });
+    }
+}
+
+fn starling() {
+    let rank = starling_mpi::init(starling_mpi::MpiConfig::from_env()).expect("MPI starts");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    assert_eq!(ctx.size(), 2, "run with mpirun -n 2");
+    let other = Rank(1 - me);
+    for size in sizes() {
+        let h = ctx.register(Vector::from_vec(vec![0u8; size]));
+        measure("starling", me as i32, size, iterations(false, size), || {
+            if me == 0 {
+                ctx.send(&h, other, Tag(1)).expect("send");
+                ctx.recv(&h, other, Tag(2)).expect("recv");
+            } else {
+                ctx.recv(&h, other, Tag(1)).expect("recv");
+                ctx.send(&h, other, Tag(2)).expect("send");
+            }
+        });
+        let _ = ctx.unregister(h);
+    }
+    rank.shutdown().expect("a clean shutdown");
+}
+
+fn main() {
+    match std::env::args().nth(1).as_deref() {
+        Some("raw") => raw(),
+        Some("starling") => starling(),
+        _ => panic!("usage: mpirun -n 2 mpi_bench raw|starling"),
+    }
+}

@@ -1,0 +1,582 @@
+//! [`MpiTransport`]: the runtime's [`Transport`] over MPI.
+//!
+//! One transport per process, built, driven and dropped on the rank's progression thread
+//! (see [`starling_std::RankRunner::start`]): every MPI call of Starling happens there.
+//!
+//! * **Communicators.** Starling's traffic runs on duplicates of `MPI_COMM_WORLD`
+//!   (`MPI_Comm_dup`), never on the application's communicator (internals §12.11). Every
+//!   rank creates `n` of them at start-up, collectively and in the same order
+//!   ([`MpiConfig::communicators`], default 8): the engine's [`CommId`] `k < n - 1` is
+//!   the `k`-th (`CommId(0)`, the world, is the first; [`Context::comm_dup`] numbers the
+//!   others), and every `CommId` from `n - 1` on shares the last. Sharing is safe: the
+//!   envelope names its communicator and the engine matches per communicator, and the
+//!   ordering rules that pair payloads with their receives (see
+//!   [`starling_core::tags`]) hold per MPI communicator, whatever the engine's
+//!   communicators on it. A communicator cannot be duplicated later, when a rank first
+//!   uses it: `MPI_Comm_dup` is collective, and a rank learns that it receives on a
+//!   communicator only from an envelope that arrives on it.
+//! * **Envelopes** are found with `MPI_Improbe` on the envelope tag from any source, on
+//!   the world's duplicate, on each other communicator this rank has used, and on all of
+//!   them once a barrier was posted, and received with `MPI_Imrecv` into a buffer
+//!   of the probed size. They are handed to the engine in probe order, one at a time, so
+//!   the engine posts the payload receive of one envelope before it sees the next
+//!   (internals §3.4).
+//! * **Payloads** travel with `MPI_Isend`/`MPI_Irecv` on the physical tags the engine
+//!   gives, from buffers the transport owns until `MPI_Test` says the request completed
+//!   (rsmpi panics when an unfinished request is dropped). A payload longer than
+//!   [`MpiConfig::max_message`] (at most `i32::MAX` bytes, MPI's count type) is split
+//!   into chunks of that size, alike on both sides. (Envelopes are never split: they
+//!   carry a header and at most an eager payload of a few KiB.)
+//! * **Barriers** never block the progression thread, and they *flush*: a barrier
+//!   completes on a rank only once every envelope any rank sent it before entering the
+//!   barrier was received. MPI orders messages per sender only, so an `MPI_Ibarrier`
+//!   alone may complete before an earlier message from a third rank shows up (Open MPI's
+//!   shared-memory transport does that with 4 ranks); shutdown would then miss orphan
+//!   messages, and "early data" would depend on luck. So each rank counts the envelopes
+//!   it sent to each peer, and a barrier is an `MPI_Ialltoall` of those counts — which
+//!   synchronises like a barrier — after which the rank probes until it has received as
+//!   many from each peer.
+//!
+//! [`Context::comm_dup`]: starling_std::Context::comm_dup
+//! [`MpiConfig::communicators`]: crate::MpiConfig::communicators
+//! [`MpiConfig::max_message`]: crate::MpiConfig::max_message
+
+use core::ffi::c_int;
+use core::sync::atomic::{AtomicBool, Ordering};
+use core::time::Duration;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use mpi::Threading;
+use mpi::collective::CommunicatorCollectives;
+use mpi::datatype::Equivalence;
+use mpi::environment::Universe;
+use mpi::point_to_point::{Destination, Source};
+use mpi::raw::AsRaw;
+use mpi::request::{Request, StaticScope};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use starling_core::{CommId, PhysTag, Rank, ReqId};
+use starling_std::Transport;
+use starling_std::transport::Completion;
+
+use crate::MpiError;
+use crate::lent::{Lent, split, split_mut};
+
+/// A payload request: its chunks' requests (`None` once completed) and its buffer.
+struct Op {
+    reqs: Vec<Option<Request<'static, [u8]>>>,
+    lent: Lent,
+    /// Bytes received so far (receives).
+    got: usize,
+}
+
+impl Op {
+    /// Tests every unfinished chunk; whether all have completed.
+    fn test(&mut self) -> bool {
+        let mut done = true;
+        for slot in &mut self.reqs {
+            if let Some(r) = slot.take() {
+                match r.test() {
+                    Ok(status) => self.got += count(&status),
+                    Err(r) => {
+                        *slot = Some(r);
+                        done = false;
+                    }
+                }
+            }
+        }
+        done
+    }
+
+    /// Gives up on the unfinished chunks (an abnormal shutdown): their requests and the
+    /// buffer are leaked, since MPI may still use them.
+    fn abandon(self) {
+        for r in self.reqs.into_iter().flatten() {
+            core::mem::forget(r);
+        }
+    }
+}
+
+/// The bytes a completed request moved.
+fn count(status: &mpi::point_to_point::Status) -> usize {
+    usize::try_from(status.count(u8::equivalent_datatype())).unwrap_or(0)
+}
+
+/// Something to hand to the engine in order: an envelope being received, or a barrier
+/// that completed.
+enum Arrival {
+    Envelope {
+        source: Rank,
+        /// Which of Starling's MPI duplicates it arrived on.
+        index: usize,
+        op: Op,
+    },
+    Barrier(u64),
+}
+
+/// A flushing barrier (see the [module docs](self)): the all-to-all exchange of envelope
+/// counts, then the counts this rank must have received.
+struct BarrierOp {
+    token: u64,
+    exchange: Option<Op>,
+    /// The envelope counts each rank had sent this one when it entered the barrier.
+    expected: Option<Vec<u64>>,
+    /// What this rank sent (kept until the exchange completed).
+    sent: Option<Lent>,
+}
+
+/// One of Starling's communicators.
+struct Comm {
+    comm: SimpleCommunicator,
+    /// Whether this rank probes it for envelopes (it used it, or shutdown is near).
+    active: bool,
+}
+
+/// What [`MpiTransport::new`] needs.
+pub(crate) struct Settings {
+    pub(crate) threading: Threading,
+    pub(crate) communicators: u16,
+    pub(crate) max_message: usize,
+    /// Set when the rank is dropped without a clean shutdown: do not finalize MPI.
+    pub(crate) abandon: Arc<AtomicBool>,
+}
+
+/// The runtime's [`Transport`] over MPI (see the [module docs](self)).
+///
+/// Built by [`crate::init`] on the progression thread; applications do not make one.
+pub struct MpiTransport {
+    rank: Rank,
+    size: u32,
+    tag_ub: i32,
+    envelope_tag: Option<i32>,
+    max_message: usize,
+    comms: Vec<Comm>,
+    sends: Vec<(Option<ReqId>, Op)>,
+    recvs: Vec<(ReqId, Op)>,
+    arrivals: VecDeque<Arrival>,
+    barriers: VecDeque<BarrierOp>,
+    /// Envelopes sent to each rank, and received from each rank, since the start.
+    envelopes_sent: Vec<u64>,
+    envelopes_received: Vec<u64>,
+    ready: VecDeque<Completion>,
+    abandon: Arc<AtomicBool>,
+    /// `Some` when Starling initialised MPI: dropping it finalizes MPI.
+    universe: Option<Universe>,
+}
+
+impl core::fmt::Debug for MpiTransport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MpiTransport")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("tag_ub", &self.tag_ub)
+            .field("communicators", &self.comms.len())
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the MPI handles inside (communicators, requests: raw pointers with Open MPI)
+// make the type `!Send` by default. Moving the transport moves the exclusive ownership
+// of all of them, so no two threads ever call MPI through it at once; and `new` only
+// succeeds once MPI provides at least `MPI_THREAD_SERIALIZED`, which allows MPI calls from
+// any thread as long as they are not concurrent. (In practice the transport never moves:
+// it is built, used and dropped on the progression thread.)
+unsafe impl Send for MpiTransport {}
+
+impl MpiTransport {
+    /// Initialises MPI (or adopts the application's), checks the thread level, and
+    /// duplicates the world communicator into the pool of Starling's communicators.
+    pub(crate) fn new(settings: Settings) -> Result<Self, MpiError> {
+        let required = settings.threading;
+        let universe = if mpi::environment::is_initialized() {
+            if mpi::environment::is_finalized() {
+                return Err(MpiError::Finalized);
+            }
+            let provided = mpi::environment::threading_support();
+            if provided < required {
+                return Err(MpiError::Threading { required, provided });
+            }
+            None
+        } else {
+            let Some((universe, provided)) = mpi::initialize_with_threading(required) else {
+                return Err(MpiError::Finalized);
+            };
+            if provided < required {
+                return Err(MpiError::Threading { required, provided });
+            }
+            Some(universe)
+        };
+        let world = SimpleCommunicator::world();
+        let tag_ub = read_tag_ub(&world).ok_or(MpiError::TagUb)?;
+        let pool = usize::from(settings.communicators.max(1));
+        let comms: Vec<Comm> = (0..pool)
+            .map(|i| Comm {
+                comm: world.duplicate(),
+                active: i == 0,
+            })
+            .collect();
+        let rank = Rank(u32::try_from(comms[0].comm.rank()).unwrap_or(0));
+        let size = u32::try_from(comms[0].comm.size()).unwrap_or(1);
+        Ok(Self {
+            rank,
+            size,
+            tag_ub,
+            envelope_tag: None,
+            max_message: settings.max_message.clamp(1, i32::MAX as usize),
+            comms,
+            sends: Vec::new(),
+            recvs: Vec::new(),
+            arrivals: VecDeque::new(),
+            barriers: VecDeque::new(),
+            envelopes_sent: vec![0; size as usize],
+            envelopes_received: vec![0; size as usize],
+            ready: VecDeque::new(),
+            abandon: settings.abandon,
+            universe,
+        })
+    }
+
+    /// The MPI duplicate that carries `id` (the last one carries every `CommId` from
+    /// its index on); from now on it is probed for envelopes.
+    fn comm(&mut self, id: CommId) -> &SimpleCommunicator {
+        let i = usize::from(id.0).min(self.comms.len() - 1);
+        let c = &mut self.comms[i];
+        c.active = true;
+        &c.comm
+    }
+
+    /// The communicator to report for an envelope that arrived on MPI duplicate `index`:
+    /// that duplicate's own, or, on the shared last one, the one the envelope names (the
+    /// engine rejects an envelope whose communicator does not match).
+    fn arrived_on(&self, index: usize, bytes: &[u8]) -> CommId {
+        let own = CommId(u16::try_from(index).unwrap_or(u16::MAX));
+        if index + 1 < self.comms.len() {
+            return own;
+        }
+        match starling_core::envelope::decode(bytes) {
+            Ok(d) if d.envelope.comm >= own => d.envelope.comm,
+            _ => own,
+        }
+    }
+
+    fn has_pending(&self) -> bool {
+        !(self.sends.is_empty()
+            && self.recvs.is_empty()
+            && self.arrivals.is_empty()
+            && self.barriers.is_empty())
+    }
+
+    /// One sweep: tests every request, probes for envelopes, and queues what completed.
+    fn progress(&mut self) {
+        for b in &mut self.barriers {
+            if let Some(op) = &mut b.exchange {
+                if op.test() {
+                    let op = b.exchange.take().expect("tested above");
+                    // SAFETY: the exchange completed (`test` returned true): MPI no longer
+                    // writes the received counts...
+                    let counts = unsafe { op.lent.take() };
+                    if let Some(sent) = b.sent.take() {
+                        // SAFETY: ...nor reads the sent ones.
+                        drop(unsafe { sent.take() });
+                    }
+                    b.expected = Some(
+                        counts
+                            .chunks_exact(8)
+                            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                            .collect(),
+                    );
+                }
+            }
+        }
+        let mut i = 0;
+        while i < self.sends.len() {
+            if self.sends[i].1.test() {
+                let (token, op) = self.sends.swap_remove(i);
+                // SAFETY: every chunk's request completed (`test` returned true).
+                drop(unsafe { op.lent.take() });
+                if let Some(t) = token {
+                    self.ready.push_back(Completion::Sent(t));
+                }
+            } else {
+                i += 1;
+            }
+        }
+        let mut i = 0;
+        while i < self.recvs.len() {
+            if self.recvs[i].1.test() {
+                let (token, op) = self.recvs.swap_remove(i);
+                let got = op.got;
+                // SAFETY: every chunk's request completed (`test` returned true).
+                let mut bytes = unsafe { op.lent.take() };
+                bytes.truncate(got);
+                self.ready.push_back(Completion::Received(token, bytes));
+            } else {
+                i += 1;
+            }
+        }
+        self.probe();
+        // A barrier whose expected envelopes were all probed completes, after them.
+        while let Some(b) = self.barriers.front() {
+            let flushed = b.expected.as_ref().is_some_and(|e| {
+                e.iter()
+                    .zip(&self.envelopes_received)
+                    .all(|(want, got)| got >= want)
+            });
+            if !flushed {
+                break;
+            }
+            let token = b.token;
+            self.barriers.pop_front();
+            self.arrivals.push_back(Arrival::Barrier(token));
+        }
+        self.drain_arrivals();
+    }
+
+    /// Receives every envelope waiting on an active communicator.
+    fn probe(&mut self) {
+        let Some(tag) = self.envelope_tag else {
+            return;
+        };
+        for (id, c) in self.comms.iter().enumerate() {
+            if !c.active {
+                continue;
+            }
+            while let Some((msg, status)) =
+                c.comm.any_process().immediate_matched_probe_with_tag(tag)
+            {
+                let (lent, buf) = Lent::new(vec![0u8; count(&status)]);
+                let req = msg.immediate_matched_receive_into(StaticScope, buf);
+                let source = usize::try_from(status.source_rank()).unwrap_or(0);
+                if let Some(n) = self.envelopes_received.get_mut(source) {
+                    *n += 1;
+                }
+                self.arrivals.push_back(Arrival::Envelope {
+                    source: Rank(source as u32),
+                    index: id,
+                    op: Op {
+                        reqs: vec![Some(req)],
+                        lent,
+                        got: 0,
+                    },
+                });
+            }
+        }
+    }
+
+    /// Moves the arrivals that completed, in order, to the completions.
+    fn drain_arrivals(&mut self) {
+        while let Some(front) = self.arrivals.front_mut() {
+            match front {
+                Arrival::Envelope { op, .. } => {
+                    if !op.test() {
+                        break;
+                    }
+                }
+                Arrival::Barrier(_) => {}
+            }
+            match self.arrivals.pop_front() {
+                Some(Arrival::Envelope { source, index, op }) => {
+                    let got = op.got;
+                    // SAFETY: the envelope's receive completed (`test` returned true).
+                    let mut bytes = unsafe { op.lent.take() };
+                    bytes.truncate(got);
+                    let comm = self.arrived_on(index, &bytes);
+                    self.ready.push_back(Completion::Envelope {
+                        source,
+                        comm,
+                        bytes,
+                    });
+                }
+                Some(Arrival::Barrier(token)) => self.ready.push_back(Completion::Barrier(token)),
+                None => break,
+            }
+        }
+    }
+}
+
+/// Reads `MPI_TAG_UB`, which rsmpi does not wrap.
+fn read_tag_ub(world: &SimpleCommunicator) -> Option<i32> {
+    let mut value: *mut c_int = core::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: MPI is initialised; `MPI_TAG_UB` is a predefined attribute of every
+    // communicator whose value is a pointer to an `int` owned by MPI; `value` and `flag`
+    // are valid for writes of the types MPI_Comm_get_attr writes.
+    unsafe {
+        mpi::ffi::MPI_Comm_get_attr(
+            world.as_raw(),
+            mpi::ffi::MPI_TAG_UB as c_int,
+            (&raw mut value).cast(),
+            &raw mut flag,
+        );
+    }
+    if flag == 0 || value.is_null() {
+        return None;
+    }
+    // SAFETY: the attribute is set (`flag`), so `value` points to MPI's `int`, valid until
+    // MPI_Finalize.
+    Some(unsafe { *value })
+}
+
+impl Transport for MpiTransport {
+    /// Nothing comes through the inbox: arrivals are found by polling MPI.
+    type Wire = core::convert::Infallible;
+
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn size(&self) -> u32 {
+        self.size
+    }
+
+    fn tag_ub(&self) -> i32 {
+        self.tag_ub
+    }
+
+    fn set_envelope_tag(&mut self, tag: PhysTag) {
+        self.envelope_tag = Some(tag.0);
+    }
+
+    fn send(
+        &mut self,
+        dest: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        bytes: Vec<u8>,
+        token: Option<ReqId>,
+    ) {
+        // Envelopes (a header and at most an eager payload) travel whole: the receiver
+        // probes one message per envelope.
+        let max = if Some(tag.0) == self.envelope_tag {
+            if let Some(n) = self.envelopes_sent.get_mut(dest.index()) {
+                *n += 1;
+            }
+            usize::MAX
+        } else {
+            self.max_message
+        };
+        let (lent, buf) = Lent::new(bytes);
+        let buf: &'static [u8] = buf;
+        let process = self.comm(comm).process_at_rank(dest.0 as i32);
+        let reqs = split(buf, max)
+            .into_iter()
+            .map(|chunk| Some(process.immediate_send_with_tag(StaticScope, chunk, tag.0)))
+            .collect();
+        self.sends.push((token, Op { reqs, lent, got: 0 }));
+    }
+
+    fn recv(&mut self, source: Rank, comm: CommId, tag: PhysTag, size: usize, token: ReqId) {
+        let max = self.max_message;
+        let (lent, buf) = Lent::new(vec![0u8; size]);
+        let process = self.comm(comm).process_at_rank(source.0 as i32);
+        let reqs = split_mut(buf, max)
+            .into_iter()
+            .map(|chunk| Some(process.immediate_receive_into_with_tag(StaticScope, chunk, tag.0)))
+            .collect();
+        self.recvs.push((token, Op { reqs, lent, got: 0 }));
+    }
+
+    fn barrier(&mut self, token: u64) {
+        // A barrier precedes shutdown's search for orphan messages: from now on, look for
+        // envelopes on every communicator.
+        for c in &mut self.comms {
+            c.active = true;
+        }
+        let counts: Vec<u8> = self
+            .envelopes_sent
+            .iter()
+            .flat_map(|n| n.to_le_bytes())
+            .collect();
+        let (sent, send_buf) = Lent::new(counts);
+        let (lent, recv_buf) = Lent::new(vec![0u8; 8 * self.size as usize]);
+        let req = self.comms[0]
+            .comm
+            .immediate_all_to_all_into(StaticScope, &*send_buf, recv_buf);
+        self.barriers.push_back(BarrierOp {
+            token,
+            exchange: Some(Op {
+                reqs: vec![Some(req)],
+                lent,
+                got: 0,
+            }),
+            expected: None,
+            sent: Some(sent),
+        });
+    }
+
+    fn accept(&mut self, wire: Self::Wire) {
+        match wire {}
+    }
+
+    fn poll(&mut self) -> Option<Completion> {
+        if self.ready.is_empty() {
+            self.progress();
+        }
+        self.ready.pop_front()
+    }
+
+    fn needs_polling(&self) -> bool {
+        true
+    }
+
+    /// Payload sends and receives, or envelope receives, are in flight: long ones move
+    /// only while MPI is called. (A barrier waiting for other ranks is not busy.)
+    fn busy(&self) -> bool {
+        !(self.sends.is_empty() && self.recvs.is_empty() && self.arrivals.is_empty())
+    }
+}
+
+impl Drop for MpiTransport {
+    fn drop(&mut self) {
+        let abandon = self.abandon.load(Ordering::SeqCst);
+        if !abandon {
+            // At a clean shutdown everything completed already; let stragglers finish.
+            let deadline = std::time::Instant::now() + Duration::from_millis(200);
+            while self.has_pending() && std::time::Instant::now() < deadline {
+                self.progress();
+            }
+        }
+        let clean = !abandon && !self.has_pending();
+        if clean {
+            // Free the duplicates (MPI_Comm_free), then finalize if MPI is ours.
+            self.comms.clear();
+            drop(self.universe.take());
+            return;
+        }
+        // Requests that never completed: leak them and their buffers (MPI may still use
+        // them), and leave MPI initialised: finalizing could wait forever for them or for
+        // peers. The process should exit with an error; mpirun then ends the job.
+        let pending = self.sends.len() + self.recvs.len() + self.arrivals.len();
+        for (_, op) in self.sends.drain(..) {
+            op.abandon();
+        }
+        for (_, op) in self.recvs.drain(..) {
+            op.abandon();
+        }
+        for a in self.arrivals.drain(..) {
+            if let Arrival::Envelope { op, .. } = a {
+                op.abandon();
+            }
+        }
+        for b in self.barriers.drain(..) {
+            if let Some(op) = b.exchange {
+                op.abandon();
+            }
+        }
+        for c in self.comms.drain(..) {
+            core::mem::forget(c.comm);
+        }
+        if let Some(u) = self.universe.take() {
+            core::mem::forget(u);
+            let why = if abandon {
+                "the rank stopped without a clean shutdown".to_string()
+            } else {
+                format!("{pending} request(s) never completed")
+            };
+            eprintln!(
+                "[starling-mpi][{}] {why}: MPI is left unfinalized",
+                self.rank.0
+            );
+        }
+    }
+}

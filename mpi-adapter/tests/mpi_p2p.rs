@@ -1,0 +1,1232 @@
+//! Point-to-point scenarios over real MPI, under `mpirun -n 2` and `-n 4`.
+//!
+//! MPI can be initialised once per process, so this is a `harness = false` test: run by
+//! `cargo test`, it launches itself under `mpirun` once per job below and checks each
+//! job's exit status and output; under `mpirun` (`OMPI_COMM_WORLD_SIZE` / `PMI_SIZE`
+//! set) it is one rank of that job. Without `mpirun` on the `PATH` it prints
+//! "skipped: mpirun not found" and passes.
+//!
+//! The scenarios port `tests/p2p.rs` (the reference's test catalogue) to real MPI; each
+//! names the reference test it ports. A failed check panics, the rank exits non-zero and
+//! `mpirun` fails the job.
+//!
+//! ```sh
+//! cargo test -p starling-mpi --test mpi_p2p
+//! mpirun -n 2 target/debug/deps/mpi_p2p-* suite   # one job by hand
+//! ```
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+use core::time::Duration;
+use std::io::Read;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use starling_core::{AccessMode, CommId, Rank, Tag};
+use starling_mpi::{MpiConfig, MpiError, Threading};
+use starling_std::interfaces::{Block, Complex, Matrix, Variable, Vector};
+use starling_std::{CommError, Context, DataError, RecvOpts, SendOpts, TaskTag};
+
+// ----- the launcher ----------------------------------------------------------------------
+
+/// One `mpirun` job: ranks, the job's name (the program's argument), extra environment,
+/// and lines its output must contain.
+struct Job {
+    ranks: u32,
+    name: &'static str,
+    env: &'static [(&'static str, &'static str)],
+    expect: &'static [&'static str],
+    /// Whether mpirun must exit 0 (a job that leaves MPI unfinalized on purpose cannot).
+    must_succeed: bool,
+    /// An environment variable that must be set to `1` for the job to run (heavy jobs).
+    opt_in: Option<&'static str>,
+}
+
+const JOBS: &[Job] = &[
+    Job {
+        ranks: 2,
+        name: "suite",
+        env: &[],
+        expect: &["rank 0: suite passed", "rank 1: suite passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 4,
+        name: "suite",
+        env: &[],
+        expect: &["rank 0: suite passed", "rank 3: suite passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
+        name: "chunks",
+        // Every message longer than 1000 bytes travels in chunks; the world has an MPI
+        // duplicate of its own, every other communicator shares the second.
+        env: &[
+            ("STARLING_MPI_MAX_MESSAGE", "1000"),
+            ("STARLING_MPI_COMMS", "2"),
+        ],
+        expect: &["rank 0: chunks passed", "rank 1: chunks passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
+        name: "orphan",
+        env: &[],
+        expect: &["rank 0: orphan passed", "rank 1: orphan passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
+        name: "adopt",
+        env: &[],
+        expect: &["rank 0: adopt passed", "rank 1: adopt passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
+        name: "serialized",
+        env: &[],
+        expect: &["rank 0: serialized passed", "rank 1: serialized passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
+        name: "watchdog",
+        env: &[("STARLING_WATCHDOG_SECS", "1")],
+        expect: &["rank 0: watchdog passed", "rank 1: watchdog passed"],
+        must_succeed: false,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
+        name: "big",
+        // A payload over 2 GiB: two MPI messages (i32 counts). About 9 GB of memory.
+        env: &[],
+        expect: &["rank 0: big passed", "rank 1: big passed"],
+        must_succeed: true,
+        opt_in: Some("STARLING_MPI_BIG"),
+    },
+];
+
+fn launcher() -> ExitCode {
+    let found = Command::new("sh")
+        .args(["-c", "command -v mpirun"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        println!("mpi_p2p: skipped: mpirun not found (install openmpi-bin to run the MPI tests)");
+        println!(
+            "test result: ok. 0 passed; 0 failed; {} ignored",
+            JOBS.len()
+        );
+        return ExitCode::SUCCESS;
+    }
+    let exe = std::env::current_exe().expect("the test's own path");
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    let mut failed = 0;
+    let mut skipped = 0;
+    for job in JOBS {
+        if let Some(var) = job.opt_in {
+            if std::env::var(var).as_deref() != Ok("1") {
+                println!(
+                    "mpi_p2p: mpirun -n {} {} ... skipped (set {var}=1)",
+                    job.ranks, job.name
+                );
+                skipped += 1;
+                continue;
+            }
+        }
+        let start = Instant::now();
+        let log = std::env::temp_dir().join(format!(
+            "starling-mpi-{}-{}-{}.log",
+            std::process::id(),
+            job.name,
+            job.ranks
+        ));
+        let file = std::fs::File::create(&log).expect("a log file");
+        let mut cmd = Command::new("mpirun");
+        if root {
+            cmd.arg("--allow-run-as-root");
+        }
+        cmd.args(["--oversubscribe", "-n", &job.ranks.to_string()])
+            .arg(&exe)
+            .arg(job.name)
+            .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+            .env(
+                "STARLING_NCPU",
+                std::env::var("STARLING_NCPU").unwrap_or_else(|_| "1".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("a log file"))
+            .stderr(file);
+        for (k, v) in job.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("mpirun starts");
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("waiting for mpirun") {
+                break Some(s);
+            }
+            if Instant::now() > deadline {
+                // SIGTERM lets mpirun take its ranks down with it; SIGKILL if it won't.
+                let _ = Command::new("kill")
+                    .args(["-TERM", &child.id().to_string()])
+                    .status();
+                std::thread::sleep(Duration::from_secs(5));
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut output = String::new();
+        if let Ok(mut f) = std::fs::File::open(&log) {
+            let _ = f.read_to_string(&mut output);
+        }
+        let _ = std::fs::remove_file(&log);
+        let missing: Vec<&str> = job
+            .expect
+            .iter()
+            .copied()
+            .filter(|e| !output.contains(e))
+            .collect();
+        let ok = match status {
+            None => false,
+            Some(s) => (s.success() || !job.must_succeed) && missing.is_empty(),
+        };
+        let what = format!("mpirun -n {} {}", job.ranks, job.name);
+        let secs = start.elapsed().as_secs_f64();
+        if ok {
+            println!("mpi_p2p: {what} ... ok ({secs:.1} s)");
+        } else {
+            failed += 1;
+            let why = match status {
+                None => "timed out after 90 s".to_string(),
+                Some(s) if !s.success() && job.must_succeed => format!("exited with {s}"),
+                Some(_) => format!("output lacks {missing:?}"),
+            };
+            println!("mpi_p2p: {what} ... FAILED ({why}, {secs:.1} s); its output:\n{output}");
+        }
+    }
+    // A libtest-style summary, so that scripts counting `test result:` lines count jobs.
+    let passed = JOBS.len() - failed - skipped;
+    if failed == 0 {
+        println!("mpi_p2p: all {passed} MPI jobs passed");
+        println!("test result: ok. {passed} passed; 0 failed; {skipped} ignored");
+        ExitCode::SUCCESS
+    } else {
+        println!("mpi_p2p: {failed} MPI job(s) failed");
+        println!("test result: FAILED. {passed} passed; {failed} failed; {skipped} ignored");
+        ExitCode::FAILURE
+    }
+}
+
+fn main() -> ExitCode {
+    if !starling_mpi::under_mpirun() {
+        return launcher();
+    }
+    let job = std::env::args().nth(1).unwrap_or_default();
+    match job.as_str() {
+        "suite" => suite(),
+        "chunks" => chunks(),
+        "orphan" => orphan(),
+        "adopt" => adopt(),
+        "watchdog" => watchdog(),
+        "big" => big(),
+        "serialized" => serialized(),
+        other => panic!("unknown job {other:?}"),
+    }
+    ExitCode::SUCCESS
+}
+
+fn config() -> MpiConfig {
+    let mut c = MpiConfig::from_env();
+    c.rank.runtime.workers = 1;
+    c
+}
+
+// ----- scenarios ---------------------------------------------------------------------------
+
+fn peer(ctx: &Context) -> Rank {
+    Rank(ctx.rank().0 ^ 1)
+}
+
+/// Runs `f` on the ranks of the pairs (0, 1), (2, 3), … that exist.
+fn paired(ctx: &Context) -> bool {
+    ctx.rank().0 ^ 1 < ctx.size()
+}
+
+/// `pingpong`, `mpi_isend`, `mpi_irecv`, `mpi_isend_detached`, `mpi_irecv_detached`:
+/// pairs of ranks bounce a 16-float vector in every call flavour.
+fn ping_pong(ctx: &Context, flavour: &str) {
+    if !paired(ctx) {
+        return;
+    }
+    let v = ctx.register(Vector::from_vec(vec![0.0f32; 16]));
+    let me = ctx.rank().0;
+    let other = peer(ctx);
+    let inc = starling_std::Codelet::new("inc", |b| {
+        for x in b.w::<Vector<f32>>(0).as_mut_slice() {
+            *x += 1.0;
+        }
+    });
+    for round in 0..10u32 {
+        let tag = Tag(i64::from(round));
+        let my_turn = round.is_multiple_of(2) == me.is_multiple_of(2);
+        if my_turn {
+            ctx.task(&inc).rw(&v).submit();
+            match flavour {
+                "blocking" => ctx.send(&v, other, tag).unwrap(),
+                "async" => ctx.isend(&v, other, tag).unwrap().wait().unwrap(),
+                "sync" => ctx.issend(&v, other, tag).unwrap().wait().unwrap(),
+                _ => ctx.isend_detached(&v, other, tag, |r| r.unwrap()).unwrap(),
+            }
+        } else {
+            match flavour {
+                "blocking" => ctx.recv(&v, other, tag).unwrap(),
+                "detached" => ctx.irecv_detached(&v, other, tag, |r| r.unwrap()).unwrap(),
+                _ => ctx.irecv(&v, other, tag).unwrap().wait().unwrap(),
+            }
+        }
+    }
+    ctx.wait_for_all();
+    let last = ctx.unregister(v).as_slice()[15];
+    assert!(last == 10.0 || last == 9.0, "{flavour}: {last}");
+}
+
+/// `ring`, `ring_async`, `ring_async_implicit`, `ring_sync`, `ring_sync_detached`.
+fn token_ring(ctx: &Context, loops: u32, variant: &'static str) {
+    let (rank, size) = (ctx.rank().0, ctx.size());
+    let token = ctx.register(Vector::<u32>::zeros(1));
+    let inc = starling_std::Codelet::new("increment_token", |b| {
+        b.w::<Vector<u32>>(0).as_mut_slice()[0] += 1;
+    });
+    let prev = Rank((rank + size - 1) % size);
+    let next = Rank((rank + 1) % size);
+    for l in 0..loops {
+        let tag = Tag(i64::from(l * size + rank));
+        if !(l == 0 && rank == 0) {
+            match variant {
+                "detached" => ctx
+                    .irecv_detached(&token, prev, tag, |r| r.unwrap())
+                    .unwrap(),
+                _ => ctx.recv(&token, prev, tag).unwrap(),
+            }
+        }
+        ctx.task(&inc).rw(&token).submit();
+        if !(l == loops - 1 && rank == size - 1) {
+            let t = Tag(tag.0 + 1);
+            match variant {
+                "detached" => ctx.isend_detached(&token, next, t, |r| r.unwrap()).unwrap(),
+                "sync_detached" => ctx
+                    .issend_detached(&token, next, t, |r| r.unwrap())
+                    .unwrap(),
+                "sync" => ctx.issend(&token, next, t).unwrap().wait().unwrap(),
+                _ => ctx.isend(&token, next, t).unwrap().wait().unwrap(),
+            }
+        }
+    }
+    ctx.wait_for_all();
+    let value = ctx.unregister(token).as_slice()[0];
+    if rank == size - 1 {
+        assert_eq!(value, loops * size, "{variant} on {size} ranks");
+    }
+}
+
+/// `mpi_earlyrecv`, `mpi_earlyrecv2`: the sender sends before the receive exists.
+fn early_data(ctx: &Context) {
+    let a = ctx.register(Variable::new(0u64));
+    let b = ctx.register(Variable::new(0u64));
+    let before = ctx.early_messages();
+    ctx.barrier(); // rank 0 counted before anything was sent
+    match ctx.rank().0 {
+        1 => {
+            ctx.acquire(&a, AccessMode::W).get_mut().set(11);
+            ctx.acquire(&b, AccessMode::W).get_mut().set(22);
+            ctx.send(&a, Rank(0), Tag(1)).unwrap();
+            ctx.send(&b, Rank(0), Tag(2)).unwrap();
+            ctx.barrier();
+        }
+        0 => {
+            ctx.set_tag(&a, Tag(1)).unwrap(); // tag 1 registered here, tag 2 not
+            ctx.barrier(); // both messages were sent: they arrive early
+            ctx.recv(&b, Rank(1), Tag(2)).unwrap();
+            ctx.recv(&a, Rank(1), Tag(1)).unwrap();
+            let n = ctx.early_messages() - before;
+            let va = ctx.acquire(&a, AccessMode::R).get().get();
+            let vb = ctx.acquire(&b, AccessMode::R).get().get();
+            assert_eq!((va, vb, n), (11, 22, 2));
+        }
+        _ => ctx.barrier(),
+    }
+    let _ = ctx.unregister(a);
+    let _ = ctx.unregister(b);
+}
+
+/// `mpi_sync`, `mpi_earlyrecv2_sync`: the receiver posts late, yet nothing waits as early
+/// data, and the payload still arrives.
+fn sync_never_creates_early_data(ctx: &Context) {
+    let v = ctx.register(Vector::from_vec(vec![7u8; 5000]));
+    match ctx.rank().0 {
+        1 => {
+            let req = ctx.issend(&v, Rank(0), Tag(22)).unwrap();
+            ctx.barrier();
+            req.wait().unwrap();
+        }
+        0 => {
+            let before = ctx.early_messages();
+            let w = ctx.register(Vector::from_vec(vec![0u8; 5000]));
+            ctx.barrier();
+            std::thread::sleep(Duration::from_millis(20));
+            let n = ctx.early_messages() - before;
+            ctx.recv(&w, Rank(1), Tag(22)).unwrap();
+            assert_eq!(ctx.acquire(&w, AccessMode::R).get().as_slice()[4999], 7);
+            assert_eq!(n, 0, "a synchronous send created early data");
+        }
+        _ => ctx.barrier(),
+    }
+}
+
+/// `sync`: issend tag 22 then a blocking send tag 12; the receiver takes 12 first.
+fn standard_overtakes_pending_sync(ctx: &Context) {
+    let a = ctx.register(Variable::new(ctx.rank().0 * 100 + 1));
+    let b = ctx.register(Variable::new(ctx.rank().0 * 100 + 2));
+    match ctx.rank().0 {
+        1 => {
+            let pending = ctx.issend(&a, Rank(0), Tag(22)).unwrap();
+            ctx.send(&b, Rank(0), Tag(12)).unwrap();
+            pending.wait().unwrap();
+        }
+        0 => {
+            ctx.recv(&b, Rank(1), Tag(12)).unwrap();
+            ctx.recv(&a, Rank(1), Tag(22)).unwrap();
+            let va = ctx.acquire(&a, AccessMode::R).get().get();
+            let vb = ctx.acquire(&b, AccessMode::R).get().get();
+            assert_eq!((va, vb), (101, 102));
+        }
+        _ => {}
+    }
+}
+
+/// `tags_checking`, `multiple_send`: sent 88 then 77, received 77 then 88, in every
+/// blocking/detached combination.
+fn tag_matching_out_of_order(ctx: &Context) {
+    for (send_detached, recv_detached) in
+        [(false, false), (false, true), (true, false), (true, true)]
+    {
+        let x = ctx.register(Variable::new(0i32));
+        let y = ctx.register(Variable::new(0i32));
+        match ctx.rank().0 {
+            1 => {
+                ctx.acquire(&x, AccessMode::W).get_mut().set(12);
+                ctx.acquire(&y, AccessMode::W).get_mut().set(24);
+                for (h, t) in [(&y, 88), (&x, 77)] {
+                    if send_detached {
+                        ctx.isend_detached(h, Rank(0), Tag(t), |r| r.unwrap())
+                            .unwrap();
+                    } else {
+                        ctx.send(h, Rank(0), Tag(t)).unwrap();
+                    }
+                }
+            }
+            0 => {
+                for (h, t) in [(&x, 77), (&y, 88)] {
+                    if recv_detached {
+                        ctx.irecv_detached(h, Rank(1), Tag(t), |r| r.unwrap())
+                            .unwrap();
+                    } else {
+                        ctx.recv(h, Rank(1), Tag(t)).unwrap();
+                    }
+                }
+                ctx.wait_for_all();
+                let vx = ctx.acquire(&x, AccessMode::R).get().get();
+                let vy = ctx.acquire(&y, AccessMode::R).get().get();
+                assert_eq!((vx, vy), (12, 24));
+            }
+            _ => {}
+        }
+        ctx.wait_for_all();
+    }
+}
+
+/// `gather`, `gather2`: every rank n > 0 sends n, 2n, 4n with tags 42, 44, 46.
+fn many_to_one_with_equal_tags(ctx: &Context) {
+    let me = ctx.rank().0;
+    if me == 0 {
+        let mut got = Vec::new();
+        for src in 1..ctx.size() {
+            let h = ctx.register(Variable::new(0u32));
+            for tag in [42, 44, 46] {
+                ctx.recv(&h, Rank(src), Tag(tag)).unwrap();
+                got.push(ctx.acquire(&h, AccessMode::R).get().get());
+            }
+        }
+        let want: Vec<u32> = (1..ctx.size()).flat_map(|s| [s, 2 * s, 4 * s]).collect();
+        assert_eq!(got, want);
+    } else {
+        for (tag, k) in [(42, 1), (44, 2), (46, 4)] {
+            let h = ctx.register(Variable::new(me * k));
+            ctx.send(&h, Rank(0), Tag(tag)).unwrap();
+        }
+    }
+}
+
+/// `broadcast`, `coop_wrong_order`: write 42, send; write 43, send (same tag) —
+/// receivers see 42 then 43. Then two tags received in the other order.
+fn same_tag_sends_deliver_the_value_current_at_each_send(ctx: &Context) {
+    let h = ctx.register(Variable::new(0i32));
+    let set = |v: i32| starling_std::Codelet::new("set", move |b| b.w::<Variable<i32>>(0).set(v));
+    if ctx.rank().0 == 0 {
+        for (value, tag) in [(42, 0), (43, 0), (44, 2), (45, 1)] {
+            ctx.task(&set(value)).w(&h).submit();
+            for r in 1..ctx.size() {
+                ctx.isend_detached(&h, Rank(r), Tag(tag), |r| r.unwrap())
+                    .unwrap();
+            }
+        }
+        ctx.wait_for_all();
+    } else {
+        let mut seen = Vec::new();
+        for tag in [0, 0, 1, 2] {
+            ctx.recv(&h, Rank(0), Tag(tag)).unwrap();
+            seen.push(ctx.acquire(&h, AccessMode::R).get().get());
+        }
+        assert_eq!(seen, vec![42, 43, 45, 44]);
+    }
+}
+
+/// `user_datatype_early`, `mpi_complex`: the complex interface packs; it arrives early.
+fn packed_types_arriving_early(ctx: &Context) {
+    match ctx.rank().0 {
+        1 => {
+            let c = ctx.register(Complex::new(vec![1.5, 2.5, 3.5], vec![-1.0, 0.0, 1.0]).unwrap());
+            ctx.send(&c, Rank(0), Tag(9)).unwrap();
+            ctx.barrier();
+        }
+        0 => {
+            let c = ctx.register(Complex::zeros(3));
+            ctx.barrier();
+            ctx.recv(&c, Rank(1), Tag(9)).unwrap();
+            let data = ctx.unregister(c);
+            assert_eq!(
+                (data.real().to_vec(), data.imag().to_vec()),
+                (vec![1.5, 2.5, 3.5], vec![-1.0, 0.0, 1.0])
+            );
+        }
+        _ => ctx.barrier(),
+    }
+}
+
+/// `block_interface`: an 8³ block inside a 32³ allocation on rank 0, dense on rank 1;
+/// 0 sends, 1 checks and writes 33, sends back; rank 0's padding is untouched.
+fn strided_blocks_keep_their_padding(ctx: &Context) {
+    let (n, big) = (8usize, 32usize);
+    match ctx.rank().0 {
+        0 => {
+            let mut data = vec![-7.0f32; big * big * big];
+            for z in 0..n {
+                for y in 0..n {
+                    for x in 0..n {
+                        data[x + y * big + z * big * big] = 1.0;
+                    }
+                }
+            }
+            let h = ctx.register(Block::new(n, n, n, big, big * big, data).unwrap());
+            ctx.send(&h, Rank(1), Tag(0x42)).unwrap();
+            ctx.recv(&h, Rank(1), Tag(0x1337)).unwrap();
+            let b = ctx.unregister(h);
+            assert!((0..n).all(|z| (0..n).all(|y| (0..n).all(|x| b.get(x, y, z) == 33.0))));
+            let padding = b.as_slice().iter().filter(|v| **v == -7.0).count();
+            assert_eq!(padding, big * big * big - n * n * n);
+        }
+        1 => {
+            let h = ctx.register(Block::<f32>::zeros(n, n, n));
+            ctx.recv(&h, Rank(0), Tag(0x42)).unwrap();
+            let all_one = ctx
+                .acquire(&h, AccessMode::R)
+                .get()
+                .as_slice()
+                .iter()
+                .all(|v| *v == 1.0);
+            assert!(all_one);
+            for v in ctx.acquire(&h, AccessMode::W).get_mut().as_mut_slice() {
+                *v = 33.0;
+            }
+            ctx.send(&h, Rank(0), Tag(0x1337)).unwrap();
+        }
+        _ => {}
+    }
+}
+
+/// Matrices with a leading dimension travel without their padding.
+fn matrices_with_a_leading_dimension(ctx: &Context) {
+    match ctx.rank().0 {
+        0 => {
+            let mut data = vec![0.0f64; 10 * 4];
+            for j in 0..4 {
+                for i in 0..3 {
+                    data[i + j * 10] = (i * 10 + j) as f64;
+                }
+            }
+            let m = ctx.register(Matrix::new(3, 4, 10, data).unwrap());
+            ctx.send(&m, Rank(1), Tag(5)).unwrap();
+        }
+        1 => {
+            let m = ctx.register(Matrix::<f64>::zeros(3, 4));
+            ctx.recv(&m, Rank(0), Tag(5)).unwrap();
+            let m = ctx.unregister(m);
+            assert!((0..4).all(|j| (0..3).all(|i| m.get(i, j) == (i * 10 + j) as f64)));
+        }
+        _ => {}
+    }
+}
+
+/// `mpi_test`, `multiple_send`: isend/irecv, then a busy test loop.
+fn two_requests_complete_by_polling(ctx: &Context) {
+    if !paired(ctx) {
+        return;
+    }
+    let a = ctx.register(Variable::new(42u32));
+    let b = ctx.register(Variable::new(11u32));
+    let other = peer(ctx);
+    let reqs = if ctx.rank().0.is_multiple_of(2) {
+        vec![
+            ctx.isend(&a, other, Tag(12)).unwrap(),
+            ctx.isend(&b, other, Tag(13)).unwrap(),
+        ]
+    } else {
+        ctx.acquire(&a, AccessMode::W).get_mut().set(0);
+        ctx.acquire(&b, AccessMode::W).get_mut().set(0);
+        vec![
+            ctx.irecv(&a, other, Tag(12)).unwrap(),
+            ctx.irecv(&b, other, Tag(13)).unwrap(),
+        ]
+    };
+    let mut done = [false, false];
+    while !done.iter().all(|d| *d) {
+        for (i, r) in reqs.iter().enumerate() {
+            if !done[i] {
+                if let Some(result) = r.test() {
+                    result.unwrap();
+                    done[i] = true;
+                }
+            }
+        }
+        std::thread::yield_now();
+    }
+    drop(reqs);
+    let va = ctx.acquire(&a, AccessMode::R).get().get();
+    let vb = ctx.acquire(&b, AccessMode::R).get().get();
+    assert_eq!((va, vb), (42, 11));
+}
+
+/// `callback`, `wait_for_all`: 1 MiB detached transfers whose callbacks have run when
+/// wait_for_all returns; every detached callback runs once.
+fn callbacks_fire_exactly_once(ctx: &Context) {
+    if !paired(ctx) {
+        return;
+    }
+    let count = Arc::new(AtomicUsize::new(0));
+    let v = ctx.register(Vector::from_vec(vec![ctx.rank().0 as u8; 1 << 20]));
+    let other = peer(ctx);
+    for t in 0..5 {
+        let c = Arc::clone(&count);
+        let cb = move |r: Result<(), CommError>| {
+            r.unwrap();
+            c.fetch_add(1, Ordering::SeqCst);
+        };
+        if ctx.rank().0 % 2 == 1 {
+            ctx.isend_detached(&v, other, Tag(t), cb).unwrap();
+        } else {
+            ctx.irecv_detached(&v, other, Tag(t), cb).unwrap();
+        }
+    }
+    ctx.wait_for_all();
+    let n = count.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(10));
+    assert_eq!(count.load(Ordering::SeqCst), n, "no callback runs twice");
+    assert_eq!(n, 5);
+    let got = ctx.unregister(v);
+    let from = (ctx.rank().0 | 1) as u8;
+    assert!(got.as_slice().iter().all(|b| *b == from));
+}
+
+/// `mpi_detached_tag`: isend/irecv_detached with unlock tags, and the array variants.
+fn tag_unlocking_variants(ctx: &Context) {
+    if !paired(ctx) {
+        return;
+    }
+    let v = ctx.register(Vector::from_vec(vec![1.0f32; 16]));
+    let w = ctx.register(Vector::from_vec(vec![2.0f32; 16]));
+    let other = peer(ctx);
+    let base = 1000 + u64::from(ctx.rank().0 / 2) * 100;
+    for round in 0..4u64 {
+        let tag = TaskTag(base + round);
+        if round.is_multiple_of(2) == (ctx.rank().0.is_multiple_of(2)) {
+            let opts = SendOpts {
+                unlock: Some(tag),
+                ..SendOpts::default()
+            };
+            ctx.isend_detached_with(&v, other, Tag(round as i64), opts, |r| r.unwrap())
+                .unwrap();
+        } else {
+            let opts = RecvOpts {
+                unlock: Some(tag),
+                ..RecvOpts::default()
+            };
+            ctx.irecv_detached_with(&v, other, Tag(round as i64), opts, |r| r.unwrap())
+                .unwrap();
+        }
+        ctx.tag_wait(&[tag]);
+    }
+    let items = [
+        ((&v).into(), other, Tag(100)),
+        ((&w).into(), other, Tag(101)),
+    ];
+    let all = TaskTag(base + 99);
+    if ctx.rank().0.is_multiple_of(2) {
+        ctx.isend_array_detached_unlock_tag(&items, all).unwrap();
+    } else {
+        ctx.irecv_array_detached_unlock_tag(&items, all).unwrap();
+    }
+    ctx.tag_wait(&[all]);
+    ctx.wait_for_all();
+}
+
+/// `multiple_comms`: the same tags on the world and on duplicates do not mix, even when
+/// received in the other order.
+fn duplicates_keep_the_same_tags_apart(ctx: &Context) {
+    let dup = ctx.comm_dup(CommId::WORLD);
+    let dup2 = ctx.comm_dup(CommId::WORLD);
+    let hs: Vec<_> = (0..3).map(|_| ctx.register(Variable::new(0u8))).collect();
+    let comms = [CommId::WORLD, dup, dup2];
+    match ctx.rank().0 {
+        0 => {
+            for (i, (h, comm)) in hs.iter().zip(comms).enumerate() {
+                ctx.acquire(h, AccessMode::W).get_mut().set(i as u8 + 1);
+                let opts = SendOpts {
+                    comm,
+                    ..SendOpts::default()
+                };
+                ctx.isend_detached_with(h, Rank(1), Tag(5), opts, |r| r.unwrap())
+                    .unwrap();
+            }
+            ctx.wait_for_all();
+        }
+        1 => {
+            for (h, comm) in hs.iter().zip(comms).rev() {
+                let opts = RecvOpts {
+                    comm,
+                    ..RecvOpts::default()
+                };
+                ctx.irecv_with(h, Rank(0), Tag(5), opts)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+            }
+            let got: Vec<u8> = hs
+                .iter()
+                .map(|h| ctx.acquire(h, AccessMode::R).get().get())
+                .collect();
+            assert_eq!(got, vec![1, 2, 3]);
+        }
+        _ => {}
+    }
+}
+
+/// A receive with sequential consistency off is not ordered after an acquisition.
+fn unordered_receive(ctx: &Context) {
+    let h = ctx.register(Variable::new(0u32));
+    match ctx.rank().0 {
+        0 => {
+            ctx.acquire(&h, AccessMode::W).get_mut().set(5);
+            ctx.send(&h, Rank(1), Tag(1)).unwrap();
+        }
+        1 => {
+            let held = ctx.acquire(&h, AccessMode::R);
+            let opts = RecvOpts {
+                sequential_consistency: false,
+                ..RecvOpts::default()
+            };
+            let req = ctx.irecv_with(&h, Rank(0), Tag(1), opts).unwrap();
+            drop(held);
+            req.wait().unwrap();
+            assert_eq!(ctx.acquire(&h, AccessMode::R).get().get(), 5);
+        }
+        _ => {}
+    }
+}
+
+/// `stats`: 3 sends of 4 bytes from 0 to 1 (statistics are on in this job).
+fn statistics_count_payload_bytes(ctx: &Context) {
+    let before = ctx.comm_amounts();
+    let h = ctx.register(Variable::new(7u32));
+    for t in 0..3 {
+        match ctx.rank().0 {
+            0 => ctx.send(&h, Rank(1), Tag(t)).unwrap(),
+            1 => ctx.recv(&h, Rank(0), Tag(t)).unwrap(),
+            _ => {}
+        }
+    }
+    let after = ctx.comm_amounts();
+    let sent: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let mut want = vec![0; ctx.size() as usize];
+    if ctx.rank().0 == 0 {
+        want[1] = 12;
+    }
+    assert_eq!(sent, want);
+}
+
+/// A receive into a smaller or larger handle fails with a size mismatch and copies
+/// nothing.
+fn size_mismatch(ctx: &Context) {
+    match ctx.rank().0 {
+        0 => {
+            for len in [100, 10_000] {
+                let h = ctx.register(Vector::from_vec(vec![1u8; len]));
+                ctx.send(&h, Rank(1), Tag(1)).unwrap();
+                ctx.send(&h, Rank(1), Tag(2)).unwrap();
+            }
+        }
+        1 => {
+            for len in [100, 10_000] {
+                let small = ctx.register(Vector::from_vec(vec![9u8; len / 10]));
+                let large = ctx.register(Vector::from_vec(vec![9u8; len * 10]));
+                let e1 = ctx.recv(&small, Rank(0), Tag(1)).unwrap_err();
+                let e2 = ctx.recv(&large, Rank(0), Tag(2)).unwrap_err();
+                assert!(ctx.unregister(small).as_slice().iter().all(|v| *v == 9));
+                assert!(ctx.unregister(large).as_slice().iter().all(|v| *v == 9));
+                assert_eq!(
+                    e1,
+                    CommError::Data(DataError::SizeMismatch {
+                        expected: len / 10,
+                        got: len
+                    })
+                );
+                assert_eq!(
+                    e2,
+                    CommError::Data(DataError::SizeMismatch {
+                        expected: len * 10,
+                        got: len
+                    })
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Ranks outside the world and tags used twice are errors at the call.
+fn bad_arguments(ctx: &Context) {
+    let h = ctx.register(Variable::new(0u8));
+    let g = ctx.register(Variable::new(0u8));
+    let size = ctx.size();
+    assert_eq!(
+        ctx.isend(&h, Rank(size + 5), Tag(0)).unwrap_err(),
+        CommError::RankOutOfRange {
+            rank: Rank(size + 5),
+            size
+        }
+    );
+    assert_eq!(
+        ctx.irecv(&h, Rank(size), Tag(0)).unwrap_err(),
+        CommError::RankOutOfRange {
+            rank: Rank(size),
+            size
+        }
+    );
+    ctx.set_tag(&h, Tag(5)).unwrap();
+    assert_eq!(
+        ctx.set_tag(&g, Tag(5)).unwrap_err(),
+        CommError::TagInUse { tag: Tag(5) }
+    );
+    let _ = ctx.unregister(h);
+    ctx.set_tag(&g, Tag(5)).unwrap();
+    let _ = ctx.unregister(g);
+}
+
+/// Payloads of many sizes, eager and not, standard and synchronous, both directions;
+/// with `STARLING_MPI_MAX_MESSAGE` small, every long one travels in chunks.
+fn payload_sizes(ctx: &Context) {
+    if !paired(ctx) {
+        return;
+    }
+    let other = peer(ctx);
+    let even = ctx.rank().0.is_multiple_of(2);
+    let sizes = [
+        0usize,
+        1,
+        999,
+        1000,
+        1001,
+        4095,
+        4096,
+        4097,
+        65_536,
+        1 << 20,
+        3_000_017,
+    ];
+    let pattern = |len: usize, salt: usize| -> Vec<u8> {
+        (0..len).map(|i| ((i * 31 + salt) % 251) as u8).collect()
+    };
+    for (i, len) in sizes.into_iter().enumerate() {
+        for sync in [false, true] {
+            let tag = Tag(i as i64 * 2 + i64::from(sync));
+            if even {
+                let h = ctx.register(Vector::from_vec(pattern(len, i)));
+                let opts = SendOpts {
+                    sync,
+                    ..SendOpts::default()
+                };
+                ctx.isend_with(&h, other, tag, opts)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                let back = ctx.register(Vector::<u8>::zeros(len));
+                ctx.recv(&back, other, tag).unwrap();
+                assert!(ctx.unregister(back).as_slice() == pattern(len, i + 1).as_slice());
+            } else {
+                let h = ctx.register(Vector::<u8>::zeros(len));
+                ctx.recv(&h, other, tag).unwrap();
+                let got = ctx.unregister(h);
+                assert!(got.as_slice() == pattern(len, i).as_slice(), "size {len}");
+                let reply = ctx.register(Vector::from_vec(pattern(len, i + 1)));
+                ctx.send(&reply, other, tag).unwrap();
+            }
+        }
+    }
+}
+
+type Scenario = (&'static str, fn(&Context));
+
+const SUITE: &[Scenario] = &[
+    ("ping_pong blocking", |c| ping_pong(c, "blocking")),
+    ("ping_pong async", |c| ping_pong(c, "async")),
+    ("ping_pong sync", |c| ping_pong(c, "sync")),
+    ("ping_pong detached", |c| ping_pong(c, "detached")),
+    ("ring detached", |c| token_ring(c, 20, "detached")),
+    ("ring async", |c| token_ring(c, 20, "async")),
+    ("ring sync", |c| token_ring(c, 20, "sync")),
+    ("ring sync_detached", |c| token_ring(c, 20, "sync_detached")),
+    ("early data", early_data),
+    (
+        "sync never creates early data",
+        sync_never_creates_early_data,
+    ),
+    (
+        "standard overtakes pending sync",
+        standard_overtakes_pending_sync,
+    ),
+    ("tag matching out of order", tag_matching_out_of_order),
+    ("many to one with equal tags", many_to_one_with_equal_tags),
+    (
+        "same tag sends deliver the current value",
+        same_tag_sends_deliver_the_value_current_at_each_send,
+    ),
+    ("packed types arriving early", packed_types_arriving_early),
+    (
+        "strided blocks keep their padding",
+        strided_blocks_keep_their_padding,
+    ),
+    (
+        "matrices with a leading dimension",
+        matrices_with_a_leading_dimension,
+    ),
+    (
+        "two requests complete by polling",
+        two_requests_complete_by_polling,
+    ),
+    ("callbacks fire exactly once", callbacks_fire_exactly_once),
+    ("tag unlocking variants", tag_unlocking_variants),
+    (
+        "duplicates keep the same tags apart",
+        duplicates_keep_the_same_tags_apart,
+    ),
+    ("unordered receive", unordered_receive),
+    (
+        "statistics count payload bytes",
+        statistics_count_payload_bytes,
+    ),
+    ("size mismatch", size_mismatch),
+    ("bad arguments", bad_arguments),
+    ("payload sizes", payload_sizes),
+];
+
+fn run_scenarios(job: &str, config: MpiConfig, scenarios: &[Scenario]) {
+    let rank = starling_mpi::init(config).expect("MPI starts");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    for (name, f) in scenarios {
+        let start = Instant::now();
+        f(ctx);
+        ctx.wait_for_all();
+        ctx.barrier();
+        if me == 0 {
+            println!(
+                "[{} ranks] {name} ... ok ({:.0} ms)",
+                ctx.size(),
+                start.elapsed().as_secs_f64() * 1e3
+            );
+        }
+    }
+    rank.shutdown().expect("a clean shutdown");
+    println!("rank {me}: {job} passed");
+}
+
+fn suite() {
+    let mut config = config();
+    config.rank.stats = true;
+    run_scenarios("suite", config, SUITE);
+}
+
+fn chunks() {
+    let config = config();
+    assert_eq!(
+        config.max_message, 1000,
+        "run with STARLING_MPI_MAX_MESSAGE=1000"
+    );
+    assert_eq!(config.communicators, 2, "run with STARLING_MPI_COMMS=2");
+    run_scenarios(
+        "chunks",
+        config,
+        &[
+            ("payload sizes (chunked)", payload_sizes),
+            (
+                "duplicates sharing one MPI communicator",
+                duplicates_keep_the_same_tags_apart,
+            ),
+            (
+                "callbacks fire exactly once (chunked)",
+                callbacks_fire_exactly_once,
+            ),
+            ("size mismatch (chunked)", size_mismatch),
+        ],
+    );
+}
+
+/// Shutdown reports messages never received (eager and not) and requests never waited
+/// on, with their ranks, instead of aborting.
+fn orphan() {
+    let rank = starling_mpi::init(config()).expect("MPI starts");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    if me == 1 {
+        let h = ctx.register(Variable::new(5u32));
+        ctx.send(&h, Rank(0), Tag(77)).unwrap();
+        let big = ctx.register(Vector::from_vec(vec![1u8; 10_000]));
+        ctx.send(&big, Rank(0), Tag(78)).unwrap();
+        let req = ctx.isend(&h, Rank(0), Tag(79)).unwrap();
+        drop(req);
+    } else {
+        let h = ctx.register(Variable::new(0u32));
+        ctx.recv(&h, Rank(1), Tag(79)).unwrap();
+    }
+    let err = rank.shutdown().expect_err("leftovers are reported");
+    let text = err.to_string();
+    if me == 0 {
+        assert_eq!(err.leftovers.len(), 2, "{text}");
+        assert!(
+            text.contains("rank 0: message from rank 1 with tag 77 (4 bytes) was never received"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "rank 0: message from rank 1 with tag 78 (10000 bytes) was never received"
+            ),
+            "{text}"
+        );
+    } else {
+        assert_eq!(err.leftovers.len(), 1, "{text}");
+        assert!(
+            text.contains("request never waited on: send of data 0 to rank 0 with tag 79"),
+            "{text}"
+        );
+    }
+    println!("rank {me}: orphan passed");
+}
+
+/// The application initialised MPI itself: Starling checks its thread level, adopts it,
+/// runs its traffic on its own duplicate while the application sends on the world with
+/// the very tags Starling uses (42, 43), and leaves finalizing to the application.
+fn adopt() {
+    let (universe, provided) =
+        mpi::initialize_with_threading(Threading::Multiple).expect("MPI initialises");
+    assert_eq!(
+        provided,
+        Threading::Multiple,
+        "this test needs MPI_THREAD_MULTIPLE"
+    );
+    use mpi::point_to_point::{Destination, Source};
+    use mpi::topology::Communicator;
+    let world = universe.world();
+    let me = world.rank();
+    let other = 1 - me;
+
+    // Serialized would be enough without application MPI calls; Multiple is required when
+    // the application calls MPI.
+    let mut c = config();
+    c.application_calls_mpi = true;
+    let rank = starling_mpi::init(c).expect("Starling adopts MPI");
+    assert!(matches!(
+        starling_mpi::init(config()),
+        Err(MpiError::AlreadyRunning)
+    ));
+    let ctx = rank.context();
+    let v = ctx.register(Vector::from_vec(vec![me as u8; 100]));
+    let tag = Tag(i64::from(ctx.communication_tag()));
+    if me == 0 {
+        ctx.isend_detached(&v, Rank(1), tag, |r| r.unwrap())
+            .unwrap();
+    } else {
+        ctx.irecv_detached(&v, Rank(0), tag, |r| r.unwrap())
+            .unwrap();
+    }
+    // Raw MPI on the world, on Starling's envelope and data tags, at the same time.
+    for t in [42, 43] {
+        let out = [me * 1000 + t; 4];
+        let mut back = [0i32; 4];
+        mpi::request::scope(|scope| {
+            let sreq = world
+                .process_at_rank(other)
+                .immediate_send_with_tag(scope, &out[..], t);
+            world
+                .process_at_rank(other)
+                .receive_into_with_tag(&mut back[..], t);
+            sreq.wait();
+        });
+        assert_eq!(back, [other * 1000 + t; 4]);
+    }
+    ctx.wait_for_all();
+    if me == 1 {
+        assert!(ctx.unregister(v).as_slice().iter().all(|b| *b == 0));
+    }
+    rank.shutdown().expect("a clean shutdown");
+    // MPI is still the application's: it can still talk, and finalizes on drop.
+    let (out, mut x) = ([me], [-1]);
+    mpi::request::scope(|scope| {
+        let s = world
+            .process_at_rank(other)
+            .immediate_send_with_tag(scope, &out[..], 1);
+        world
+            .process_at_rank(other)
+            .receive_into_with_tag(&mut x[..], 1);
+        s.wait();
+    });
+    assert_eq!(x, [other]);
+    drop(universe);
+    println!("rank {me}: adopt passed");
+}
+
+/// The application initialised MPI with `MPI_THREAD_SERIALIZED`: Starling refuses to
+/// start when told the application calls MPI too (that needs `MPI_THREAD_MULTIPLE`), with
+/// a typed error, and starts when it is the only caller.
+fn serialized() {
+    let (universe, provided) =
+        mpi::initialize_with_threading(Threading::Serialized).expect("MPI initialises");
+    if provided > Threading::Serialized {
+        // This MPI upgrades the level: nothing to refuse.
+        println!("rank ?: serialized passed (MPI gave {provided:?})");
+        return;
+    }
+    let mut c = config();
+    c.application_calls_mpi = true;
+    match starling_mpi::init(c) {
+        Err(MpiError::Threading { required, provided }) => {
+            assert_eq!(
+                (required, provided),
+                (Threading::Multiple, Threading::Serialized)
+            );
+        }
+        other => panic!("expected a thread-level error, got {other:?}"),
+    }
+    let rank = starling_mpi::init(config()).expect("Serialized is enough for Starling alone");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    let h = ctx.register(Variable::new(me));
+    if me == 0 {
+        ctx.send(&h, Rank(1), Tag(1)).unwrap();
+    } else {
+        ctx.recv(&h, Rank(0), Tag(1)).unwrap();
+        assert_eq!(ctx.acquire(&h, AccessMode::R).get().get(), 0);
+    }
+    rank.shutdown().expect("a clean shutdown");
+    drop(universe);
+    println!("rank {me}: serialized passed");
+}
+
+/// A receive whose message never comes: shutdown's watchdog reports it instead of
+/// hanging (`STARLING_WATCHDOG_SECS=1`). MPI stays unfinalized on purpose.
+fn watchdog() {
+    let c = config();
+    assert_eq!(
+        c.watchdog,
+        Duration::from_secs(1),
+        "run with STARLING_WATCHDOG_SECS=1"
+    );
+    let rank = starling_mpi::init(c).expect("MPI starts");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    let h = ctx.register(Variable::new(0u32));
+    ctx.irecv_detached(&h, Rank(1 - me), Tag(3), |_| {})
+        .unwrap();
+    let start = Instant::now();
+    let err = rank.shutdown().expect_err("the watchdog fires");
+    let text = err.to_string();
+    assert!(start.elapsed() < Duration::from_secs(10), "{text}");
+    assert!(text.contains("nothing progressed for 1 s"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "rank {me}: Recv with rank {} and tag 3 never completed",
+            1 - me
+        )),
+        "{text}"
+    );
+    println!("rank {me}: watchdog passed");
+}
+
+/// A payload longer than `i32::MAX` bytes travels as two MPI messages and arrives whole
+/// (opt-in: `STARLING_MPI_BIG=1`; about 9 GB of memory on one machine).
+fn big() {
+    run_scenarios(
+        "big",
+        config(),
+        &[("a payload over 2 GiB", |ctx: &Context| {
+            let len = (1usize << 31) + 4097;
+            match ctx.rank().0 {
+                0 => {
+                    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+                    let h = ctx.register(Vector::from_vec(data));
+                    ctx.send(&h, Rank(1), Tag(1)).unwrap();
+                }
+                1 => {
+                    let h = ctx.register(Vector::<u8>::zeros(len));
+                    ctx.recv(&h, Rank(0), Tag(1)).unwrap();
+                    let v = ctx.unregister(h);
+                    let s = v.as_slice();
+                    let edge = i32::MAX as usize;
+                    for i in [0, 1, edge - 1, edge, edge + 1, len - 1] {
+                        assert_eq!(s[i], (i % 251) as u8, "byte {i}");
+                    }
+                    assert!(
+                        s.iter()
+                            .enumerate()
+                            .step_by(4093)
+                            .all(|(i, b)| *b == (i % 251) as u8)
+                    );
+                }
+                _ => {}
+            }
+        })],
+    );
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Starling over MPI against raw rsmpi, both under mpirun in this one run, and the token
+# ring over MPI. Prints a Markdown table of medians and Starling/raw ratios.
+#
+#   bash scripts/bench-mpi.sh [runs]      (runs of each ping-pong job, default 3)
+#
+# Ping-pong between 2 ranks, half round trip: Starling's blocking `send`/`recv` on a
+# `Vector<u8>` handle (mpi-adapter/examples/mpi_bench.rs) vs raw rsmpi `send_with_tag` /
+# `receive_into_with_tag` of the same bytes (MPI_THREAD_SINGLE, blocking calls). Each job
+# prints 7 samples per size; the medians pool every sample of every run. Ring: the
+# handbook's ring (examples/ring.rs, detached variant, 1000 loops) per hop, on 2 and 4
+# MPI processes and, for scale, on the in-process cluster.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs="${1:-3}"
+command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found (apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 1; }
+cargo build --quiet --release -p starling-mpi --example mpi_bench
+cargo build --quiet --release --features mpi --example ring
+target="${CARGO_TARGET_DIR:-target}/release/examples"
+flags=(--oversubscribe)
+[ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export STARLING_NCPU="${STARLING_NCPU:-1}"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+for _ in $(seq "$runs"); do
+    # Alternate the two, so that a noisy neighbour hurts both alike.
+    mpirun "${flags[@]}" -n 2 "$target/mpi_bench" raw >>"$out"
+    mpirun "${flags[@]}" -n 2 "$target/mpi_bench" starling >>"$out"
+done
+for _ in $(seq "$runs"); do
+    for n in 2 4; do
+        mpirun "${flags[@]}" -n "$n" "$target/ring" "$n" 1000 2>&1 | sed -n "s/.*µs per hop (MPI.*/&/p" |
+            sed "s/^/ring mpi $n /" >>"$out"
+        "$target/ring" "$n" 1000 2>&1 | sed -n "s/.*µs per hop (in-process.*/&/p" |
+            sed "s/^/ring local $n /" >>"$out"
+    done
+done
+echo "load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores; raw MPI spins, so a busy machine hurts it most)"
+echo
+python3 - "$out" <<'PY'
+import re, statistics, sys
+samples, rings = {}, {}
+for line in open(sys.argv[1]):
+    p = line.split()
+    if p[:1] == ["sample"]:
+        samples.setdefault((p[1], int(p[2])), []).append(float(p[3]))
+    elif p[:1] == ["ring"]:
+        m = re.search(r"([0-9.]+) µs per hop", line)
+        rings.setdefault((p[1], int(p[2])), []).append(float(m.group(1)))
+med = lambda v: statistics.median(v)
+def us(ns):
+    return f"{ns / 1e3:.2f} µs" if ns < 1e5 else f"{ns / 1e3:.0f} µs"
+rows = []
+for size, label in ((8, "8 B"), (1 << 10, "1 KiB"), (64 << 10, "64 KiB"),
+                    (1 << 20, "1 MiB"), (16 << 20, "16 MiB")):
+    s, r = med(samples[("starling", size)]), med(samples[("raw", size)])
+    if size <= 1024:
+        rows.append((f"ping-pong {label}, half round trip", us(s), us(r), f"{s / r:.1f}×"))
+    else:
+        bw = lambda ns: f"{size / ns:.2f} GB/s ({us(ns)})"
+        rows.append((f"ping-pong {label}, bandwidth (half round trip)", bw(s), bw(r),
+                     f"{s / r:.2f}× ({100 * r / s:.0f} % of raw bandwidth)"))
+for n in (2, 4):
+    m = med(rings[("mpi", n)])
+    local = rings.get(("local", n))
+    scale = f"in-process: {med(local):.2f} µs" if local else "—"
+    rows.append((f"ring, {n} MPI processes: per hop (message + task)", f"{m:.2f} µs", "—", scale))
+print("| benchmark | Starling over MPI (median) | raw rsmpi (median) | Starling time / raw time |")
+print("| --- | --- | --- | --- |")
+for r in rows:
+    print("| " + " | ".join(r) + " |")
+PY
