@@ -16,17 +16,17 @@
 //! Then every cell is gathered on the last rank (`get_data_on_node`), which compares the
 //! grid with the same sweeps run sequentially. (The last rank rather than rank 0: in this
 //! flow it is the rank whose cache the handbook's pruning test alone would leave stale,
-//! so the check also guards the pruning rule; see [`involved`].) The implicit
+//! so the check also guards the pruning rule; see `involved`.) The implicit
 //! dependencies order the tasks exactly as the sequential loop does, and each kernel adds
 //! the same values in the same order, so the two grids must be **bit for bit equal**; the
 //! example exits non-zero when they are not, or when the cluster shuts down with
 //! leftovers.
 //!
 //! By default (`prune`) each rank skips the inserts it has nothing to do with: the
-//! handbook's pruning `if`, with the extra condition explained at [`involved`]. `full`
+//! handbook's pruning `if`, with the extra condition explained at `involved`. `full`
 //! inserts every task on every rank; `handbook` uses the handbook's test alone, which is
 //! only valid while the distribution stays fixed: with this example's migration the run
-//! fails, as [`involved`] explains.
+//! fails, as `involved` explains.
 //!
 //! ```sh
 //! cargo run --release --example stencil5 -- [ranks] [X] [Y] [iterations] [prune|full|handbook]
