@@ -242,18 +242,21 @@ pub(crate) fn factorize(
     cl: &Codelets,
 ) -> Result<(), InsertError> {
     let nt = p.nt();
-    let prio = |v: usize| i32::try_from(v).unwrap_or(i32::MAX);
+    // The priorities go negative for the trailing updates far from the panel.
+    let prio = |terms: &[usize]| {
+        let v = 2 * nt as i64 - terms.iter().map(|&t| t as i64).sum::<i64>();
+        i32::try_from(v).unwrap_or(i32::MIN)
+    };
     for k in 0..nt {
-        let two = 2 * nt - 2 * k;
         ctx.insert(&cl.potrf)
             .rw(&tiles[k][k])
-            .priority(prio(two))
+            .priority(prio(&[2 * k]))
             .submit()?;
         for m in k + 1..nt {
             ctx.insert(&cl.trsm)
                 .r(&tiles[k][k])
                 .rw(&tiles[m][k])
-                .priority(prio(two - m))
+                .priority(prio(&[2 * k, m]))
                 .submit()?;
         }
         ctx.flush(&tiles[k][k]);
@@ -261,14 +264,14 @@ pub(crate) fn factorize(
             ctx.insert(&cl.syrk)
                 .r(&tiles[n][k])
                 .rw(&tiles[n][n])
-                .priority(prio(two - 2 * n))
+                .priority(prio(&[2 * k, 2 * n]))
                 .submit()?;
             for m in n + 1..nt {
                 ctx.insert(&cl.gemm)
                     .r(&tiles[m][k])
                     .r(&tiles[n][k])
                     .rw(&tiles[m][n])
-                    .priority(prio(two - m - n))
+                    .priority(prio(&[2 * k, m, n]))
                     .submit()?;
             }
         }

@@ -16,18 +16,24 @@
 //! Then every cell is gathered on the last rank (`get_data_on_node`), which compares the
 //! grid with the same sweeps run sequentially. (The last rank rather than rank 0: in this
 //! flow it is the rank whose cache the handbook's pruning test alone would leave stale,
-//! so the check also guards the pruning rule; see [`involved`].) The implicit dependencies order the tasks exactly as
-//! the sequential loop does, and each kernel adds the same values in the same order, so the
-//! two grids must be **bit for bit equal**; the example exits non-zero when they are not,
-//! or when the cluster shuts down with leftovers.
+//! so the check also guards the pruning rule; see `involved`.) The implicit
+//! dependencies order the tasks exactly as the sequential loop does, and each kernel adds
+//! the same values in the same order, so the two grids must be **bit for bit equal**; the
+//! example exits non-zero when they are not, or when the cluster shuts down with
+//! leftovers.
 //!
-//! By default each rank skips the inserts it has nothing to do with (the handbook's
-//! pruning `if`, with the extra condition explained at [`involved`]); pass `full` to insert
-//! every task on every rank.
+//! By default (`prune`) each rank skips the inserts it has nothing to do with: the
+//! handbook's pruning `if`, with the extra condition explained at `involved`. `full`
+//! inserts every task on every rank; `handbook` uses the handbook's test alone, which is
+//! only valid while the distribution stays fixed: with this example's migration the run
+//! fails, as `involved` explains.
 //!
 //! ```sh
-//! cargo run --release --example stencil5 -- [ranks] [X] [Y] [iterations] [prune|full]
+//! cargo run --release --example stencil5 -- [ranks] [X] [Y] [iterations] [prune|full|handbook]
 //! ```
+//!
+//! Each rank's progression thread currently holds at most 1024 pending message keys, so
+//! keep `Y` (the cells of a boundary row) and `X` below about 500.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -43,7 +49,19 @@ pub(crate) struct Params {
     pub(crate) x: usize,
     pub(crate) y: usize,
     pub(crate) iterations: usize,
-    pub(crate) prune: bool,
+    pub(crate) pruning: Pruning,
+}
+
+/// Which inserts a rank skips.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pruning {
+    /// None: every rank inserts every task (`full`).
+    Off,
+    /// Those [`involved`] rules out (`prune`, the default).
+    Safe,
+    /// Those the handbook's test, [`owns_any`], rules out (`handbook`): only valid while
+    /// the distribution stays fixed.
+    Handbook,
 }
 
 impl Params {
@@ -60,10 +78,13 @@ impl Params {
             x: num(1, 32)?,
             y: num(2, 32)?,
             iterations: num(3, 4)?,
-            prune: match args.get(4).map(String::as_str) {
-                None | Some("prune") => true,
-                Some("full") => false,
-                Some(other) => return Err(format!("argument 5: `{other}`: prune or full")),
+            pruning: match args.get(4).map(String::as_str) {
+                None | Some("prune") => Pruning::Safe,
+                Some("full") => Pruning::Off,
+                Some("handbook") => Pruning::Handbook,
+                Some(other) => {
+                    return Err(format!("argument 5: `{other}`: prune, full or handbook"));
+                }
             },
         };
         if p.ranks == 0 || p.x < 3 || p.y < 3 {
@@ -112,8 +133,26 @@ pub(crate) struct Counts {
     pub(crate) executed: u64,
 }
 
+/// Whether `me` owns cell (x, y) or one of its four neighbours: the handbook's pruning
+/// `if` (§ "Pruning MPI Task Insertion").
+pub(crate) fn owns_any(
+    me: Rank,
+    size: u32,
+    p: &Params,
+    dist: Distribution,
+    x: usize,
+    y: usize,
+) -> bool {
+    let owner = |x, y| dist.owner(p, size, x, y);
+    owner(x, y) == me
+        || owner(x - 1, y) == me
+        || owner(x + 1, y) == me
+        || owner(x, y - 1) == me
+        || owner(x, y + 1) == me
+}
+
 /// Whether this rank must take part in the insert of the task that writes cell (x, y) and
-/// reads its four neighbours (the handbook's pruning `if`, § "Pruning MPI Task Insertion").
+/// reads its four neighbours.
 ///
 /// Skipping an insert is only valid when processing it would change **nothing** on this
 /// rank: it does not execute the task (here, it does not own the written cell), it sends
@@ -149,14 +188,7 @@ pub(crate) fn involved(
     y: usize,
     c: &Handle<Variable<f64>>,
 ) -> bool {
-    let (me, size) = (ctx.rank(), ctx.size());
-    let owner = |x, y| dist.owner(p, size, x, y);
-    owner(x, y) == me
-        || owner(x - 1, y) == me
-        || owner(x + 1, y) == me
-        || owner(x, y - 1) == me
-        || owner(x, y + 1) == me
-        || ctx.cached_receive(c)
+    owns_any(ctx.rank(), ctx.size(), p, dist, x, y) || ctx.cached_receive(c)
 }
 
 /// `p.iterations` sweeps of the stencil over the inner cells, in row-major order.
@@ -169,11 +201,17 @@ pub(crate) fn sweeps(
     counts: &mut Counts,
 ) -> Result<(), InsertError> {
     let at = |x: usize, y: usize| &grid[x * p.y + y];
+    let (me, size) = (ctx.rank(), ctx.size());
     for _ in 0..p.iterations {
         for x in 1..p.x - 1 {
             for y in 1..p.y - 1 {
                 let c = at(x, y);
-                if p.prune && !involved(ctx, p, dist, x, y, c) {
+                let skip = match p.pruning {
+                    Pruning::Off => false,
+                    Pruning::Safe => !involved(ctx, p, dist, x, y, c),
+                    Pruning::Handbook => !owns_any(me, size, p, dist, x, y),
+                };
+                if skip {
                     counts.skipped += 1;
                     continue;
                 }
@@ -335,7 +373,7 @@ fn main() -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("stencil5: {e}");
-            eprintln!("usage: stencil5 [ranks] [X] [Y] [iterations] [prune|full]");
+            eprintln!("usage: stencil5 [ranks] [X] [Y] [iterations] [prune|full|handbook]");
             return ExitCode::FAILURE;
         }
     };
@@ -345,7 +383,11 @@ fn main() -> ExitCode {
         p.x,
         p.y,
         p.iterations,
-        if p.prune { "pruned" } else { "not pruned" }
+        match p.pruning {
+            Pruning::Off => "not pruned",
+            Pruning::Safe => "pruned",
+            Pruning::Handbook => "pruned with the handbook's test alone",
+        }
     );
     let out = match run_local(p.ranks, move |ctx| distributed(ctx, &p)) {
         Ok(out) => out,
@@ -388,7 +430,8 @@ fn main() -> ExitCode {
         .fold(0.0, f64::max);
     if wrong != 0 {
         eprintln!(
-            "stencil5: FAILED: {wrong} of {} cells differ from the sequential run (max |diff| {max_diff:e})",
+            "stencil5: FAILED: {wrong} of {} cells differ from the sequential run \
+             (max |diff| {max_diff:e})",
             grid.len()
         );
         return ExitCode::FAILURE;
