@@ -63,6 +63,7 @@ cargo test --workspace 2>&1 | tee "$log"
 step "benchmarks, each run once as a test"
 cargo test -p starling-core --bench core
 cargo test -p starling --bench runtime
+cargo test -p starling --bench insert
 
 step "loom: the runtime's dependency queue under every interleaving"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p starling-std --release --lib loom 2>&1 | tee -a "$log"
@@ -71,6 +72,10 @@ step "the main job (README): the ring on the in-process cluster, and on the simu
 cargo run --quiet --example ring -- 4 200
 cargo run --quiet --example ring -- 2 200 sync
 cargo run --quiet --example sim_ring
+
+step "the insert-task examples: stencil5 and cholesky check their results"
+cargo run --quiet --release --example stencil5 -- 4 32 32 3
+cargo run --quiet --release --example cholesky -- 2 512 128
 
 # --- MPI -------------------------------------------------------------------------------
 # The point-to-point MPI jobs (mpirun -n 2 and -n 4) ran with `cargo test` above:

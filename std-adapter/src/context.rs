@@ -27,7 +27,8 @@ pub struct Context {
     pub(crate) commands: CommandSink,
     next_data: AtomicU32,
     next_comm: AtomicU32,
-    pub(crate) tags: Mutex<HashMap<Tag, DataId>>,
+    /// Tags of live handles, both ways (unique per rank).
+    tags: Mutex<(HashMap<Tag, DataId>, HashMap<DataId, Tag>)>,
     pedantic_isend: bool,
     pub(crate) reports: Arc<Mutex<Vec<String>>>,
     pub(crate) tag_base: i32,
@@ -326,7 +327,7 @@ impl Context {
             commands,
             next_data: AtomicU32::new(0),
             next_comm: AtomicU32::new(1),
-            tags: Mutex::new(HashMap::new()),
+            tags: Mutex::new((HashMap::new(), HashMap::new())),
             pedantic_isend,
             reports: Arc::new(Mutex::new(Vec::new())),
             tag_base,
@@ -379,12 +380,15 @@ impl Context {
     /// # Errors
     /// [`CommError::TagInUse`] when another live handle has `tag`.
     pub fn set_tag<I: Interface>(&self, h: &Handle<I>, tag: Tag) -> Result<(), CommError> {
-        let mut tags = lock(&self.tags);
-        match tags.get(&tag) {
+        let mut guard = lock(&self.tags);
+        let (by_tag, by_data) = &mut *guard;
+        match by_tag.get(&tag) {
             Some(id) if *id != h.id() => Err(CommError::TagInUse { tag }),
             _ => {
-                tags.retain(|_, id| *id != h.id());
-                tags.insert(tag, h.id());
+                if let Some(old) = by_data.insert(h.id(), tag) {
+                    by_tag.remove(&old);
+                }
+                by_tag.insert(tag, h.id());
                 Ok(())
             }
         }
@@ -392,9 +396,7 @@ impl Context {
 
     /// The tag of `h`, if it has one.
     pub fn tag_of<I: Interface>(&self, h: &Handle<I>) -> Option<Tag> {
-        lock(&self.tags)
-            .iter()
-            .find_map(|(t, id)| (*id == h.id()).then_some(*t))
+        lock(&self.tags).1.get(&h.id()).copied()
     }
 
     /// Unregisters `h`: waits until every access submitted on it is done, then hands the
@@ -408,7 +410,13 @@ impl Context {
     pub fn unregister<I: Interface>(&self, h: Handle<I>) -> I {
         let acquired = self.acquire(&h, AccessMode::W);
         drop(acquired);
-        lock(&self.tags).retain(|_, id| *id != h.id());
+        {
+            let mut guard = lock(&self.tags);
+            let (by_tag, by_data) = &mut *guard;
+            if let Some(tag) = by_data.remove(&h.id()) {
+                by_tag.remove(&tag);
+            }
+        }
         crate::distributed::forget(self, h.id());
         // The last access is done: nothing else can be scheduled on a handle we own.
         h.cell

@@ -105,6 +105,8 @@ pub(crate) struct DistState {
     budget: Option<u64>,
     lru: HashMap<(Rank, Rank), PairLru>,
     stamp: u64,
+    /// A full cache was reported already (once per rank is enough).
+    cache_full: bool,
 }
 
 impl DistState {
@@ -129,6 +131,7 @@ impl DistState {
                 .and_then(|v| v.parse().ok()),
             lru: HashMap::new(),
             stamp: 0,
+            cache_full: false,
         }
     }
 }
@@ -675,7 +678,14 @@ fn apply_update(
             // A full cache only stops caching: the next read transfers again, on every
             // rank alike (the flag was not set anywhere... only if all ranks are full
             // alike). Report it: the cache must be sized for the flow.
-            lock(&ctx.reports).push(format!("communication cache full at {data}"));
+            if !dist.cache_full {
+                dist.cache_full = true;
+                lock(&ctx.reports).push(format!(
+                    "the communication cache ({CACHE_CAPACITY} entries per table) was full at \
+                     {data}: ranks may disagree from there on; flush data after their last use \
+                     or set a byte budget"
+                ));
+            }
             false
         }
     };

@@ -15,6 +15,7 @@ use starling_core::engine::{
     Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RequestError, SendArgs,
     Transmit, UsageError,
 };
+use starling_core::error::Table;
 use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
 use starling_core::{CommId, Rank, ReqId};
@@ -113,7 +114,10 @@ struct Progress<T: Transport> {
     engine: Box<RankEngine>,
     pending: HashMap<ReqId, Pending>,
     early: HashMap<ReqId, Vec<u8>>,
-    retry: VecDeque<(Rank, CommId, Vec<u8>)>,
+    /// Envelope messages the engine refused for a full table, in arrival order.
+    refused: VecDeque<(Rank, CommId, Vec<u8>)>,
+    /// Requests whose data is ready but that a full table refused, in order.
+    deferred: VecDeque<ReqId>,
     barriers: HashMap<u64, Box<dyn FnOnce() + Send>>,
     next_barrier: u64,
     shared: Arc<Shared>,
@@ -145,7 +149,8 @@ pub(crate) fn run<T: Transport>(
         engine,
         pending: HashMap::new(),
         early: HashMap::new(),
-        retry: VecDeque::new(),
+        refused: VecDeque::new(),
+        deferred: VecDeque::new(),
         barriers: HashMap::new(),
         next_barrier: 0,
         shared,
@@ -276,10 +281,42 @@ impl<T: Transport> Progress<T> {
     /// Hands a request whose data is ready to the engine. A send only joins the ready
     /// list (it leaves at the next pump, in priority order with the others); a receive
     /// may answer at once, so its outputs are drained if the engine asks for room.
+    ///
+    /// A request the engine refuses for a full table (too many receives waiting, say)
+    /// waits in `deferred`, and so does every request after it, so that receives of one
+    /// key stay in order; [`Progress::retry_deferred`] hands them in again after progress.
     fn data_ready(&mut self, req: ReqId) {
-        while let Err(UsageError::Full(_)) = self.engine.handle_data_ready(req) {
-            self.drain_outputs();
+        if !self.deferred.is_empty() {
+            self.deferred.push_back(req);
+            return;
         }
+        if !self.try_data_ready(req) {
+            self.deferred.push_back(req);
+        }
+    }
+
+    /// Hands one request in; `false` when a table other than an output queue is full.
+    fn try_data_ready(&mut self, req: ReqId) -> bool {
+        loop {
+            match self.engine.handle_data_ready(req) {
+                Err(UsageError::Full(Table::Transmits | Table::Events)) => self.drain_outputs(),
+                Err(UsageError::Full(_)) => return false,
+                _ => return true,
+            }
+        }
+    }
+
+    /// Hands deferred requests in again, in order, until one is refused.
+    fn retry_deferred(&mut self) -> bool {
+        let mut any = false;
+        while let Some(&req) = self.deferred.front() {
+            if !self.try_data_ready(req) {
+                break;
+            }
+            self.deferred.pop_front();
+            any = true;
+        }
+        any
     }
 
     fn drain_outputs(&mut self) {
@@ -307,6 +344,10 @@ impl<T: Transport> Progress<T> {
             }
             if let Some(c) = self.transport.poll() {
                 self.on_completion(c);
+                progressed = true;
+            }
+            // Progress may have freed room: waiting receives and envelopes go in again.
+            if !progressed && (self.retry_deferred() | self.retry_refused()) {
                 progressed = true;
             }
             if !progressed {
@@ -389,7 +430,17 @@ impl<T: Transport> Progress<T> {
         self.retry_refused();
     }
 
+    /// Hands an envelope message to the engine. While earlier ones wait in `refused`,
+    /// it waits behind them: messages of one (source, tag) key keep their order.
     fn on_envelope(&mut self, source: Rank, comm: CommId, bytes: Vec<u8>) {
+        if !self.refused.is_empty() {
+            self.refused.push_back((source, comm, bytes));
+            return;
+        }
+        self.handle_envelope(source, comm, bytes);
+    }
+
+    fn handle_envelope(&mut self, source: Rank, comm: CommId, bytes: Vec<u8>) {
         match self.engine.handle_message(source, comm, &bytes) {
             Ok(Arrival::Nothing) => {}
             Ok(Arrival::Deliver { req, inline }) => {
@@ -400,7 +451,7 @@ impl<T: Transport> Progress<T> {
             Ok(Arrival::Stash { early, inline }) => {
                 self.early.insert(early, inline.to_vec());
             }
-            Err(MessageError::Full(_)) => self.retry.push_back((source, comm, bytes)),
+            Err(MessageError::Full(_)) => self.refused.push_back((source, comm, bytes)),
             Err(e) => eprintln!(
                 "[starling][{}] dropped a message from {source}: {e}",
                 self.rank.0
@@ -408,13 +459,22 @@ impl<T: Transport> Progress<T> {
         }
     }
 
-    fn retry_refused(&mut self) {
-        for _ in 0..self.retry.len() {
-            let Some((source, comm, bytes)) = self.retry.pop_front() else {
+    /// Hands refused envelopes in again, in arrival order, until one is refused again.
+    fn retry_refused(&mut self) -> bool {
+        let mut any = false;
+        while let Some((source, comm, bytes)) = self.refused.pop_front() {
+            let before = self.refused.len();
+            self.handle_envelope(source, comm, bytes);
+            if self.refused.len() > before {
+                // Refused again: it went to the back; put it back in front, keep order.
+                if let Some(m) = self.refused.pop_back() {
+                    self.refused.push_front(m);
+                }
                 break;
-            };
-            self.on_envelope(source, comm, bytes);
+            }
+            any = true;
         }
+        any
     }
 
     fn on_event(&mut self, e: Event) {
