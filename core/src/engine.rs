@@ -136,6 +136,8 @@ pub struct Engine<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     detached: Detached<REQ>,
     /// Sends whose payload goes out next: after its envelope, or after the ready ack.
     payloads: Deque<ReqId, REQ>,
+    /// Ready receives the matcher had no room for, in order (see `handle_data_ready`).
+    deferred: Deque<ReqId, REQ>,
     transmits: Deque<Transmit, OUTPUTS>,
     events: Deque<Event, OUTPUTS>,
     next_msg: MsgId,
@@ -168,6 +170,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             sync_sends: SyncSends::new(),
             detached: Detached::new(),
             payloads: Deque::new(),
+            deferred: Deque::new(),
             transmits: Deque::new(),
             events: Deque::new(),
             next_msg: MsgId(0),
@@ -297,8 +300,11 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     ///
     /// # Errors
     /// [`UsageError::UnknownRequest`], [`UsageError::IllegalStep`] (data ready twice),
-    /// [`UsageError::Full`] when an output queue or the matcher has no room; nothing is
-    /// changed on error.
+    /// [`UsageError::Full`] when an output queue has no room; nothing is changed on error.
+    ///
+    /// A receive that the matcher has no room for (too many keys or receives waiting) is
+    /// not an error: it waits, `Ready`, behind the other such receives and goes in, in
+    /// order, as arrivals free room — so receives of one key keep their order.
     pub fn handle_data_ready(&mut self, req: ReqId) -> Result<(), UsageError> {
         self.check_room()?;
         let r = *self.get(req)?;
@@ -311,26 +317,76 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
                 self.set_state(req, next);
             }
             Kind::Recv => {
-                let key = Key {
-                    comm: r.comm,
-                    peer: r.peer,
-                    tag: r.tag,
-                };
-                if let Some(u) = self.matcher.peek_unexpected(key).copied() {
-                    self.room_for_match(&r, &u)?;
-                    let _ = self.matcher.take_unexpected(key);
-                    self.set_state(req, next);
-                    self.match_recv(req, u);
-                } else {
-                    self.matcher
-                        .push_recv(key, req)
-                        .map_err(|e| UsageError::Full(e.table))?;
-                    self.set_state(req, next);
-                    self.step(req, Step::Queued);
+                // Receives wait in order behind any receive the matcher had no room for.
+                if !self.deferred.is_empty() {
+                    self.defer(req, next)?;
+                } else if let Err(e) = self.post_ready_recv(req, &r, next) {
+                    match e {
+                        UsageError::Full(Table::EarlyRequests | Table::MatchKeys) => {
+                            self.defer(req, next)?;
+                        }
+                        other => return Err(other),
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Matches a receive whose data just became ready with the oldest early message of its
+    /// key, or records it in the matcher. Nothing changes on error.
+    fn post_ready_recv(&mut self, req: ReqId, r: &Request, next: State) -> Result<(), UsageError> {
+        let key = Key {
+            comm: r.comm,
+            peer: r.peer,
+            tag: r.tag,
+        };
+        if let Some(u) = self.matcher.peek_unexpected(key).copied() {
+            self.room_for_match(r, &u)?;
+            let _ = self.matcher.take_unexpected(key);
+            self.set_state(req, next);
+            self.match_recv(req, u);
+        } else {
+            self.matcher
+                .push_recv(key, req)
+                .map_err(|e| UsageError::Full(e.table))?;
+            self.set_state(req, next);
+            self.step(req, Step::Queued);
+        }
+        Ok(())
+    }
+
+    /// Keeps a ready receive that the matcher has no room for, behind the others; it goes
+    /// in when an arrival frees room ([`Engine::retry_deferred`]). It stays `Ready`.
+    fn defer(&mut self, req: ReqId, next: State) -> Result<(), UsageError> {
+        self.deferred
+            .push_back(req)
+            .map_err(|_| UsageError::Full(Table::EarlyRequests))?;
+        self.set_state(req, next);
+        Ok(())
+    }
+
+    /// Hands deferred receives to the matcher again, in order, while it has room and the
+    /// output queues have room for what a match produces.
+    fn retry_deferred(&mut self) {
+        while let Some(&req) = self.deferred.front() {
+            if self.check_room().is_err() {
+                return;
+            }
+            let Some(r) = self.requests.get(req).copied() else {
+                let _ = self.deferred.pop_front();
+                continue;
+            };
+            // `post_ready_recv` steps from `Created`; the request is already `Ready`.
+            let from = State::Created;
+            let Ok(next) = from.step(r.kind, r.sync, Step::DataReady) else {
+                return;
+            };
+            if self.post_ready_recv(req, &r, next).is_err() {
+                return;
+            }
+            let _ = self.deferred.pop_front();
+        }
     }
 
     /// Forgets a completed, non-detached request (the application waited on it) and
@@ -487,6 +543,9 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// Sends leave here: each call may take the highest-priority ready send (within the
     /// in-flight cap) and turn it into its envelope, then its payload.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        if self.transmits.is_empty() {
+            self.retry_deferred();
+        }
         if let Some(t) = self.transmits.pop_front() {
             return Some(t);
         }

@@ -13,7 +13,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 
 use starling_core::engine::{
     Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RequestError, SendArgs,
-    Transmit, UsageError,
+    SubmitError, Transmit, UsageError,
 };
 use starling_core::error::Table;
 use starling_core::request::Kind;
@@ -116,8 +116,6 @@ struct Progress<T: Transport> {
     early: HashMap<ReqId, Vec<u8>>,
     /// Envelope messages the engine refused for a full table, in arrival order.
     refused: VecDeque<(Rank, CommId, Vec<u8>)>,
-    /// Requests whose data is ready but that a full table refused, in order.
-    deferred: VecDeque<ReqId>,
     barriers: HashMap<u64, Box<dyn FnOnce() + Send>>,
     next_barrier: u64,
     shared: Arc<Shared>,
@@ -150,7 +148,6 @@ pub(crate) fn run<T: Transport>(
         pending: HashMap::new(),
         early: HashMap::new(),
         refused: VecDeque::new(),
-        deferred: VecDeque::new(),
         barriers: HashMap::new(),
         next_barrier: 0,
         shared,
@@ -280,43 +277,32 @@ impl<T: Transport> Progress<T> {
 
     /// Hands a request whose data is ready to the engine. A send only joins the ready
     /// list (it leaves at the next pump, in priority order with the others); a receive
-    /// may answer at once, so its outputs are drained if the engine asks for room.
-    ///
-    /// A request the engine refuses for a full table (too many receives waiting, say)
-    /// waits in `deferred`, and so does every request after it, so that receives of one
-    /// key stay in order; [`Progress::retry_deferred`] hands them in again after progress.
+    /// may answer at once, so the outputs are drained if the engine asks for room. A
+    /// receive the matcher has no room for waits inside the engine, in order.
     fn data_ready(&mut self, req: ReqId) {
-        if !self.deferred.is_empty() {
-            self.deferred.push_back(req);
-            return;
-        }
-        if !self.try_data_ready(req) {
-            self.deferred.push_back(req);
-        }
-    }
-
-    /// Hands one request in; `false` when a table other than an output queue is full.
-    fn try_data_ready(&mut self, req: ReqId) -> bool {
         loop {
             match self.engine.handle_data_ready(req) {
                 Err(UsageError::Full(Table::Transmits | Table::Events)) => self.drain_outputs(),
-                Err(UsageError::Full(_)) => return false,
-                _ => return true,
+                Err(e) => {
+                    // A full table (the slab, for a truncated synchronous message's
+                    // discard buffer): the request fails rather than waits forever.
+                    let error = match e {
+                        UsageError::Full(t) => CommError::Submit(SubmitError::Full(t)),
+                        other => {
+                            eprintln!("[starling][{}] {req} could not start: {other}", self.rank.0);
+                            CommError::Submit(SubmitError::Full(Table::Requests))
+                        }
+                    };
+                    if let Some(Pending::Send { done, .. } | Pending::Recv { done, .. }) =
+                        self.pending.remove(&req)
+                    {
+                        done(Err(error));
+                    }
+                    return;
+                }
+                Ok(()) => return,
             }
         }
-    }
-
-    /// Hands deferred requests in again, in order, until one is refused.
-    fn retry_deferred(&mut self) -> bool {
-        let mut any = false;
-        while let Some(&req) = self.deferred.front() {
-            if !self.try_data_ready(req) {
-                break;
-            }
-            self.deferred.pop_front();
-            any = true;
-        }
-        any
     }
 
     fn drain_outputs(&mut self) {
@@ -347,7 +333,7 @@ impl<T: Transport> Progress<T> {
                 progressed = true;
             }
             // Progress may have freed room: waiting receives and envelopes go in again.
-            if !progressed && (self.retry_deferred() | self.retry_refused()) {
+            if !progressed && self.retry_refused() {
                 progressed = true;
             }
             if !progressed {

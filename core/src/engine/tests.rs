@@ -720,3 +720,62 @@ fn data_ready_twice_is_an_illegal_step() {
         Err(UsageError::IllegalStep(_))
     ));
 }
+
+#[test]
+fn receives_beyond_the_match_keys_wait_in_order_until_an_arrival_frees_room() {
+    // A matcher of 4 keys: the 5th and 6th receives (both tag 9) are deferred, `Ready`,
+    // and go in, in order, once a message frees a key.
+    let mut b: Engine<16, 4, 4> = Engine::new(Config::new(Rank(1), 2, tags()));
+    let first: Vec<_> = (0..4)
+        .map(|t| {
+            let r = b.submit_recv(RecvArgs::new(W, Rank(0), Tag(t), 8)).unwrap();
+            b.handle_data_ready(r).unwrap();
+            r
+        })
+        .collect();
+    let late: Vec<_> = (0..2)
+        .map(|_| {
+            let r = b.submit_recv(RecvArgs::new(W, Rank(0), Tag(9), 8)).unwrap();
+            b.handle_data_ready(r).unwrap();
+            r
+        })
+        .collect();
+    assert!(
+        late.iter()
+            .all(|r| b.request(*r).unwrap().state == State::Ready)
+    );
+    assert!(
+        b.poll_transmit().is_none(),
+        "no room yet: they stay deferred"
+    );
+    // A message for tag 0 completes the first receive and frees its key.
+    let env = Envelope {
+        kind: EnvKind::Eager,
+        comm: W,
+        tag: Tag(0),
+        size: 1,
+        msg: MsgId(0),
+    };
+    let mut bytes = env.encode().to_vec();
+    bytes.push(7);
+    assert!(
+        matches!(b.handle_message(Rank(0), W, &bytes), Ok(Arrival::Deliver { req, .. }) if req == first[0])
+    );
+    assert!(b.poll_transmit().is_none());
+    // The first deferred receive took the freed key; the second waits behind it (same key).
+    assert_eq!(b.request(late[0]).unwrap().state, State::AwaitingEnvelope);
+    assert_eq!(b.request(late[1]).unwrap().state, State::AwaitingEnvelope);
+    // Two messages for tag 9 complete them in order.
+    for (i, r) in late.iter().enumerate() {
+        let e = Envelope {
+            tag: Tag(9),
+            msg: MsgId(1 + i as u32),
+            ..env
+        };
+        let mut bytes = e.encode().to_vec();
+        bytes.push(i as u8);
+        assert!(
+            matches!(b.handle_message(Rank(0), W, &bytes), Ok(Arrival::Deliver { req, .. }) if req == *r)
+        );
+    }
+}
