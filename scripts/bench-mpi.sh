@@ -5,7 +5,9 @@
 #   bash scripts/bench-mpi.sh [runs]      (runs of each ping-pong job, default 3)
 #
 # Ping-pong between 2 ranks, half round trip: Starling's blocking `send`/`recv` on a
-# `Vector<u8>` handle (mpi-adapter/examples/mpi_bench.rs) vs raw rsmpi `send_with_tag` /
+# `Vector<u8>` handle, as built (the waiting thread drives MPI itself) and with
+# `RankConfig::caller_drives` off (every MPI call on the progression thread, the previous
+# design; `STARLING_CALLER_DRIVES=0`), (mpi-adapter/examples/mpi_bench.rs) vs raw rsmpi `send_with_tag` /
 # `receive_into_with_tag` of the same bytes (MPI_THREAD_SINGLE, blocking calls). Each job
 # prints 7 samples per size; the medians pool every sample of every run. Ring: the
 # handbook's ring (examples/ring.rs, detached variant, 1000 loops) per hop, on 2 and 4
@@ -28,6 +30,7 @@ for _ in $(seq "$runs"); do
     # Alternate the two, so that a noisy neighbour hurts both alike.
     mpirun "${flags[@]}" -n 2 "$target/mpi_bench" raw >>"$out"
     mpirun "${flags[@]}" -n 2 "$target/mpi_bench" starling >>"$out"
+    mpirun "${flags[@]}" -n 2 "$target/mpi_bench" starling-thread >>"$out"
 done
 for _ in $(seq "$runs"); do
     for n in 2 4; do
@@ -56,19 +59,20 @@ rows = []
 for size, label in ((8, "8 B"), (1 << 10, "1 KiB"), (64 << 10, "64 KiB"),
                     (1 << 20, "1 MiB"), (16 << 20, "16 MiB")):
     s, r = med(samples[("starling", size)]), med(samples[("raw", size)])
+    t = med(samples[("starling-thread", size)])
     if size <= 1024:
-        rows.append((f"ping-pong {label}, half round trip", us(s), us(r), f"{s / r:.1f}×"))
+        rows.append((f"ping-pong {label}, half round trip", us(s), us(t), us(r), f"{s / r:.1f}×"))
     else:
         bw = lambda ns: f"{size / ns:.2f} GB/s ({us(ns)})"
-        rows.append((f"ping-pong {label}, bandwidth (half round trip)", bw(s), bw(r),
+        rows.append((f"ping-pong {label}, bandwidth (half round trip)", bw(s), bw(t), bw(r),
                      f"{s / r:.2f}× ({100 * r / s:.0f} % of raw bandwidth)"))
 for n in (2, 4):
     m = med(rings[("mpi", n)])
     local = rings.get(("local", n))
     scale = f"in-process: {med(local):.2f} µs" if local else "—"
-    rows.append((f"ring, {n} MPI processes: per hop (message + task)", f"{m:.2f} µs", "—", scale))
-print("| benchmark | Starling over MPI (median) | raw rsmpi (median) | Starling time / raw time |")
-print("| --- | --- | --- | --- |")
+    rows.append((f"ring, {n} MPI processes: per hop (message + task)", f"{m:.2f} µs", "—", "—", scale))
+print("| benchmark | Starling over MPI (median) | Starling, progression thread only (median) | raw rsmpi (median) | Starling time / raw time |")
+print("| --- | --- | --- | --- | --- |")
 for r in rows:
     print("| " + " | ".join(r) + " |")
 PY

@@ -84,15 +84,19 @@ fn raw() {
     }
 }
 
-fn starling() {
-    let rank = starling_mpi::init(starling_mpi::MpiConfig::from_env()).expect("MPI starts");
+/// Starling's blocking `send`/`recv`; `caller_drives` off leaves every MPI call to the
+/// progression thread (the `starling-thread` variant).
+fn starling(name: &str, caller_drives: bool) {
+    let mut config = starling_mpi::MpiConfig::from_env();
+    config.rank.caller_drives = caller_drives;
+    let rank = starling_mpi::init(config).expect("MPI starts");
     let ctx = rank.context();
     let me = ctx.rank().0;
     assert_eq!(ctx.size(), 2, "run with mpirun -n 2");
     let other = Rank(1 - me);
     for size in sizes() {
         let h = ctx.register(Vector::from_vec(vec![0u8; size]));
-        measure("starling", me as i32, size, iterations(false, size), || {
+        measure(name, me as i32, size, iterations(false, size), || {
             if me == 0 {
                 ctx.send(&h, other, Tag(1)).expect("send");
                 ctx.recv(&h, other, Tag(2)).expect("recv");
@@ -109,7 +113,8 @@ fn starling() {
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("raw") => raw(),
-        Some("starling") => starling(),
-        _ => panic!("usage: mpirun -n 2 mpi_bench raw|starling"),
+        Some("starling") => starling("starling", true),
+        Some("starling-thread") => starling("starling-thread", false),
+        _ => panic!("usage: mpirun -n 2 mpi_bench raw|starling|starling-thread"),
     }
 }

@@ -28,8 +28,12 @@
 //!   asking for `MPI_THREAD_SERIALIZED`, or `MPI_THREAD_MULTIPLE` when
 //!   [`MpiConfig::application_calls_mpi`]) — or adopts the MPI the application already
 //!   initialised, after checking its thread level — duplicates `MPI_COMM_WORLD`, reads
-//!   `MPI_TAG_UB`, and from then on makes every MPI call of Starling. Application threads
-//!   and workers never call MPI.
+//!   `MPI_TAG_UB`, and from then on drives Starling's MPI calls. An application thread
+//!   blocked in a wait (`Request::wait`, a blocking `send`/`recv`, a barrier) drives them
+//!   itself meanwhile, under the same lock, so a blocking call crosses no thread
+//!   ([`starling_std::RankConfig::caller_drives`], `STARLING_CALLER_DRIVES=0` turns it
+//!   off); MPI calls are never concurrent, as `MPI_THREAD_SERIALIZED` asks. Workers never
+//!   call MPI.
 //! * Starling's traffic runs on duplicates of the world communicator, never on the
 //!   application's own (internals §12.11); see [`transport`] for the protocol's use of MPI.
 //! * [`MpiRank::shutdown`] waits for the rank's tasks and requests (with a watchdog: a

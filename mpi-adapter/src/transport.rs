@@ -1,7 +1,9 @@
 //! [`MpiTransport`]: the runtime's [`Transport`] over MPI.
 //!
-//! One transport per process, built, driven and dropped on the rank's progression thread
-//! (see [`starling_std::RankRunner::start`]): every MPI call of Starling happens there.
+//! One transport per process, built and dropped on the rank's progression thread (see
+//! [`starling_std::RankRunner::start`]) and driven under the rank's progression lock: by
+//! that thread, or by an application thread blocked in a wait
+//! ([`starling_std::RankConfig::caller_drives`]), never by two threads at once.
 //!
 //! * **Communicators.** Starling's traffic runs on duplicates of `MPI_COMM_WORLD`
 //!   (`MPI_Comm_dup`), never on the application's communicator (internals §12.11). Every
@@ -179,8 +181,9 @@ impl core::fmt::Debug for MpiTransport {
 // make the type `!Send` by default. Moving the transport moves the exclusive ownership
 // of all of them, so no two threads ever call MPI through it at once; and `new` only
 // succeeds once MPI provides at least `MPI_THREAD_SERIALIZED`, which allows MPI calls from
-// any thread as long as they are not concurrent. (In practice the transport never moves:
-// it is built, used and dropped on the progression thread.)
+// any thread as long as they are not concurrent. (The transport is built and dropped on
+// the progression thread; in between it is used under the rank's progression lock, by
+// that thread or by a thread blocked in a wait, one at a time.)
 unsafe impl Send for MpiTransport {}
 
 impl MpiTransport {

@@ -8,7 +8,7 @@ use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB};
 
 use crate::context::Context;
 use crate::error::ShutdownError;
-use crate::progress::{self, Input};
+use crate::progress::{self, InboxTx, Input};
 use crate::rank::{Inbox, RankConfig, RankRunner};
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, lock};
 use crate::task::{Runtime, RuntimeConfig};
@@ -45,6 +45,9 @@ pub struct ClusterConfig {
     /// The most sends in flight per rank before ready sends wait, in priority order (the
     /// reference's `STARPU_MPI_NDETACHED_SEND`, default 10; 0 = no cap).
     pub max_inflight_sends: u32,
+    /// Threads blocked in a wait drive their rank's progress themselves
+    /// ([`RankConfig::caller_drives`]; `STARLING_CALLER_DRIVES=0` turns it off).
+    pub caller_drives: bool,
 }
 
 impl Default for ClusterConfig {
@@ -60,6 +63,7 @@ impl Default for ClusterConfig {
             shutdown_grace: Duration::from_millis(50),
             priorities: true,
             max_inflight_sends: 10,
+            caller_drives: true,
         }
     }
 }
@@ -79,6 +83,7 @@ impl ClusterConfig {
             trace: r.trace,
             priorities: r.priorities,
             max_inflight_sends: r.max_inflight_sends,
+            caller_drives: r.caller_drives,
             ..Self::default()
         }
     }
@@ -93,6 +98,7 @@ impl ClusterConfig {
             pedantic_isend: self.pedantic_isend,
             priorities: self.priorities,
             max_inflight_sends: self.max_inflight_sends,
+            caller_drives: self.caller_drives,
         }
     }
 }
@@ -197,12 +203,8 @@ where
 {
     assert!(rank.0 < size, "the fake rank must be below the fake size");
     let inbox = Inbox::<InProcessWire>::new();
-    let tx = Mutex::new(inbox.tx.clone());
-    let shared = Arc::clone(&inbox.shared);
-    let deliver: Deliver = Arc::new(move |w| {
-        shared.queued.fetch_add(1, Ordering::SeqCst);
-        let _ = lock(&tx).send(Input::Net(w));
-    });
+    let tx = InboxTx::new(inbox.tx.clone(), Arc::clone(&inbox.shared));
+    let deliver: Deliver = Arc::new(move |w| tx.send(Input::Net(w)));
     let in_flight = Arc::new(AtomicUsize::new(0));
     let tag_ub = config.tag_ub;
     let make = move || {
@@ -250,12 +252,8 @@ where
     let delivers: Vec<Deliver> = inboxes
         .iter()
         .map(|inbox| {
-            let tx = Mutex::new(inbox.tx.clone());
-            let shared = Arc::clone(&inbox.shared);
-            let d: Deliver = Arc::new(move |w| {
-                shared.queued.fetch_add(1, Ordering::SeqCst);
-                let _ = lock(&tx).send(Input::Net(w));
-            });
+            let tx = InboxTx::new(inbox.tx.clone(), Arc::clone(&inbox.shared));
+            let d: Deliver = Arc::new(move |w| tx.send(Input::Net(w)));
             d
         })
         .collect();

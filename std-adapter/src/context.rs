@@ -8,7 +8,7 @@ use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
 use crate::error::CommError;
-use crate::progress::{Command, Done};
+use crate::progress::{Command, Done, Drive, Driven};
 use crate::sync::{Arc, AtomicBool, AtomicU32, Condvar, Mutex, Ordering, lock};
 use crate::task::{Access, Codelet, NodeId, Runtime, TaskTag};
 
@@ -36,6 +36,9 @@ pub struct Context {
     pub(crate) dist: Mutex<crate::distributed::DistState>,
     /// Fake rank mode: every communication is dropped.
     pub(crate) fake: AtomicBool,
+    /// The rank's progress, for threads that drive it while they wait
+    /// ([`crate::RankConfig::caller_drives`]).
+    driver: Option<Arc<dyn Drive>>,
 }
 
 impl core::fmt::Debug for Context {
@@ -116,6 +119,7 @@ struct ReqInner {
     waited: AtomicBool,
     what: String,
     reports: Arc<Mutex<Vec<String>>>,
+    driver: Option<Arc<dyn Drive>>,
 }
 
 /// A non-detached point-to-point request: [`Request::wait`] or [`Request::test`] it.
@@ -138,6 +142,9 @@ impl Request {
     /// # Errors
     /// The request's failure, e.g. [`CommError::Data`] for a size mismatch.
     pub fn wait(self) -> Result<(), CommError> {
+        if let Some(driver) = &self.inner.driver {
+            drive_until(&**driver, || lock(&self.inner.result).is_some());
+        }
         let mut r = lock(&self.inner.result);
         loop {
             if let Some(result) = r.clone() {
@@ -169,6 +176,34 @@ impl Drop for Request {
             lock(&self.inner.reports).push(format!("request never waited on: {}", self.inner.what));
         }
     }
+}
+
+/// How long a waiting thread goes on driving progress with nothing happening before it
+/// hands back to the progression thread and sleeps.
+const DRIVE_PATIENCE: core::time::Duration = core::time::Duration::from_micros(200);
+
+/// Drives the rank's progress on this thread until `ready` holds, or until nothing moved
+/// for [`DRIVE_PATIENCE`] (the wait then sleeps as usual, and the progression thread takes
+/// over). A blocking call whose message is coming thus crosses no thread.
+fn drive_until(driver: &dyn Drive, ready: impl Fn() -> bool) {
+    let guard = driver.enter();
+    let mut last = std::time::Instant::now();
+    loop {
+        if ready() {
+            return;
+        }
+        match driver.try_drive() {
+            Driven::Progressed => last = std::time::Instant::now(),
+            Driven::Stopped => break,
+            Driven::Idle | Driven::Busy => {
+                if last.elapsed() >= DRIVE_PATIENCE {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+    guard.hand_back();
 }
 
 /// A handle acquired by the application ([`Context::acquire`]): later accesses wait
@@ -319,6 +354,7 @@ impl Context {
         commands: CommandSink,
         pedantic_isend: bool,
         tag_base: i32,
+        driver: Option<Arc<dyn Drive>>,
     ) -> Self {
         Self {
             rank,
@@ -333,6 +369,7 @@ impl Context {
             tag_base,
             dist: Mutex::new(crate::distributed::DistState::from_env()),
             fake: AtomicBool::new(false),
+            driver,
         }
     }
 
@@ -470,7 +507,7 @@ impl Context {
     /// accesses submitted before are done (`starpu_data_acquire_cb`); dropping it releases.
     ///
     /// `f` runs on whichever thread finished the last of those accesses — possibly a
-    /// worker or the progression thread — so it must not block; keep the guard and drop it
+    /// worker, or the thread driving the rank's progress — so it must not block; keep the guard and drop it
     /// later to hold the data.
     pub fn acquire_cb<I: Interface>(
         &self,
@@ -531,7 +568,7 @@ impl Context {
     }
 
     /// Posts a send of `cell` once its earlier writers are done; `done` runs on the
-    /// progression thread when the request completes.
+    /// thread driving progress (see [`drive_until`]) when the request completes.
     pub(crate) fn post_send(
         &self,
         cell: Arc<dyn AnyCell>,
@@ -644,7 +681,7 @@ impl Context {
         Ok(())
     }
 
-    /// Wraps a user's completion callback: it runs on the progression thread, so a panic
+    /// Wraps a user's completion callback: it runs on the thread driving progress, so a panic
     /// in it is caught (the thread goes on) and reported at shutdown.
     fn guarded(
         &self,
@@ -667,6 +704,7 @@ impl Context {
             waited: AtomicBool::new(false),
             what,
             reports: Arc::clone(&self.reports),
+            driver: self.driver.clone(),
         });
         let i2 = Arc::clone(&inner);
         let done: Done = Box::new(move |result| {
@@ -736,8 +774,9 @@ impl Context {
         self.isend(h, dest, tag)?.wait()
     }
 
-    /// Starts a send and forgets it; `callback` runs once with its outcome, on the
-    /// progression thread (it must not block) (`starpu_mpi_isend_detached`).
+    /// Starts a send and forgets it; `callback` runs once with its outcome, on the thread
+    /// driving the rank's progress — the progression thread, or a thread blocked in a
+    /// wait — so it must not block (`starpu_mpi_isend_detached`).
     ///
     /// # Errors
     /// As for [`Context::isend_with`].
@@ -861,7 +900,8 @@ impl Context {
     }
 
     /// Starts a detached receive with options; `callback` runs once with its outcome on
-    /// the progression thread (it must not block) (`starpu_mpi_irecv_detached`).
+    /// the thread driving the rank's progress (it must not block)
+    /// (`starpu_mpi_irecv_detached`).
     ///
     /// # Errors
     /// As for [`Context::irecv_with`].
@@ -941,11 +981,17 @@ impl Context {
     /// unlike the reference's, it never blocks the progression thread.
     pub fn barrier(&self) {
         let (tx, rx) = mpsc::channel();
+        let done = Arc::new(AtomicBool::new(false));
+        let d2 = Arc::clone(&done);
         (self.commands)(Command::Barrier {
             done: Box::new(move || {
+                d2.store(true, Ordering::SeqCst);
                 let _ = tx.send(());
             }),
         });
+        if let Some(driver) = &self.driver {
+            drive_until(&**driver, || done.load(Ordering::SeqCst));
+        }
         let _ = rx.recv();
     }
 

@@ -9,7 +9,7 @@
 
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{Receiver, Sender};
 
 use starling_core::engine::{
     Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RequestError, SendArgs,
@@ -87,8 +87,13 @@ enum Pending {
 pub(crate) struct Shared {
     /// Inputs sent to the inbox and not yet processed.
     pub(crate) queued: AtomicUsize,
-    /// Incremented whenever the thread processed something: a quiescence witness.
+    /// Incremented whenever the rank's progress was driven: a quiescence witness.
     pub(crate) epoch: AtomicU64,
+    /// Threads driving progress themselves while they wait ([`Drive`]); the progression
+    /// thread stands back while there are any.
+    drivers: AtomicUsize,
+    /// The progression thread, to wake when an input arrives.
+    thread: std::sync::OnceLock<std::thread::Thread>,
 }
 
 impl Shared {
@@ -96,7 +101,48 @@ impl Shared {
         Self {
             queued: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),
+            drivers: AtomicUsize::new(0),
+            thread: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Wakes the progression thread if it sleeps (cheap when it does not).
+    pub(crate) fn wake(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+}
+
+/// The sending end of a progression thread's inbox: counts the input, queues it and
+/// wakes the thread.
+pub(crate) struct InboxTx<W> {
+    tx: std::sync::Mutex<Sender<Input<W>>>,
+    shared: Arc<Shared>,
+}
+
+impl<W> InboxTx<W> {
+    pub(crate) fn new(tx: Sender<Input<W>>, shared: Arc<Shared>) -> Self {
+        Self {
+            tx: std::sync::Mutex::new(tx),
+            shared,
+        }
+    }
+
+    /// Queues `input` and wakes the progression thread.
+    pub(crate) fn send(&self, input: Input<W>) {
+        self.shared.queued.fetch_add(1, Ordering::SeqCst);
+        let sent = self
+            .tx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .send(input)
+            .is_ok();
+        if !sent {
+            // The rank stopped: nobody will take it.
+            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.shared.wake();
     }
 }
 
@@ -118,19 +164,158 @@ struct Progress<T: Transport> {
     refused: VecDeque<(Rank, CommId, Vec<u8>)>,
     barriers: HashMap<u64, Box<dyn FnOnce() + Send>>,
     next_barrier: u64,
-    shared: Arc<Shared>,
     trace: bool,
     rank: Rank,
     start: std::time::Instant,
 }
 
-/// Runs the progression loop until [`Command::Stop`].
-pub(crate) fn run<T: Transport>(
+/// A rank's progress, drivable by whichever thread holds its lock: the progression
+/// thread, or an application thread blocked in a wait ([`Drive::try_drive`]). The
+/// transport is made and dropped on the progression thread (MPI is finalized by the
+/// thread that initialized it); in between every MPI call is made under this lock, one
+/// at a time (`MPI_THREAD_SERIALIZED`).
+pub(crate) struct Driver<T: Transport> {
+    state: std::sync::Mutex<State<T>>,
+    shared: Arc<Shared>,
+    polling: bool,
+}
+
+struct State<T: Transport> {
+    /// `None` once stopped.
+    progress: Option<Progress<T>>,
+    inbox: Receiver<Input<T::Wire>>,
+    /// When anything last happened.
+    last_active: std::time::Instant,
+    /// A [`Command::Stop`] was taken: the progression thread drops the transport.
+    stopping: bool,
+}
+
+/// What one drive of a rank's progress did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Driven {
+    /// Inputs were taken or the engine or transport moved.
+    Progressed,
+    /// Nothing to do right now.
+    Idle,
+    /// Another thread is driving.
+    Busy,
+    /// The rank stopped.
+    Stopped,
+}
+
+/// Progress a thread can drive while it waits, whatever the transport.
+pub(crate) trait Drive: Send + Sync {
+    /// Drives the rank's progress once unless another thread is driving it.
+    fn try_drive(&self) -> Driven;
+    /// Marks the calling thread as driving until the guard drops: the progression thread
+    /// stands back meanwhile.
+    fn enter(&self) -> DriverGuard<'_>;
+}
+
+/// While alive, a thread drives progress itself ([`Drive::enter`]).
+pub(crate) struct DriverGuard<'a> {
+    shared: &'a Shared,
+}
+
+impl DriverGuard<'_> {
+    /// Stops driving because nothing moves: the progression thread takes over at once.
+    pub(crate) fn hand_back(self) {
+        self.shared.drivers.fetch_sub(1, Ordering::SeqCst);
+        self.shared.wake();
+        core::mem::forget(self);
+    }
+}
+
+impl Drop for DriverGuard<'_> {
+    fn drop(&mut self) {
+        if self.shared.drivers.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.shared.queued.load(Ordering::SeqCst) != 0
+        {
+            // Inputs came in after the last drive: the progression thread takes over.
+            self.shared.wake();
+        }
+    }
+}
+
+impl<T: Transport> Drive for Driver<T> {
+    fn try_drive(&self) -> Driven {
+        match self.state.try_lock() {
+            Ok(mut st) => self.drive(&mut st),
+            Err(std::sync::TryLockError::Poisoned(p)) => self.drive(&mut p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Driven::Busy,
+        }
+    }
+
+    fn enter(&self) -> DriverGuard<'_> {
+        self.shared.drivers.fetch_add(1, Ordering::SeqCst);
+        DriverGuard {
+            shared: &self.shared,
+        }
+    }
+}
+
+impl<T: Transport> Driver<T> {
+    /// Takes in everything queued, then drives the engine once: sends that became ready
+    /// together leave in priority order.
+    fn drive(&self, st: &mut State<T>) -> Driven {
+        let State {
+            progress,
+            inbox,
+            last_active,
+            stopping,
+        } = st;
+        if *stopping {
+            return Driven::Stopped;
+        }
+        let Some(p) = progress.as_mut() else {
+            return Driven::Stopped;
+        };
+        let mut taken = 0;
+        let mut stop = false;
+        while let Ok(input) = inbox.try_recv() {
+            taken += 1;
+            match input {
+                Input::Command(Command::Stop) => stop = true,
+                Input::Command(c) => p.command(c),
+                Input::Net(w) => p.transport.accept(w),
+            }
+        }
+        let moved = p.pump() || taken > 0;
+        if moved {
+            *last_active = std::time::Instant::now();
+        }
+        self.shared.queued.fetch_sub(taken, Ordering::SeqCst);
+        self.shared.epoch.fetch_add(1, Ordering::SeqCst);
+        if stop {
+            // The transport is dropped by the progression thread (see `run`).
+            *stopping = true;
+            self.shared.wake();
+            return Driven::Stopped;
+        }
+        if moved {
+            Driven::Progressed
+        } else {
+            Driven::Idle
+        }
+    }
+
+    /// Whether the progression thread should poll again without sleeping: a polled
+    /// transport (MPI) learns of arrivals and moves long messages only when polled, so
+    /// while it is busy, or anything happened within `HOT`, it is polled continuously.
+    fn hot(&self, st: &State<T>) -> bool {
+        self.polling
+            && (st.progress.as_ref().is_some_and(|p| p.transport.busy())
+                || st.last_active.elapsed() < HOT)
+    }
+}
+
+/// Makes the progression thread's state and hands out its driver; [`run`] then drives it.
+pub(crate) fn start<T: Transport>(
     mut transport: T,
     inbox: Receiver<Input<T::Wire>>,
     config: ProgressConfig,
     shared: Arc<Shared>,
-) {
+) -> Arc<Driver<T>> {
     let rank = transport.rank();
     let size = transport.size();
     transport.set_envelope_tag(config.tags.envelope());
@@ -142,7 +327,8 @@ pub(crate) fn run<T: Transport>(
     if config.stats {
         engine.stats_mut().enable();
     }
-    let mut p = Progress {
+    let polling = transport.needs_polling();
+    let progress = Progress {
         transport,
         engine,
         pending: HashMap::new(),
@@ -150,60 +336,58 @@ pub(crate) fn run<T: Transport>(
         refused: VecDeque::new(),
         barriers: HashMap::new(),
         next_barrier: 0,
-        shared,
         trace: config.trace,
         rank,
         start: std::time::Instant::now(),
     };
-    let polling = p.transport.needs_polling();
-    let mut last_active = std::time::Instant::now();
+    let _ = shared.thread.set(std::thread::current());
+    Arc::new(Driver {
+        state: std::sync::Mutex::new(State {
+            progress: Some(progress),
+            inbox,
+            last_active: std::time::Instant::now(),
+            stopping: false,
+        }),
+        shared,
+        polling,
+    })
+}
+
+/// Runs the progression loop on the thread that called [`start`] until
+/// [`Command::Stop`], then drops the transport on this thread.
+pub(crate) fn run<T: Transport>(d: &Driver<T>) {
     loop {
-        // Block for the next input unless the transport must be polled. A polled
-        // transport (MPI) learns of arrivals and moves long messages only when polled:
-        // while it is busy, or anything happened within `HOT`, poll without sleeping,
-        // yielding the core between polls; once idle, poll every 50 µs.
-        let hot = polling && (p.transport.busy() || last_active.elapsed() < HOT);
-        let first = if hot {
-            match inbox.try_recv() {
-                Ok(input) => Some(input),
-                Err(TryRecvError::Empty) => {
-                    std::thread::yield_now();
-                    None
-                }
-                Err(TryRecvError::Disconnected) => return,
-            }
-        } else {
-            let timeout = if polling {
+        if d.shared.drivers.load(Ordering::SeqCst) > 0 {
+            // A waiting thread drives: stand back (it wakes this one when it leaves
+            // inputs behind).
+            std::thread::park_timeout(Duration::from_millis(1));
+            continue;
+        }
+        let mut st = d
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !st.stopping {
+            d.drive(&mut st);
+        }
+        if st.stopping {
+            let progress = st.progress.take();
+            drop(st);
+            drop(progress);
+            return;
+        }
+        let hot = d.hot(&st);
+        drop(st);
+        if hot {
+            std::thread::yield_now();
+        } else if d.shared.queued.load(Ordering::SeqCst) == 0 {
+            // Idle: a polled transport is looked at every 50 µs; an input wakes the
+            // thread at once.
+            std::thread::park_timeout(if d.polling {
                 Duration::from_micros(50)
             } else {
                 Duration::from_millis(100)
-            };
-            match inbox.recv_timeout(timeout) {
-                Ok(input) => Some(input),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return,
-            }
-        };
-        // Take in everything queued, then drive the engine once: sends that became ready
-        // together leave in priority order.
-        let mut inputs: Vec<Input<T::Wire>> = first.into_iter().collect();
-        inputs.extend(inbox.try_iter());
-        let taken = inputs.len();
-        let mut stop = false;
-        for input in inputs {
-            match input {
-                Input::Command(Command::Stop) => stop = true,
-                Input::Command(c) => p.command(c),
-                Input::Net(w) => p.transport.accept(w),
-            }
-        }
-        if p.pump() || taken > 0 {
-            last_active = std::time::Instant::now();
-        }
-        p.shared.queued.fetch_sub(taken, Ordering::SeqCst);
-        p.shared.epoch.fetch_add(1, Ordering::SeqCst);
-        if stop {
-            return;
+            });
         }
     }
 }

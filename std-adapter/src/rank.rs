@@ -1,10 +1,13 @@
 //! Starting one rank over any transport.
 //!
 //! A rank is a [`Context`], a worker pool and a progression thread that owns the rank's
-//! [`Transport`]. The transport is **built on the progression thread** by a closure, so a
-//! transport whose handles must not cross threads (Open MPI's communicators and requests)
-//! is created, used and dropped on that one thread. [`crate::run_local`] starts its ranks
-//! this way over [`crate::InProcess`]; the MPI adapter does the same over MPI.
+//! [`Transport`]. The transport is **built and dropped on the progression thread** by a
+//! closure (MPI must be finalized by the thread that initialized it). In between, the
+//! transport and the engine sit behind the rank's progression lock: the progression
+//! thread drives them, and so does an application thread blocked in a wait
+//! ([`RankConfig::caller_drives`]), one thread at a time — what `MPI_THREAD_SERIALIZED`
+//! allows. [`crate::run_local`] starts its ranks this way over [`crate::InProcess`]; the
+//! MPI adapter does the same over MPI.
 
 use std::sync::mpsc;
 use std::thread;
@@ -14,8 +17,8 @@ use starling_core::engine::Leftover;
 use starling_core::tags::{DEFAULT_BASE, TagSpace};
 
 use crate::context::{CommandSink, Context};
-use crate::progress::{self, Command, Input, ProgressConfig};
-use crate::sync::{Arc, Mutex, Ordering, lock};
+use crate::progress::{self, Command, Drive, InboxTx, Input, ProgressConfig};
+use crate::sync::{Arc, Ordering, lock};
 use crate::task::{Runtime, RuntimeConfig, Workers, env_flag};
 use crate::transport::Transport;
 
@@ -38,6 +41,11 @@ pub struct RankConfig {
     /// The most sends in flight before ready sends wait, in priority order
     /// (`STARLING_MPI_NDETACHED_SEND`, default 10; 0 = no cap).
     pub max_inflight_sends: u32,
+    /// A thread blocked in [`crate::Request::wait`] drives the rank's progress itself
+    /// (the engine and the transport, under the progression lock) instead of sleeping
+    /// until the progression thread wakes it: a blocking call then crosses no thread.
+    /// `STARLING_CALLER_DRIVES=0` turns it off (default on).
+    pub caller_drives: bool,
 }
 
 impl Default for RankConfig {
@@ -50,6 +58,7 @@ impl Default for RankConfig {
             pedantic_isend: false,
             priorities: true,
             max_inflight_sends: 10,
+            caller_drives: true,
         }
     }
 }
@@ -58,7 +67,7 @@ impl RankConfig {
     /// The defaults, overridden by the environment: `STARLING_NCPU`,
     /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
     /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
-    /// `STARLING_MPI_NDETACHED_SEND`. A flag is on when set to anything but empty or `0`.
+    /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_CALLER_DRIVES=0`. A flag is on when set to anything but empty or `0`.
     pub fn from_env() -> Self {
         let mut c = Self {
             runtime: RuntimeConfig::from_env(),
@@ -68,6 +77,9 @@ impl RankConfig {
         };
         if std::env::var("STARLING_MPI_PRIORITIES").is_ok_and(|v| v == "0") {
             c.priorities = false;
+        }
+        if std::env::var("STARLING_CALLER_DRIVES").is_ok_and(|v| v == "0") {
+            c.caller_drives = false;
         }
         if let Some(n) = std::env::var("STARLING_MPI_NDETACHED_SEND")
             .ok()
@@ -159,7 +171,8 @@ impl RankRunner {
         E: core::fmt::Display,
     {
         let Inbox { tx, rx, shared } = inbox;
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(Rank, u32), StartError>>();
+        let (ready_tx, ready_rx) =
+            mpsc::channel::<Result<(Rank, u32, Arc<dyn Drive>), StartError>>();
         let base = config.communication_tag;
         let (stats, trace) = (config.stats, config.trace);
         let (priorities, max_inflight_sends) = (config.priorities, config.max_inflight_sends);
@@ -180,7 +193,7 @@ impl RankRunner {
                     let _ = ready_tx.send(Err(StartError::Tags { tag_ub, base }));
                     return;
                 };
-                let _ = ready_tx.send(Ok((transport.rank(), transport.size())));
+                let (rank, size) = (transport.rank(), transport.size());
                 let config = ProgressConfig {
                     tags,
                     stats,
@@ -188,10 +201,13 @@ impl RankRunner {
                     priorities,
                     max_inflight_sends,
                 };
-                progress::run(transport, rx, config, pshared);
+                let driver = progress::start(transport, rx, config, pshared);
+                let erased: Arc<dyn Drive> = driver.clone();
+                let _ = ready_tx.send(Ok((rank, size, erased)));
+                progress::run(&driver);
             })
             .expect("spawning the progression thread");
-        let (rank, size) = match ready_rx.recv() {
+        let (rank, size, driver) = match ready_rx.recv() {
             Ok(Ok(rs)) => rs,
             Ok(Err(e)) => {
                 let _ = progression.join();
@@ -203,12 +219,9 @@ impl RankRunner {
             }
         };
         let (runtime, workers) = Runtime::start(&config.runtime, &format!("rank{}", rank.0));
-        let sink_shared = Arc::clone(&shared);
-        let tx = Mutex::new(tx);
-        let commands: CommandSink = Arc::new(move |c: Command| {
-            sink_shared.queued.fetch_add(1, Ordering::SeqCst);
-            let _ = lock(&tx).send(Input::Command(c));
-        });
+        let tx = InboxTx::new(tx, Arc::clone(&shared));
+        let commands: CommandSink = Arc::new(move |c: Command| tx.send(Input::Command(c)));
+        let driver = config.caller_drives.then_some(driver);
         let ctx = Context::new(
             rank,
             size,
@@ -216,6 +229,7 @@ impl RankRunner {
             commands,
             config.pedantic_isend,
             config.communication_tag,
+            driver,
         );
         Ok(Self {
             ctx,
