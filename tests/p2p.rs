@@ -840,3 +840,39 @@ fn more_early_messages_than_the_engine_holds_are_kept_in_order_and_delivered() {
     });
     assert_eq!(out, vec![true, true]);
 }
+
+/// A thread blocked in `recv` drives its rank's progress, then hands back to the
+/// progression thread when nothing comes for a while: a message that comes much later
+/// (here 50 ms, far past the driving patience) still completes the receive, with the
+/// waiting thread driving and with it off (`caller_drives`), for blocking and async calls
+/// and for a barrier.
+#[test]
+fn a_blocking_call_whose_message_comes_late_completes() {
+    for caller_drives in [true, false] {
+        let config = ClusterConfig {
+            caller_drives,
+            ..config()
+        };
+        let got = run_local_with(2, config, |ctx| {
+            let v = ctx.register(Variable::new(0u64));
+            let other = peer(ctx);
+            for round in 0..3u64 {
+                let tag = Tag(round as i64);
+                if ctx.rank().0 == 0 {
+                    std::thread::sleep(Duration::from_millis(50));
+                    ctx.acquire(&v, AccessMode::W).get_mut().set(round + 10);
+                    ctx.send(&v, other, tag).unwrap();
+                } else if round == 1 {
+                    ctx.irecv(&v, other, tag).unwrap().wait().unwrap();
+                } else {
+                    ctx.recv(&v, other, tag).unwrap();
+                }
+                ctx.barrier();
+            }
+            let value = ctx.acquire(&v, AccessMode::R).get().get();
+            value
+        })
+        .expect("a clean shutdown");
+        assert_eq!(got, vec![12, 12], "caller_drives = {caller_drives}");
+    }
+}

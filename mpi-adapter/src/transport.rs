@@ -143,6 +143,11 @@ pub(crate) struct Settings {
     pub(crate) abandon: Arc<AtomicBool>,
 }
 
+/// Sent buffers smaller than this are dropped, not handed back for reuse.
+const SPENT_MIN: usize = 64 << 10;
+/// The most sent buffers kept for the runtime to take back.
+const SPENT_MAX: usize = 4;
+
 /// The runtime's [`Transport`] over MPI (see the [module docs](self)).
 ///
 /// Built by [`crate::init`] on the progression thread; applications do not make one.
@@ -161,6 +166,9 @@ pub struct MpiTransport {
     envelopes_sent: Vec<u64>,
     envelopes_received: Vec<u64>,
     ready: VecDeque<Completion>,
+    /// Buffers of completed payload sends, for the runtime to reuse
+    /// ([`Transport::spent`]).
+    spent: Vec<Vec<u8>>,
     abandon: Arc<AtomicBool>,
     /// `Some` when Starling initialised MPI: dropping it finalizes MPI.
     universe: Option<Universe>,
@@ -234,6 +242,7 @@ impl MpiTransport {
             envelopes_sent: vec![0; size as usize],
             envelopes_received: vec![0; size as usize],
             ready: VecDeque::new(),
+            spent: Vec::new(),
             abandon: settings.abandon,
             universe,
         })
@@ -296,7 +305,10 @@ impl MpiTransport {
             if self.sends[i].1.test() {
                 let (token, op) = self.sends.swap_remove(i);
                 // SAFETY: every chunk's request completed (`test` returned true).
-                drop(unsafe { op.lent.take() });
+                let bytes = unsafe { op.lent.take() };
+                if bytes.capacity() >= SPENT_MIN && self.spent.len() < SPENT_MAX {
+                    self.spent.push(bytes);
+                }
                 if let Some(t) = token {
                     self.ready.push_back(Completion::Sent(t));
                 }
@@ -469,8 +481,19 @@ impl Transport for MpiTransport {
     }
 
     fn recv(&mut self, source: Rank, comm: CommId, tag: PhysTag, size: usize, token: ReqId) {
+        self.recv_into(source, comm, tag, vec![0u8; size], token);
+    }
+
+    fn recv_into(
+        &mut self,
+        source: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        buffer: Vec<u8>,
+        token: ReqId,
+    ) {
         let max = self.max_message;
-        let (lent, buf) = Lent::new(vec![0u8; size]);
+        let (lent, buf) = Lent::new(buffer);
         let process = self.comm(comm).process_at_rank(source.0 as i32);
         let reqs = split_mut(buf, max)
             .into_iter()
@@ -520,6 +543,10 @@ impl Transport for MpiTransport {
 
     fn needs_polling(&self) -> bool {
         true
+    }
+
+    fn spent(&mut self) -> Option<Vec<u8>> {
+        self.spent.pop()
     }
 
     /// Payload sends and receives, or envelope receives, are in flight: long ones move

@@ -8,7 +8,8 @@ use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
 use crate::error::CommError;
-use crate::progress::{Command, Done, Drive, Driven};
+use crate::pool::BufferPool;
+use crate::progress::{Command, Done, Drive, Driven, DriverGuard};
 use crate::sync::{Arc, AtomicBool, AtomicU32, Condvar, Mutex, Ordering, lock};
 use crate::task::{Access, Codelet, NodeId, Runtime, TaskTag};
 
@@ -39,6 +40,8 @@ pub struct Context {
     /// The rank's progress, for threads that drive it while they wait
     /// ([`crate::RankConfig::caller_drives`]).
     driver: Option<Arc<dyn Drive>>,
+    /// Recycled transfer buffers, shared with the progression.
+    pool: Arc<BufferPool>,
 }
 
 impl core::fmt::Debug for Context {
@@ -117,9 +120,36 @@ struct ReqInner {
     result: Mutex<Option<Result<(), CommError>>>,
     cv: Condvar,
     waited: AtomicBool,
-    what: String,
+    what: ReqWhat,
     reports: Arc<Mutex<Vec<String>>>,
     driver: Option<Arc<dyn Drive>>,
+}
+
+/// What a request is, for reports: formatted only when one is written.
+#[derive(Clone, Copy, Debug)]
+struct ReqWhat {
+    send: bool,
+    data: DataId,
+    peer: Rank,
+    tag: Tag,
+    me: Rank,
+}
+
+impl core::fmt::Display for ReqWhat {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let Self {
+            data,
+            peer,
+            tag,
+            me,
+            ..
+        } = self;
+        if self.send {
+            write!(f, "send of {data} to {peer} with {tag} from {me}")
+        } else {
+            write!(f, "receive into {data} from {peer} with {tag} on {me}")
+        }
+    }
 }
 
 /// A non-detached point-to-point request: [`Request::wait`] or [`Request::test`] it.
@@ -142,8 +172,14 @@ impl Request {
     /// # Errors
     /// The request's failure, e.g. [`CommError::Data`] for a size mismatch.
     pub fn wait(self) -> Result<(), CommError> {
+        self.wait_driving(None)
+    }
+
+    /// [`Request::wait`], driving progress meanwhile with `guard` if the caller already
+    /// entered (see [`drive_until`]).
+    fn wait_driving(self, guard: Option<DriverGuard<'_>>) -> Result<(), CommError> {
         if let Some(driver) = &self.inner.driver {
-            drive_until(&**driver, || lock(&self.inner.result).is_some());
+            drive_until(&**driver, guard, || lock(&self.inner.result).is_some());
         }
         let mut r = lock(&self.inner.result);
         loop {
@@ -162,6 +198,11 @@ impl Request {
     /// The outcome if the request completed (then it counts as waited), `None` if not yet.
     /// Testing again, or waiting, after a completed test returns the same outcome.
     pub fn test(&self) -> Option<Result<(), CommError>> {
+        if let Some(driver) = &self.inner.driver {
+            // Like `MPI_Test`, testing moves communication on.
+            let _driving = driver.enter();
+            driver.try_drive();
+        }
         let result = lock(&self.inner.result).clone();
         if result.is_some() {
             self.inner.waited.store(true, Ordering::SeqCst);
@@ -185,8 +226,12 @@ const DRIVE_PATIENCE: core::time::Duration = core::time::Duration::from_micros(2
 /// Drives the rank's progress on this thread until `ready` holds, or until nothing moved
 /// for [`DRIVE_PATIENCE`] (the wait then sleeps as usual, and the progression thread takes
 /// over). A blocking call whose message is coming thus crosses no thread.
-fn drive_until(driver: &dyn Drive, ready: impl Fn() -> bool) {
-    let guard = driver.enter();
+fn drive_until<'a>(
+    driver: &'a dyn Drive,
+    guard: Option<DriverGuard<'a>>,
+    ready: impl Fn() -> bool,
+) {
+    let guard = guard.unwrap_or_else(|| driver.enter());
     let mut last = std::time::Instant::now();
     loop {
         if ready() {
@@ -346,16 +391,30 @@ impl TaskBuilder<'_> {
     }
 }
 
+/// How a [`Context`] reaches its rank's progression.
+pub(crate) struct Progression {
+    /// Sends commands to the progression.
+    pub(crate) commands: CommandSink,
+    /// Drives progress from a waiting thread, when allowed.
+    pub(crate) driver: Option<Arc<dyn Drive>>,
+    /// Recycled transfer buffers.
+    pub(crate) pool: Arc<BufferPool>,
+}
+
 impl Context {
     pub(crate) fn new(
         rank: Rank,
         size: u32,
         runtime: Runtime,
-        commands: CommandSink,
+        progression: Progression,
         pedantic_isend: bool,
         tag_base: i32,
-        driver: Option<Arc<dyn Drive>>,
     ) -> Self {
+        let Progression {
+            commands,
+            driver,
+            pool,
+        } = progression;
         Self {
             rank,
             size,
@@ -370,6 +429,7 @@ impl Context {
             dist: Mutex::new(crate::distributed::DistState::from_env()),
             fake: AtomicBool::new(false),
             driver,
+            pool,
         }
     }
 
@@ -597,12 +657,14 @@ impl Context {
             mode,
         }];
         let rt = runtime;
+        let pool = Arc::clone(&self.pool);
         self.runtime.submit_hook(
             access,
             opts.priority,
             Box::new(move |node| {
                 // The value current now is the one sent: later writers may go on.
-                let bytes = cell.pack();
+                let mut bytes = pool.take_empty(cell.packed_size());
+                cell.pack_into(&mut bytes);
                 let mut args = SendArgs::new(opts.comm, dest, tag, bytes.len() as u64);
                 args.priority = Priority(opts.priority);
                 args.sync = opts.sync;
@@ -697,7 +759,7 @@ impl Context {
         })
     }
 
-    fn request(&self, what: String) -> (Request, Done) {
+    fn request(&self, what: ReqWhat) -> (Request, Done) {
         let inner = Arc::new(ReqInner {
             result: Mutex::new(None),
             cv: Condvar::new(),
@@ -726,11 +788,13 @@ impl Context {
         opts: SendOpts,
     ) -> Result<Request, CommError> {
         self.check_rank(dest)?;
-        let (req, done) = self.request(format!(
-            "send of {} to {dest} with {tag} from {}",
-            h.id(),
-            self.rank
-        ));
+        let (req, done) = self.request(ReqWhat {
+            send: true,
+            data: h.id(),
+            peer: dest,
+            tag,
+            me: self.rank,
+        });
         self.post_send(h.erased(), dest, tag, opts, done)?;
         Ok(req)
     }
@@ -771,7 +835,9 @@ impl Context {
     /// # Errors
     /// As for [`Context::isend_with`], and the request's failure.
     pub fn send<I: Interface>(&self, h: &Handle<I>, dest: Rank, tag: Tag) -> Result<(), CommError> {
-        self.isend(h, dest, tag)?.wait()
+        // Drive from before the send is posted, so that posting it wakes no thread.
+        let driving = self.driver.as_ref().map(|d| d.enter());
+        self.isend(h, dest, tag)?.wait_driving(driving)
     }
 
     /// Starts a send and forgets it; `callback` runs once with its outcome, on the thread
@@ -864,11 +930,13 @@ impl Context {
         opts: RecvOpts,
     ) -> Result<Request, CommError> {
         self.check_rank(source)?;
-        let (req, done) = self.request(format!(
-            "receive into {} from {source} with {tag} on {}",
-            h.id(),
-            self.rank
-        ));
+        let (req, done) = self.request(ReqWhat {
+            send: false,
+            data: h.id(),
+            peer: source,
+            tag,
+            me: self.rank,
+        });
         self.post_recv(h.erased(), source, tag, opts, done)?;
         Ok(req)
     }
@@ -896,7 +964,8 @@ impl Context {
         source: Rank,
         tag: Tag,
     ) -> Result<(), CommError> {
-        self.irecv(h, source, tag)?.wait()
+        let driving = self.driver.as_ref().map(|d| d.enter());
+        self.irecv(h, source, tag)?.wait_driving(driving)
     }
 
     /// Starts a detached receive with options; `callback` runs once with its outcome on
@@ -990,7 +1059,7 @@ impl Context {
             }),
         });
         if let Some(driver) = &self.driver {
-            drive_until(&**driver, || done.load(Ordering::SeqCst));
+            drive_until(&**driver, None, || done.load(Ordering::SeqCst));
         }
         let _ = rx.recv();
     }

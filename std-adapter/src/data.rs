@@ -235,8 +235,9 @@ pub(crate) trait AnyCell: Send + Sync {
     fn id(&self) -> DataId;
     /// Bytes of the packed form.
     fn packed_size(&self) -> usize;
-    /// The packed form, as a new buffer (the fast path copies contiguous bytes).
-    fn pack(&self) -> Vec<u8>;
+    /// Appends the packed form to `out` (a recycled buffer: no new allocation when it has
+    /// room).
+    fn pack_into(&self, out: &mut Vec<u8>);
     /// Replaces the data with `bytes`.
     fn unpack(&self, bytes: &[u8]) -> Result<(), DataError>;
     /// For typed access from codelets.
@@ -264,14 +265,14 @@ impl<I: Interface> AnyCell for Cell<I> {
         self.read().packed_size()
     }
 
-    fn pack(&self) -> Vec<u8> {
+    fn pack_into(&self, out: &mut Vec<u8>) {
         let data = self.read();
         if let Some(bytes) = data.as_bytes() {
-            return bytes.to_vec();
+            out.extend_from_slice(bytes);
+            return;
         }
-        let mut out = Vec::with_capacity(data.packed_size());
-        data.pack(&mut out);
-        out
+        out.reserve(data.packed_size());
+        data.pack(out);
     }
 
     fn unpack(&self, bytes: &[u8]) -> Result<(), DataError> {

@@ -27,6 +27,7 @@ pub mod data;
 mod distributed;
 mod error;
 pub mod interfaces;
+mod pool;
 mod progress;
 pub mod rank;
 pub mod sim;

@@ -22,6 +22,7 @@ use starling_core::{CommId, Rank, ReqId};
 
 use crate::data::{AnyCell, DataError};
 use crate::error::CommError;
+use crate::pool::BufferPool;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
 use crate::transport::{Completion, Transport};
 
@@ -94,6 +95,8 @@ pub(crate) struct Shared {
     drivers: AtomicUsize,
     /// The progression thread, to wake when an input arrives.
     thread: std::sync::OnceLock<std::thread::Thread>,
+    /// The rank's recycled transfer buffers.
+    pub(crate) pool: Arc<BufferPool>,
 }
 
 impl Shared {
@@ -103,6 +106,7 @@ impl Shared {
             epoch: AtomicU64::new(0),
             drivers: AtomicUsize::new(0),
             thread: std::sync::OnceLock::new(),
+            pool: Arc::new(BufferPool::new()),
         }
     }
 
@@ -142,7 +146,11 @@ impl<W> InboxTx<W> {
             // The rank stopped: nobody will take it.
             self.shared.queued.fetch_sub(1, Ordering::SeqCst);
         }
-        self.shared.wake();
+        // A thread driving progress takes the input; if it stops driving before, it sees
+        // `queued` and wakes the progression thread (see `DriverGuard`'s drop).
+        if self.shared.drivers.load(Ordering::SeqCst) == 0 {
+            self.shared.wake();
+        }
     }
 }
 
@@ -167,6 +175,7 @@ struct Progress<T: Transport> {
     trace: bool,
     rank: Rank,
     start: std::time::Instant,
+    pool: Arc<BufferPool>,
 }
 
 /// A rank's progress, drivable by whichever thread holds its lock: the progression
@@ -339,6 +348,7 @@ pub(crate) fn start<T: Transport>(
         trace: config.trace,
         rank,
         start: std::time::Instant::now(),
+        pool: Arc::clone(&shared.pool),
     };
     let _ = shared.thread.set(std::thread::current());
     Arc::new(Driver {
@@ -516,6 +526,9 @@ impl<T: Transport> Progress<T> {
                 self.on_completion(c);
                 progressed = true;
             }
+            while let Some(spent) = self.transport.spent() {
+                self.pool.give(spent);
+            }
             // Progress may have freed room: waiting receives and envelopes go in again.
             if !progressed && self.retry_refused() {
                 progressed = true;
@@ -567,7 +580,10 @@ impl<T: Transport> Progress<T> {
                 tag,
                 size,
                 ..
-            } => self.transport.recv(source, comm, tag, size as usize, req),
+            } => {
+                let buffer = self.pool.take_filled(size as usize);
+                self.transport.recv_into(source, comm, tag, buffer, req);
+            }
         }
     }
 
@@ -671,6 +687,7 @@ impl<T: Transport> Progress<T> {
                         } else {
                             cell.unpack(&bytes).map_err(CommError::Data)
                         };
+                        self.pool.give(bytes);
                         done(result);
                     }
                     _ => {}

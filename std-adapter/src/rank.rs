@@ -16,7 +16,7 @@ use starling_core::Rank;
 use starling_core::engine::Leftover;
 use starling_core::tags::{DEFAULT_BASE, TagSpace};
 
-use crate::context::{CommandSink, Context};
+use crate::context::{CommandSink, Context, Progression};
 use crate::progress::{self, Command, Drive, InboxTx, Input, ProgressConfig};
 use crate::sync::{Arc, Ordering, lock};
 use crate::task::{Runtime, RuntimeConfig, Workers, env_flag};
@@ -226,10 +226,13 @@ impl RankRunner {
             rank,
             size,
             runtime.clone(),
-            commands,
+            Progression {
+                commands,
+                driver,
+                pool: Arc::clone(&shared.pool),
+            },
             config.pedantic_isend,
             config.communication_tag,
-            driver,
         );
         Ok(Self {
             ctx,

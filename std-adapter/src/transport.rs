@@ -60,6 +60,24 @@ pub trait Transport: Send + 'static {
     );
     /// Posts a receive of at most `size` bytes; reports [`Completion::Received`].
     fn recv(&mut self, source: Rank, comm: CommId, tag: PhysTag, size: usize, token: ReqId);
+    /// Posts a receive of `buffer.len()` bytes into `buffer` (a recycled buffer, whose
+    /// old contents are overwritten); reports [`Completion::Received`] with `token` and
+    /// the buffer. The default ignores the buffer and calls [`Transport::recv`].
+    fn recv_into(
+        &mut self,
+        source: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        buffer: Vec<u8>,
+        token: ReqId,
+    ) {
+        self.recv(source, comm, tag, buffer.len(), token);
+    }
+    /// A buffer whose send completed, for the runtime to reuse (see
+    /// [`Transport::recv_into`]); the default keeps none.
+    fn spent(&mut self) -> Option<Vec<u8>> {
+        None
+    }
     /// Posts a barrier; reports [`Completion::Barrier`] with `token` once every rank
     /// posted its own.
     fn barrier(&mut self, token: u64);
