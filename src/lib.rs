@@ -23,10 +23,10 @@
 pub use starling_core as core;
 pub use starling_std::{
     Acquired, AnyHandle, Buffers, Built, BuiltTask, ClusterConfig, Codelet, CommError, Context,
-    DataError, DataMut, DataRef, Handle, InProcess, InsertBuilder, InsertError, Inserted,
-    Interface, PostBuild, RankConfig, RankRunner, RecvOpts, Request, RuntimeConfig, SendOpts,
-    ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data, interfaces, rank, run_fake,
-    run_local, run_local_with, sim, transport,
+    DataError, DataMut, DataRef, DriverMode, Handle, InProcess, InsertBuilder, InsertError,
+    Inserted, Interface, PostBuild, RankConfig, RankRunner, RecvOpts, Request, RuntimeConfig,
+    SendOpts, ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data, interfaces, rank,
+    run_fake, run_local, run_local_with, sim, transport,
 };
 
 pub mod comm_matrix;

@@ -876,3 +876,45 @@ fn a_blocking_call_whose_message_comes_late_completes() {
         assert_eq!(got, vec![12, 12], "caller_drives = {caller_drives}");
     }
 }
+
+/// Driver mode (`STARPU_MPI_DRIVER_CALL_FREQUENCY` / `_TASK_FREQUENCY`) with one worker:
+/// the progression thread takes the worker's place and runs every task, and the ping-pong
+/// of tasks and messages completes (the reference's token ring deadlocks in this setting:
+/// its thread sleeps while tasks wait).
+#[test]
+fn driver_mode_with_one_worker_runs_every_task_on_the_progression_thread() {
+    for flavour in ["blocking", "detached"] {
+        let config = ClusterConfig {
+            driver: Some(starling::DriverMode {
+                call_frequency: 1,
+                task_frequency: 1,
+            }),
+            ..config()
+        };
+        let threads = Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+        let seen = Arc::clone(&threads);
+        let got = run_local_with(2, config, move |ctx| {
+            let seen = Arc::clone(&seen);
+            let probe = Codelet::new("probe", move |_| {
+                let name = std::thread::current().name().unwrap_or("").to_owned();
+                seen.lock().unwrap().insert(name);
+            });
+            let v = ctx.register(Variable::new(0u64));
+            ctx.task(&probe).rw(&v).submit();
+            let sum = ping_pong(ctx, flavour);
+            ctx.wait_for_all();
+            sum
+        })
+        .expect("a clean shutdown");
+        assert!(
+            got.iter().all(|v| *v == 10.0 || *v == 9.0),
+            "{flavour}: {got:?}"
+        );
+        let names = threads.lock().unwrap().clone();
+        assert_eq!(
+            names.into_iter().collect::<Vec<_>>(),
+            vec!["starling-progress".to_owned()],
+            "{flavour}"
+        );
+    }
+}

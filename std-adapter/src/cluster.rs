@@ -9,7 +9,7 @@ use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB};
 use crate::context::Context;
 use crate::error::ShutdownError;
 use crate::progress::{self, InboxTx, Input};
-use crate::rank::{Inbox, RankConfig, RankRunner};
+use crate::rank::{DriverMode, Inbox, RankConfig, RankRunner};
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, lock};
 use crate::task::{Runtime, RuntimeConfig};
 use crate::transport::{Deliver, InProcess, InProcessWire};
@@ -48,6 +48,9 @@ pub struct ClusterConfig {
     /// Threads blocked in a wait drive their rank's progress themselves
     /// ([`RankConfig::caller_drives`]; `STARLING_CALLER_DRIVES=0` turns it off).
     pub caller_drives: bool,
+    /// Driver mode: each rank's progression thread also runs tasks
+    /// ([`RankConfig::driver`]).
+    pub driver: Option<DriverMode>,
 }
 
 impl Default for ClusterConfig {
@@ -64,6 +67,7 @@ impl Default for ClusterConfig {
             priorities: true,
             max_inflight_sends: 10,
             caller_drives: true,
+            driver: None,
         }
     }
 }
@@ -84,6 +88,7 @@ impl ClusterConfig {
             priorities: r.priorities,
             max_inflight_sends: r.max_inflight_sends,
             caller_drives: r.caller_drives,
+            driver: r.driver,
             ..Self::default()
         }
     }
@@ -99,6 +104,7 @@ impl ClusterConfig {
             priorities: self.priorities,
             max_inflight_sends: self.max_inflight_sends,
             caller_drives: self.caller_drives,
+            driver: self.driver,
         }
     }
 }

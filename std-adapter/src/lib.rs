@@ -40,6 +40,6 @@ pub use context::{Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, Tas
 pub use data::{DataError, DataMut, DataRef, Handle, Interface};
 pub use distributed::{Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild};
 pub use error::{CommError, ShutdownError};
-pub use rank::{RankConfig, RankRunner, StartError};
+pub use rank::{DriverMode, RankConfig, RankRunner, StartError};
 pub use task::{Buffers, Codelet, RuntimeConfig, TaskTag};
 pub use transport::{InProcess, Transport};

@@ -23,7 +23,9 @@ use starling_core::{CommId, Rank, ReqId};
 use crate::data::{AnyCell, DataError};
 use crate::error::CommError;
 use crate::pool::BufferPool;
+use crate::rank::DriverMode;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
+use crate::task::Runtime;
 use crate::transport::{Completion, Transport};
 
 /// How long after its last activity a polled transport's progression thread keeps
@@ -97,6 +99,9 @@ pub(crate) struct Shared {
     thread: std::sync::OnceLock<std::thread::Thread>,
     /// The rank's recycled transfer buffers.
     pub(crate) pool: Arc<BufferPool>,
+    /// The rank's task runtime, once started: in driver mode the progression thread runs
+    /// its tasks.
+    pub(crate) runtime: std::sync::OnceLock<Runtime>,
 }
 
 impl Shared {
@@ -107,6 +112,7 @@ impl Shared {
             drivers: AtomicUsize::new(0),
             thread: std::sync::OnceLock::new(),
             pool: Arc::new(BufferPool::new()),
+            runtime: std::sync::OnceLock::new(),
         }
     }
 
@@ -161,6 +167,7 @@ pub(crate) struct ProgressConfig {
     pub(crate) trace: bool,
     pub(crate) priorities: bool,
     pub(crate) max_inflight_sends: u32,
+    pub(crate) driver: Option<DriverMode>,
 }
 
 struct Progress<T: Transport> {
@@ -187,6 +194,7 @@ pub(crate) struct Driver<T: Transport> {
     state: std::sync::Mutex<State<T>>,
     shared: Arc<Shared>,
     polling: bool,
+    driver_mode: Option<DriverMode>,
 }
 
 struct State<T: Transport> {
@@ -360,12 +368,15 @@ pub(crate) fn start<T: Transport>(
         }),
         shared,
         polling,
+        driver_mode: config.driver,
     })
 }
 
 /// Runs the progression loop on the thread that called [`start`] until
 /// [`Command::Stop`], then drops the transport on this thread.
 pub(crate) fn run<T: Transport>(d: &Driver<T>) {
+    // Driver mode: polls in a row that moved nothing.
+    let mut idle_polls = 0u32;
     loop {
         if d.shared.drivers.load(Ordering::SeqCst) > 0 {
             // A waiting thread drives: stand back (it wakes this one when it leaves
@@ -377,9 +388,11 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !st.stopping {
-            d.drive(&mut st);
-        }
+        let driven = if st.stopping {
+            Driven::Stopped
+        } else {
+            d.drive(&mut st)
+        };
         if st.stopping {
             let progress = st.progress.take();
             drop(st);
@@ -388,6 +401,28 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
         }
         let hot = d.hot(&st);
         drop(st);
+        if let (Some(mode), Some(rt)) = (d.driver_mode, d.shared.runtime.get()) {
+            // Driver mode: every `call_frequency` polls that moved nothing, and whenever
+            // the transport is idle, run up to `task_frequency` tasks here.
+            idle_polls = if driven == Driven::Progressed {
+                0
+            } else {
+                idle_polls + 1
+            };
+            if idle_polls >= mode.call_frequency.max(1) || !hot {
+                idle_polls = 0;
+                let mut ran = false;
+                for _ in 0..mode.task_frequency.max(1) {
+                    if !rt.try_run_one() {
+                        break;
+                    }
+                    ran = true;
+                }
+                if ran {
+                    continue;
+                }
+            }
+        }
         if hot {
             std::thread::yield_now();
         } else if d.shared.queued.load(Ordering::SeqCst) == 0 {

@@ -46,6 +46,46 @@ pub struct RankConfig {
     /// until the progression thread wakes it: a blocking call then crosses no thread.
     /// `STARLING_CALLER_DRIVES=0` turns it off (default on).
     pub caller_drives: bool,
+    /// Driver mode: the progression thread also runs tasks, in place of one worker
+    /// (`STARLING_MPI_DRIVER_CALL_FREQUENCY` > 0). `None` (the default): it runs none.
+    pub driver: Option<DriverMode>,
+}
+
+/// Driver mode (the reference's `STARPU_MPI_DRIVER_CALL_FREQUENCY` and
+/// `STARPU_MPI_DRIVER_TASK_FREQUENCY`): the progression thread runs tasks between its
+/// polls and the rank starts one worker thread fewer (none with one worker), so no core
+/// is spent on a thread that only polls.
+///
+/// Every `call_frequency` polls that moved nothing, the thread runs up to
+/// `task_frequency` ready tasks. Unlike the reference it also runs them whenever the
+/// transport is idle, rather than sleeping while tasks wait (the reference's thread
+/// sleeps when no request is pending, which deadlocks the token ring with one CPU), and a
+/// `task_frequency` of 0 counts as 1 (the reference's default 0 runs no task at all).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DriverMode {
+    /// Idle polls between two task runs (at least 1).
+    pub call_frequency: u32,
+    /// The most tasks run each time (at least 1).
+    pub task_frequency: u32,
+}
+
+impl DriverMode {
+    /// Driver mode from `STARLING_MPI_DRIVER_CALL_FREQUENCY` (on when > 0) and
+    /// `STARLING_MPI_DRIVER_TASK_FREQUENCY` (default 1); `None` when off.
+    pub fn from_env() -> Option<Self> {
+        let number = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        };
+        let call_frequency = number("STARLING_MPI_DRIVER_CALL_FREQUENCY").filter(|&n| n > 0)?;
+        Some(Self {
+            call_frequency,
+            task_frequency: number("STARLING_MPI_DRIVER_TASK_FREQUENCY")
+                .unwrap_or(1)
+                .max(1),
+        })
+    }
 }
 
 impl Default for RankConfig {
@@ -59,6 +99,7 @@ impl Default for RankConfig {
             priorities: true,
             max_inflight_sends: 10,
             caller_drives: true,
+            driver: None,
         }
     }
 }
@@ -73,6 +114,7 @@ impl RankConfig {
             runtime: RuntimeConfig::from_env(),
             stats: env_flag("STARLING_COMM_STATS") || env_flag("STARLING_MPI_STATS"),
             trace: env_flag("STARLING_MPI_COMM"),
+            driver: DriverMode::from_env(),
             ..Self::default()
         };
         if std::env::var("STARLING_MPI_PRIORITIES").is_ok_and(|v| v == "0") {
@@ -176,6 +218,7 @@ impl RankRunner {
         let base = config.communication_tag;
         let (stats, trace) = (config.stats, config.trace);
         let (priorities, max_inflight_sends) = (config.priorities, config.max_inflight_sends);
+        let driver_mode = config.driver;
         let pshared = Arc::clone(&shared);
         let progression = thread::Builder::new()
             .name("starling-progress".into())
@@ -200,6 +243,7 @@ impl RankRunner {
                     trace,
                     priorities,
                     max_inflight_sends,
+                    driver: driver_mode,
                 };
                 let driver = progress::start(transport, rx, config, pshared);
                 let erased: Arc<dyn Drive> = driver.clone();
@@ -218,7 +262,19 @@ impl RankRunner {
                 return Err(StartError::Transport("the progression thread died".into()));
             }
         };
-        let (runtime, workers) = Runtime::start(&config.runtime, &format!("rank{}", rank.0));
+        let name = format!("rank{}", rank.0);
+        let (runtime, workers) = match config.driver {
+            // The progression thread takes one worker's place.
+            Some(_) => {
+                let threads = config.runtime.workers.max(1) - 1;
+                let (runtime, workers) = Runtime::start_threads(&config.runtime, &name, threads);
+                let waker = Arc::clone(&shared);
+                runtime.set_on_ready(Box::new(move || waker.wake()));
+                (runtime, workers)
+            }
+            None => Runtime::start(&config.runtime, &name),
+        };
+        let _ = shared.runtime.set(runtime.clone());
         let tx = InboxTx::new(tx, Arc::clone(&shared));
         let commands: CommandSink = Arc::new(move |c: Command| tx.send(Input::Command(c)));
         let driver = config.caller_drives.then_some(driver);

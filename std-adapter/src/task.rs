@@ -268,6 +268,8 @@ struct Shared {
     /// `wait_for_all`, tag waiters and quiescence checks wait here.
     progress: Condvar,
     disable_kernels: bool,
+    /// Called when a task becomes ready (driver mode wakes the progression thread).
+    on_ready: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// The task runtime of one rank. Cheap to clone (shared).
@@ -299,15 +301,26 @@ impl Workers {
 impl Runtime {
     /// A runtime and its started workers.
     pub(crate) fn start(config: &RuntimeConfig, name: &str) -> (Self, Workers) {
+        Self::start_threads(config, name, config.workers.max(1))
+    }
+
+    /// A runtime and `threads` started workers (0 in driver mode with one worker: the
+    /// progression thread runs the tasks, [`Runtime::try_run_one`]).
+    pub(crate) fn start_threads(
+        config: &RuntimeConfig,
+        name: &str,
+        threads: usize,
+    ) -> (Self, Workers) {
         let runtime = Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 work: Condvar::new(),
                 progress: Condvar::new(),
                 disable_kernels: config.disable_kernels,
+                on_ready: std::sync::OnceLock::new(),
             }),
         };
-        let threads = (0..config.workers.max(1))
+        let threads = (0..threads)
             .map(|w| {
                 let rt = runtime.clone();
                 crate::sync::thread::Builder::new()
@@ -430,6 +443,9 @@ impl Runtime {
                 st.ready.push(Ready { priority, seq, id });
                 if st.idle_workers > 0 {
                     self.shared.work.notify_one();
+                }
+                if let Some(f) = self.shared.on_ready.get() {
+                    f();
                 }
             }
             None => {}
@@ -574,6 +590,24 @@ impl Runtime {
         self.state().unlocked_tags.remove(&tag);
     }
 
+    /// Calls `f` whenever a task becomes ready (once set, for the rank's life).
+    pub(crate) fn set_on_ready(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.shared.on_ready.set(f);
+    }
+
+    /// Runs one ready task on the calling thread, if there is one (driver mode); whether
+    /// one ran.
+    pub(crate) fn try_run_one(&self) -> bool {
+        let mut st = self.state();
+        match st.ready.pop() {
+            Some(r) => {
+                self.execute(st, r.id);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn worker_loop(&self) {
         loop {
             let mut st = self.state();
@@ -592,56 +626,61 @@ impl Runtime {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 st.idle_workers -= 1;
             };
-            let Some(node) = st.nodes.get_mut(&id) else {
-                continue;
-            };
-            let Some(Work::Task {
-                codelet,
-                callback,
-                tag,
-            }) = node.work.take()
-            else {
-                continue;
-            };
-            let accesses = node.accesses.clone();
-            st.running += 1;
-            drop(st);
-
-            // A panicking kernel or callback must not wedge the rank: the task still
-            // completes (its successors run) and the panic is reported at shutdown.
-            let ran = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
-                if !self.shared.disable_kernels {
-                    if let Some(kernel) = &codelet.kernel {
-                        let mut buffers = Buffers {
-                            accesses: &accesses,
-                        };
-                        kernel(&mut buffers);
-                    }
-                }
-                if let Some(cb) = callback {
-                    cb();
-                }
-            }));
-            if let Err(payload) = ran {
-                let what = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-string panic".to_owned());
-                self.state()
-                    .panics
-                    .push(format!("task `{}` panicked: {what}", codelet.name()));
-            }
-            if let Some(t) = tag {
-                self.unlock_tag(t);
-            }
-            let mut st = self.state();
-            st.running -= 1;
-            let mut hooks = Vec::new();
-            self.complete_locked(&mut st, id, &mut hooks);
-            drop(st);
-            run_hooks(hooks);
+            self.execute(st, id);
         }
+    }
+
+    /// Runs task `id`, just taken off the ready queue under `st`, and completes it.
+    fn execute(&self, mut st: MutexGuard<'_, State>, id: NodeId) {
+        let Some(node) = st.nodes.get_mut(&id) else {
+            return;
+        };
+        let Some(Work::Task {
+            codelet,
+            callback,
+            tag,
+        }) = node.work.take()
+        else {
+            return;
+        };
+        let accesses = node.accesses.clone();
+        st.running += 1;
+        drop(st);
+
+        // A panicking kernel or callback must not wedge the rank: the task still
+        // completes (its successors run) and the panic is reported at shutdown.
+        let ran = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+            if !self.shared.disable_kernels {
+                if let Some(kernel) = &codelet.kernel {
+                    let mut buffers = Buffers {
+                        accesses: &accesses,
+                    };
+                    kernel(&mut buffers);
+                }
+            }
+            if let Some(cb) = callback {
+                cb();
+            }
+        }));
+        if let Err(payload) = ran {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string panic".to_owned());
+            self.state()
+                .panics
+                .push(format!("task `{}` panicked: {what}", codelet.name()));
+        }
+        if let Some(t) = tag {
+            self.unlock_tag(t);
+        }
+        let mut st = self.state();
+        st.running -= 1;
+        let mut hooks = Vec::new();
+        self.complete_locked(&mut st, id, &mut hooks);
+        drop(st);
+        run_hooks(hooks);
     }
 }
 
