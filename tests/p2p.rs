@@ -869,8 +869,7 @@ fn a_blocking_call_whose_message_comes_late_completes() {
                 }
                 ctx.barrier();
             }
-            let value = ctx.acquire(&v, AccessMode::R).get().get();
-            value
+            ctx.acquire(&v, AccessMode::R).get().get()
         })
         .expect("a clean shutdown");
         assert_eq!(got, vec![12, 12], "caller_drives = {caller_drives}");
