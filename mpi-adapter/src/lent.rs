@@ -8,17 +8,56 @@
 
 use core::mem::ManuallyDrop;
 
+use starling_std::transport::{RecvBuffer, SendBuffer};
+
 /// An owned byte buffer whose bytes are lent out as `'static` slices.
 ///
 /// Dropping a `Lent` without [`Lent::take`] leaks the bytes on purpose: MPI may still
 /// read or write them (a request abandoned at an abnormal shutdown).
-pub(crate) struct Lent {
-    ptr: *mut u8,
-    len: usize,
-    cap: usize,
+pub(crate) enum Lent {
+    /// A `Vec<u8>` taken apart.
+    Bytes {
+        ptr: *mut u8,
+        len: usize,
+        cap: usize,
+    },
+    /// A handle's data lent in place for a send (it holds the handle's read lock).
+    Send(ManuallyDrop<Box<dyn SendBuffer>>),
+    /// A handle's data lent in place for a receive (it holds the handle's write lock).
+    Recv(ManuallyDrop<Box<dyn RecvBuffer>>),
 }
 
 impl Lent {
+    /// Lends a handle's data for a send: the returned slice stays valid until
+    /// [`Lent::take`].
+    pub(crate) fn send(buffer: Box<dyn SendBuffer>) -> (Self, &'static [u8]) {
+        let buffer = ManuallyDrop::new(buffer);
+        let bytes = buffer.bytes();
+        let (ptr, len) = (bytes.as_ptr(), bytes.len());
+        // SAFETY: `SendBuffer` is sealed: Starling's own buffers return the same bytes
+        // every time, valid and unchanged while the buffer lives (a handle's data under
+        // its read lock, which the buffer holds), wherever the box moves. The box is
+        // dropped only by `take`, whose contract requires that this slice is no longer
+        // used.
+        let slice = unsafe { core::slice::from_raw_parts(ptr, len) };
+        (Self::Send(buffer), slice)
+    }
+
+    /// Lends a handle's data for a receive: the returned slice stays valid until
+    /// [`Lent::take`].
+    pub(crate) fn recv(buffer: Box<dyn RecvBuffer>) -> (Self, &'static mut [u8]) {
+        let mut buffer = ManuallyDrop::new(buffer);
+        let bytes = buffer.bytes_mut();
+        let (ptr, len) = (bytes.as_mut_ptr(), bytes.len());
+        // SAFETY: `RecvBuffer` is sealed: Starling's own buffers return the same bytes
+        // every time, valid and touched by nobody else while the buffer lives (a handle's
+        // data under its write lock, which the buffer holds), wherever the box moves; the
+        // borrow above has ended. The box is dropped only by `take`, whose contract
+        // requires that this slice is no longer used.
+        let slice = unsafe { core::slice::from_raw_parts_mut(ptr, len) };
+        (Self::Recv(buffer), slice)
+    }
+
     /// Takes `bytes` apart and lends them: the returned slice stays valid until
     /// [`Lent::take`].
     pub(crate) fn new(bytes: Vec<u8>) -> (Self, &'static mut [u8]) {
@@ -28,19 +67,31 @@ impl Lent {
         // else owns any more (the `Vec` was disarmed by `ManuallyDrop`); the allocation is
         // freed only by `take`, whose contract requires that this slice is no longer used.
         let slice = unsafe { core::slice::from_raw_parts_mut(ptr, len) };
-        (Self { ptr, len, cap }, slice)
+        (Self::Bytes { ptr, len, cap }, slice)
     }
 
-    /// Gives the bytes back as the `Vec` they came from.
+    /// Gives the bytes back as the `Vec` they came from; a lent handle's data is
+    /// released instead (its lock guard drops) and the `Vec` is empty.
     ///
     /// # Safety
-    /// Every request that borrowed the slice from [`Lent::new`] (or a part of it) must
-    /// have completed, and the slice must not be used any more.
+    /// Every request that borrowed the slice from [`Lent::new`], [`Lent::send`] or
+    /// [`Lent::recv`] (or a part of it) must have completed, and the slice must not be
+    /// used any more.
     pub(crate) unsafe fn take(self) -> Vec<u8> {
-        let this = ManuallyDrop::new(self);
-        // SAFETY: `ptr`, `len` and `cap` are exactly the parts of the `Vec` taken apart in
-        // `new`, and the caller guarantees that no borrow of its bytes is alive.
-        unsafe { Vec::from_raw_parts(this.ptr, this.len, this.cap) }
+        match self {
+            // SAFETY: `ptr`, `len` and `cap` are exactly the parts of the `Vec` taken
+            // apart in `new`, and the caller guarantees that no borrow of its bytes is
+            // alive.
+            Self::Bytes { ptr, len, cap } => unsafe { Vec::from_raw_parts(ptr, len, cap) },
+            Self::Send(b) => {
+                drop(ManuallyDrop::into_inner(b));
+                Vec::new()
+            }
+            Self::Recv(b) => {
+                drop(ManuallyDrop::into_inner(b));
+                Vec::new()
+            }
+        }
     }
 }
 

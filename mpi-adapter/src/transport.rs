@@ -59,7 +59,7 @@ use mpi::request::{Request, StaticScope};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use starling_core::{CommId, PhysTag, Rank, ReqId};
 use starling_std::Transport;
-use starling_std::transport::Completion;
+use starling_std::transport::{Completion, RecvBuffer, SendBuffer};
 
 use crate::MpiError;
 use crate::lent::{Lent, split, split_mut};
@@ -195,6 +195,53 @@ impl core::fmt::Debug for MpiTransport {
 unsafe impl Send for MpiTransport {}
 
 impl MpiTransport {
+    /// Posts the send of `buf` (lent by `lent`), in chunks.
+    fn post_send(
+        &mut self,
+        dest: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        lent: Lent,
+        buf: &'static [u8],
+        token: Option<ReqId>,
+    ) {
+        // Envelopes (a header and at most an eager payload) travel whole: the receiver
+        // probes one message per envelope.
+        let max = if Some(tag.0) == self.envelope_tag {
+            if let Some(n) = self.envelopes_sent.get_mut(dest.index()) {
+                *n += 1;
+            }
+            usize::MAX
+        } else {
+            self.max_message
+        };
+        let process = self.comm(comm).process_at_rank(dest.0 as i32);
+        let reqs = split(buf, max)
+            .into_iter()
+            .map(|chunk| Some(process.immediate_send_with_tag(StaticScope, chunk, tag.0)))
+            .collect();
+        self.sends.push((token, Op { reqs, lent, got: 0 }));
+    }
+
+    /// Posts the receive of `buf` (lent by `lent`), in chunks.
+    fn post_recv(
+        &mut self,
+        source: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        lent: Lent,
+        buf: &'static mut [u8],
+        token: ReqId,
+    ) {
+        let max = self.max_message;
+        let process = self.comm(comm).process_at_rank(source.0 as i32);
+        let reqs = split_mut(buf, max)
+            .into_iter()
+            .map(|chunk| Some(process.immediate_receive_into_with_tag(StaticScope, chunk, tag.0)))
+            .collect();
+        self.recvs.push((token, Op { reqs, lent, got: 0 }));
+    }
+
     /// Initialises MPI (or adopts the application's), checks the thread level, and
     /// duplicates the world communicator into the pool of Starling's communicators.
     pub(crate) fn new(settings: Settings) -> Result<Self, MpiError> {
@@ -321,10 +368,17 @@ impl MpiTransport {
             if self.recvs[i].1.test() {
                 let (token, op) = self.recvs.swap_remove(i);
                 let got = op.got;
+                let in_place = matches!(op.lent, Lent::Recv(_));
                 // SAFETY: every chunk's request completed (`test` returned true).
                 let mut bytes = unsafe { op.lent.take() };
-                bytes.truncate(got);
-                self.ready.push_back(Completion::Received(token, bytes));
+                if in_place {
+                    // The handle's lock was released by `take`.
+                    self.ready
+                        .push_back(Completion::ReceivedInPlace(token, got));
+                } else {
+                    bytes.truncate(got);
+                    self.ready.push_back(Completion::Received(token, bytes));
+                }
             } else {
                 i += 1;
             }
@@ -460,24 +514,20 @@ impl Transport for MpiTransport {
         bytes: Vec<u8>,
         token: Option<ReqId>,
     ) {
-        // Envelopes (a header and at most an eager payload) travel whole: the receiver
-        // probes one message per envelope.
-        let max = if Some(tag.0) == self.envelope_tag {
-            if let Some(n) = self.envelopes_sent.get_mut(dest.index()) {
-                *n += 1;
-            }
-            usize::MAX
-        } else {
-            self.max_message
-        };
         let (lent, buf) = Lent::new(bytes);
-        let buf: &'static [u8] = buf;
-        let process = self.comm(comm).process_at_rank(dest.0 as i32);
-        let reqs = split(buf, max)
-            .into_iter()
-            .map(|chunk| Some(process.immediate_send_with_tag(StaticScope, chunk, tag.0)))
-            .collect();
-        self.sends.push((token, Op { reqs, lent, got: 0 }));
+        self.post_send(dest, comm, tag, lent, buf, token);
+    }
+
+    fn send_lent(
+        &mut self,
+        dest: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        buffer: Box<dyn SendBuffer>,
+        token: Option<ReqId>,
+    ) {
+        let (lent, buf) = Lent::send(buffer);
+        self.post_send(dest, comm, tag, lent, buf, token);
     }
 
     fn recv(&mut self, source: Rank, comm: CommId, tag: PhysTag, size: usize, token: ReqId) {
@@ -492,16 +542,22 @@ impl Transport for MpiTransport {
         buffer: Vec<u8>,
         token: ReqId,
     ) {
-        let max = self.max_message;
         let (lent, buf) = Lent::new(buffer);
-        let process = self.comm(comm).process_at_rank(source.0 as i32);
-        let reqs = split_mut(buf, max)
-            .into_iter()
-            .map(|chunk| Some(process.immediate_receive_into_with_tag(StaticScope, chunk, tag.0)))
-            .collect();
-        self.recvs.push((token, Op { reqs, lent, got: 0 }));
+        self.post_recv(source, comm, tag, lent, buf, token);
     }
 
+    fn recv_lent(
+        &mut self,
+        source: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        buffer: Box<dyn RecvBuffer>,
+        token: ReqId,
+    ) -> Option<Box<dyn RecvBuffer>> {
+        let (lent, buf) = Lent::recv(buffer);
+        self.post_recv(source, comm, tag, lent, buf, token);
+        None
+    }
     fn barrier(&mut self, token: u64) {
         // A barrier precedes shutdown's search for orphan messages: from now on, look for
         // envelopes on every communicator.

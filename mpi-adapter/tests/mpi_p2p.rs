@@ -25,7 +25,7 @@ use std::time::Instant;
 use starling_core::{AccessMode, CommId, Rank, Tag};
 use starling_mpi::{MpiConfig, MpiError, Threading};
 use starling_std::interfaces::{Block, Complex, Matrix, Variable, Vector};
-use starling_std::{CommError, Context, DataError, RecvOpts, SendOpts, TaskTag};
+use starling_std::{Codelet, CommError, Context, DataError, RecvOpts, SendOpts, TaskTag};
 
 // ----- the launcher ----------------------------------------------------------------------
 
@@ -276,7 +276,7 @@ fn ping_pong(ctx: &Context, flavour: &str) {
     let v = ctx.register(Vector::from_vec(vec![0.0f32; 16]));
     let me = ctx.rank().0;
     let other = peer(ctx);
-    let inc = starling_std::Codelet::new("inc", |b| {
+    let inc = Codelet::new("inc", |b| {
         for x in b.w::<Vector<f32>>(0).as_mut_slice() {
             *x += 1.0;
         }
@@ -309,7 +309,7 @@ fn ping_pong(ctx: &Context, flavour: &str) {
 fn token_ring(ctx: &Context, loops: u32, variant: &'static str) {
     let (rank, size) = (ctx.rank().0, ctx.size());
     let token = ctx.register(Vector::<u32>::zeros(1));
-    let inc = starling_std::Codelet::new("increment_token", |b| {
+    let inc = Codelet::new("increment_token", |b| {
         b.w::<Vector<u32>>(0).as_mut_slice()[0] += 1;
     });
     let prev = Rank((rank + size - 1) % size);
@@ -486,7 +486,7 @@ fn many_to_one_with_equal_tags(ctx: &Context) {
 /// receivers see 42 then 43. Then two tags received in the other order.
 fn same_tag_sends_deliver_the_value_current_at_each_send(ctx: &Context) {
     let h = ctx.register(Variable::new(0i32));
-    let set = |v: i32| starling_std::Codelet::new("set", move |b| b.w::<Variable<i32>>(0).set(v));
+    let set = |v: i32| Codelet::new("set", move |b| b.w::<Variable<i32>>(0).set(v));
     if ctx.rank().0 == 0 {
         for (value, tag) in [(42, 0), (43, 0), (44, 2), (45, 1)] {
             ctx.task(&set(value)).w(&h).submit();
@@ -793,14 +793,14 @@ fn statistics_count_payload_bytes(ctx: &Context) {
 fn size_mismatch(ctx: &Context) {
     match ctx.rank().0 {
         0 => {
-            for len in [100, 10_000] {
+            for len in [100, 10_000, 1 << 20] {
                 let h = ctx.register(Vector::from_vec(vec![1u8; len]));
                 ctx.send(&h, Rank(1), Tag(1)).unwrap();
                 ctx.send(&h, Rank(1), Tag(2)).unwrap();
             }
         }
         1 => {
-            for len in [100, 10_000] {
+            for len in [100, 10_000, 1 << 20] {
                 let small = ctx.register(Vector::from_vec(vec![9u8; len / 10]));
                 let large = ctx.register(Vector::from_vec(vec![9u8; len * 10]));
                 let e1 = ctx.recv(&small, Rank(0), Tag(1)).unwrap_err();
@@ -961,7 +961,55 @@ const SUITE: &[Scenario] = &[
     ("size mismatch", size_mismatch),
     ("bad arguments", bad_arguments),
     ("payload sizes", payload_sizes),
+    (
+        "in-place sends keep the value of their submission",
+        in_place_send_keeps_its_value,
+    ),
 ];
+
+/// A large send travels from the handle's own memory (in place): a task that writes the
+/// handle after the send was submitted waits until the send completed, so the receiver
+/// gets the value at submission even when it posts its receive late; and the writer's
+/// value is the one the next send carries.
+fn in_place_send_keeps_its_value(ctx: &Context) {
+    if !paired(ctx) {
+        return;
+    }
+    let other = peer(ctx);
+    let len = 1 << 20;
+    let set = Codelet::new("set", |b| {
+        for x in b.w::<Vector<u8>>(0).as_mut_slice() {
+            *x = 2;
+        }
+    });
+    if ctx.rank().0.is_multiple_of(2) {
+        let h = ctx.register(Vector::from_vec(vec![1u8; len]));
+        let first = ctx.isend(&h, other, Tag(1)).unwrap();
+        ctx.task(&set).w(&h).submit();
+        ctx.send(&h, other, Tag(2)).unwrap();
+        first.wait().unwrap();
+        ctx.wait_for_all();
+    } else {
+        std::thread::sleep(Duration::from_millis(50));
+        let h = ctx.register(Vector::<u8>::zeros(len));
+        ctx.recv(&h, other, Tag(1)).unwrap();
+        assert!(
+            ctx.acquire(&h, AccessMode::R)
+                .get()
+                .as_slice()
+                .iter()
+                .all(|v| *v == 1)
+        );
+        ctx.recv(&h, other, Tag(2)).unwrap();
+        assert!(
+            ctx.acquire(&h, AccessMode::R)
+                .get()
+                .as_slice()
+                .iter()
+                .all(|v| *v == 2)
+        );
+    }
+}
 
 fn run_scenarios(job: &str, config: MpiConfig, scenarios: &[Scenario]) {
     let rank = starling_mpi::init(config).expect("MPI starts");

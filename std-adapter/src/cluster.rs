@@ -105,6 +105,8 @@ impl ClusterConfig {
             max_inflight_sends: self.max_inflight_sends,
             caller_drives: self.caller_drives,
             driver: self.driver,
+            // The in-process transport copies every payload anyway.
+            in_place_min: usize::MAX,
         }
     }
 }

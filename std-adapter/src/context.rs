@@ -9,7 +9,7 @@ use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
 use crate::error::CommError;
 use crate::pool::BufferPool;
-use crate::progress::{Command, Done, Drive, Driven, DriverGuard};
+use crate::progress::{Command, Done, Drive, Driven, DriverGuard, Payload};
 use crate::sync::{Arc, AtomicBool, AtomicU32, Condvar, Mutex, Ordering, lock};
 use crate::task::{Access, Codelet, NodeId, Runtime, TaskTag};
 
@@ -42,6 +42,8 @@ pub struct Context {
     driver: Option<Arc<dyn Drive>>,
     /// Recycled transfer buffers, shared with the progression.
     pool: Arc<BufferPool>,
+    /// Sends from this size up read their data in place.
+    in_place_min: usize,
 }
 
 impl core::fmt::Debug for Context {
@@ -399,6 +401,8 @@ pub(crate) struct Progression {
     pub(crate) driver: Option<Arc<dyn Drive>>,
     /// Recycled transfer buffers.
     pub(crate) pool: Arc<BufferPool>,
+    /// Sends from this size up read their data in place ([`crate::RankConfig::in_place_min`]).
+    pub(crate) in_place_min: usize,
 }
 
 impl Context {
@@ -414,6 +418,7 @@ impl Context {
             commands,
             driver,
             pool,
+            in_place_min,
         } = progression;
         Self {
             rank,
@@ -430,6 +435,7 @@ impl Context {
             fake: AtomicBool::new(false),
             driver,
             pool,
+            in_place_min,
         }
     }
 
@@ -658,14 +664,30 @@ impl Context {
         }];
         let rt = runtime;
         let pool = Arc::clone(&self.pool);
+        let in_place_min = self.in_place_min;
         self.runtime.submit_hook(
             access,
             opts.priority,
             Box::new(move |node| {
-                // The value current now is the one sent: later writers may go on.
-                let mut bytes = pool.take_empty(cell.packed_size());
-                cell.pack_into(&mut bytes);
-                let mut args = SendArgs::new(opts.comm, dest, tag, bytes.len() as u64);
+                let size = cell.packed_size();
+                // A large contiguous handle is sent from its own memory, held for reading
+                // until the send completes; anything else is packed, and the value
+                // current now is the one sent: later writers may go on at once.
+                let lent = if size >= in_place_min {
+                    cell.lend_read()
+                } else {
+                    None
+                };
+                let hold = pedantic || lent.is_some();
+                let bytes = lent.map_or_else(
+                    || {
+                        let mut bytes = pool.take_empty(size);
+                        cell.pack_into(&mut bytes);
+                        Payload::Bytes(bytes)
+                    },
+                    Payload::Lent,
+                );
+                let mut args = SendArgs::new(opts.comm, dest, tag, size as u64);
                 args.priority = Priority(opts.priority);
                 args.sync = opts.sync;
                 let rt2 = rt.clone();
@@ -678,14 +700,14 @@ impl Context {
                         }
                         // Release the handle before waking the waiter, so that its next
                         // access finds the handle free.
-                        if pedantic {
+                        if hold {
                             rt2.complete(node);
                         }
                         done(result);
                         rt2.end_request();
                     }),
                 });
-                if !pedantic {
+                if !hold {
                     rt.complete(node);
                 }
             }),

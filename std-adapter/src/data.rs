@@ -17,7 +17,13 @@ use core::ops::{Deref, DerefMut};
 
 use starling_core::DataId;
 
-use crate::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, lock};
+use crate::transport::{LentData, RecvBuffer, SendBuffer};
+
+use crate::sync::{
+    Arc, DataLock, DataReadGuard, DataWriteGuard, Mutex, data_lock, data_read, data_write, lock,
+};
+#[cfg(not(loom))]
+use crate::sync::{OwnedReadGuard, OwnedWriteGuard, try_read_owned, try_write_owned};
 
 /// Why data could not be moved into or out of a handle.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -71,6 +77,16 @@ pub trait Interface: Send + Sync + 'static {
         None
     }
 
+    /// Whether transfers may read and write this data in place — the bytes of
+    /// [`Interface::as_bytes`] handed to MPI for the whole of a non-blocking transfer,
+    /// under the handle's lock — instead of copying them. Only the built-in interfaces
+    /// can say yes (an [`InPlace`] names the type that made it, and only this crate
+    /// makes one): in-place transfers rely on `as_bytes` returning the same memory, owned
+    /// by the data, for as long as it is borrowed.
+    fn in_place(&self) -> Option<InPlace> {
+        None
+    }
+
     /// How to allocate this data again, zeroed, with the same shape. It lets the runtime
     /// free a received copy it may need again later (a cache flush, an eviction): the
     /// copy is dropped and reallocated on its next use. `None` (the default) keeps the
@@ -80,6 +96,18 @@ pub trait Interface: Send + Sync + 'static {
         Self: Sized,
     {
         None
+    }
+}
+
+/// A built-in interface's word that its bytes may be transferred in place
+/// ([`Interface::in_place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InPlace(core::any::TypeId);
+
+impl InPlace {
+    /// The word of the built-in interface `I`.
+    pub(crate) fn of<I: 'static>() -> Self {
+        Self(core::any::TypeId::of::<I>())
     }
 }
 
@@ -122,7 +150,7 @@ type Init<I> = Box<dyn FnOnce() -> I + Send>;
 /// The storage behind a handle.
 pub(crate) struct Cell<I> {
     pub(crate) id: DataId,
-    data: RwLock<Option<I>>,
+    data: DataLock<Option<I>>,
     /// For lazy registration: how to allocate the data on first use.
     init: Mutex<Option<Init<I>>>,
 }
@@ -131,7 +159,7 @@ impl<I: Interface> Cell<I> {
     pub(crate) fn new(id: DataId, data: I) -> Self {
         Self {
             id,
-            data: RwLock::new(Some(data)),
+            data: data_lock(Some(data)),
             init: Mutex::new(None),
         }
     }
@@ -139,7 +167,7 @@ impl<I: Interface> Cell<I> {
     pub(crate) fn lazy(id: DataId, init: impl FnOnce() -> I + Send + 'static) -> Self {
         Self {
             id,
-            data: RwLock::new(None),
+            data: data_lock(None),
             init: Mutex::new(Some(Box::new(init))),
         }
     }
@@ -152,16 +180,12 @@ impl<I: Interface> Cell<I> {
         }
     }
 
-    fn read_lock(&self) -> RwLockReadGuard<'_, Option<I>> {
-        self.data
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn read_lock(&self) -> DataReadGuard<'_, Option<I>> {
+        data_read(&self.data)
     }
 
-    fn write_lock(&self) -> RwLockWriteGuard<'_, Option<I>> {
-        self.data
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn write_lock(&self) -> DataWriteGuard<'_, Option<I>> {
+        data_write(&self.data)
     }
 
     /// Reads the data, allocating it first if it was registered lazily.
@@ -196,7 +220,7 @@ impl<I: Interface> Cell<I> {
 }
 
 /// Read access to a handle's data (inside a task, or while acquired).
-pub struct DataRef<'a, I>(RwLockReadGuard<'a, Option<I>>);
+pub struct DataRef<'a, I>(DataReadGuard<'a, Option<I>>);
 
 impl<I> Deref for DataRef<'_, I> {
     type Target = I;
@@ -210,7 +234,7 @@ impl<I> Deref for DataRef<'_, I> {
 }
 
 /// Write access to a handle's data (inside a task, or while acquired for writing).
-pub struct DataMut<'a, I>(RwLockWriteGuard<'a, Option<I>>);
+pub struct DataMut<'a, I>(DataWriteGuard<'a, Option<I>>);
 
 impl<I> Deref for DataMut<'_, I> {
     type Target = I;
@@ -244,6 +268,13 @@ pub(crate) trait AnyCell: Send + Sync {
     fn as_any(&self) -> &dyn Any;
     /// Frees the data's memory until its next use, when the interface allows it.
     fn release(&self) -> bool;
+    /// The data's bytes to send in place, locked for reading until the buffer drops:
+    /// `Some` when the interface allows it ([`Interface::in_place`]), is contiguous and
+    /// nobody writes it now.
+    fn lend_read(&self) -> Option<Box<dyn SendBuffer>>;
+    /// The data's bytes to receive into in place, locked for writing until the buffer
+    /// drops: `Some` when the interface allows it, is contiguous and nobody uses it now.
+    fn lend_write(&self) -> Option<Box<dyn RecvBuffer>>;
     /// A new, temporary handle of the same shape (allocated on first use), when the
     /// interface can make one ([`Interface::shape`]).
     fn same_shape(&self) -> Option<Arc<dyn AnyCell>>;
@@ -291,6 +322,38 @@ impl<I: Interface> AnyCell for Cell<I> {
         data.unpack(bytes)
     }
 
+    #[cfg(not(loom))]
+    fn lend_read(&self) -> Option<Box<dyn SendBuffer>> {
+        self.allocate();
+        let guard = try_read_owned(&self.data)?;
+        let data = guard.as_ref()?;
+        if data.in_place() != Some(InPlace::of::<I>()) || data.as_bytes().is_none() {
+            return None;
+        }
+        Some(Box::new(LentData(guard)))
+    }
+
+    #[cfg(not(loom))]
+    fn lend_write(&self) -> Option<Box<dyn RecvBuffer>> {
+        self.allocate();
+        let mut guard = try_write_owned(&self.data)?;
+        let data = guard.as_mut()?;
+        if data.in_place() != Some(InPlace::of::<I>()) || data.as_bytes_mut().is_none() {
+            return None;
+        }
+        Some(Box::new(LentData(guard)))
+    }
+
+    #[cfg(loom)]
+    fn lend_read(&self) -> Option<Box<dyn SendBuffer>> {
+        None
+    }
+
+    #[cfg(loom)]
+    fn lend_write(&self) -> Option<Box<dyn RecvBuffer>> {
+        None
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -303,5 +366,26 @@ impl<I: Interface> AnyCell for Cell<I> {
         let factory = self.read().shape()?;
         let id = DataId(TEMPORARY_IDS.fetch_add(1, core::sync::atomic::Ordering::SeqCst));
         Some(Arc::new(Self::lazy(id, factory)))
+    }
+}
+
+#[cfg(not(loom))]
+impl<I: Interface> SendBuffer for LentData<OwnedReadGuard<Option<I>>> {
+    fn bytes(&self) -> &[u8] {
+        // Checked contiguous when lent; the guard keeps writers out meanwhile.
+        self.0
+            .as_ref()
+            .and_then(Interface::as_bytes)
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(not(loom))]
+impl<I: Interface> RecvBuffer for LentData<OwnedWriteGuard<Option<I>>> {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.0
+            .as_mut()
+            .and_then(Interface::as_bytes_mut)
+            .unwrap_or_default()
     }
 }

@@ -43,7 +43,7 @@ use core::ops::Range;
 
 use bytemuck::Pod;
 
-use crate::data::{DataError, Interface};
+use crate::data::{DataError, InPlace, Interface};
 
 /// The refusal of a packed form of `got` bytes by data whose packed form is `expected`.
 fn size_mismatch(expected: usize, got: usize) -> Result<(), DataError> {
@@ -101,6 +101,10 @@ impl<T: Pod + Send + Sync> Variable<T> {
 }
 
 impl<T: Pod + Send + Sync> Interface for Variable<T> {
+    fn in_place(&self) -> Option<InPlace> {
+        Some(InPlace::of::<Self>())
+    }
+
     fn packed_size(&self) -> usize {
         size_of::<T>()
     }
@@ -195,6 +199,10 @@ impl<T: Pod + Send + Sync> From<Vec<T>> for Vector<T> {
 }
 
 impl<T: Pod + Send + Sync> Interface for Vector<T> {
+    fn in_place(&self) -> Option<InPlace> {
+        Some(InPlace::of::<Self>())
+    }
+
     fn packed_size(&self) -> usize {
         size_of::<T>() * self.data.len()
     }
@@ -377,6 +385,10 @@ impl<T: Pod + Send + Sync> Matrix<T> {
 }
 
 impl<T: Pod + Send + Sync> Interface for Matrix<T> {
+    fn in_place(&self) -> Option<InPlace> {
+        Some(InPlace::of::<Self>())
+    }
+
     fn packed_size(&self) -> usize {
         size_of::<T>() * self.nx * self.ny
     }
@@ -623,6 +635,10 @@ impl<T: Pod + Send + Sync> Block<T> {
 }
 
 impl<T: Pod + Send + Sync> Interface for Block<T> {
+    fn in_place(&self) -> Option<InPlace> {
+        Some(InPlace::of::<Self>())
+    }
+
     fn packed_size(&self) -> usize {
         size_of::<T>() * self.len()
     }

@@ -26,7 +26,7 @@ use crate::pool::BufferPool;
 use crate::rank::DriverMode;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
 use crate::task::Runtime;
-use crate::transport::{Completion, Transport};
+use crate::transport::{Completion, SendBuffer, Transport};
 
 /// How long after its last activity a polled transport's progression thread keeps
 /// polling without sleeping.
@@ -40,10 +40,10 @@ pub(crate) type Done = Box<dyn FnOnce(Result<(), CommError>) + Send>;
 
 /// What the progression thread is asked to do.
 pub(crate) enum Command {
-    /// Send `bytes` (a handle's packed value).
+    /// Send `bytes` (a handle's packed value, or its data lent in place).
     Send {
         args: SendArgs,
-        bytes: Vec<u8>,
+        bytes: Payload,
         done: Done,
     },
     /// Receive into `cell`.
@@ -66,6 +66,30 @@ pub(crate) enum Command {
     Stop,
 }
 
+/// What a send sends.
+pub(crate) enum Payload {
+    /// Packed bytes, owned.
+    Bytes(Vec<u8>),
+    /// A handle's data read in place, locked for reading until the send completes.
+    Lent(Box<dyn SendBuffer>),
+}
+
+impl Payload {
+    fn len(&self) -> usize {
+        match self {
+            Self::Bytes(b) => b.len(),
+            Self::Lent(l) => l.bytes().len(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Bytes(b) => b,
+            Self::Lent(l) => l.bytes(),
+        }
+    }
+}
+
 /// One item of a progression thread's inbox.
 pub(crate) enum Input<W> {
     /// From this rank's threads.
@@ -76,12 +100,14 @@ pub(crate) enum Input<W> {
 
 enum Pending {
     Send {
-        bytes: Option<Vec<u8>>,
+        bytes: Option<Payload>,
         done: Done,
     },
     Recv {
         cell: Arc<dyn AnyCell>,
         bytes: Option<Vec<u8>>,
+        /// Bytes received straight into the handle's data, when received in place.
+        in_place: Option<usize>,
         done: Done,
     },
 }
@@ -168,6 +194,7 @@ pub(crate) struct ProgressConfig {
     pub(crate) priorities: bool,
     pub(crate) max_inflight_sends: u32,
     pub(crate) driver: Option<DriverMode>,
+    pub(crate) in_place_min: usize,
 }
 
 struct Progress<T: Transport> {
@@ -183,6 +210,8 @@ struct Progress<T: Transport> {
     rank: Rank,
     start: std::time::Instant,
     pool: Arc<BufferPool>,
+    /// Payloads from this size up are received in place when they can be.
+    in_place_min: usize,
 }
 
 /// A rank's progress, drivable by whichever thread holds its lock: the progression
@@ -357,6 +386,7 @@ pub(crate) fn start<T: Transport>(
         rank,
         start: std::time::Instant::now(),
         pool: Arc::clone(&shared.pool),
+        in_place_min: config.in_place_min,
     };
     let _ = shared.thread.set(std::thread::current());
     Arc::new(Driver {
@@ -475,6 +505,7 @@ impl<T: Transport> Progress<T> {
                             Pending::Recv {
                                 cell,
                                 bytes: None,
+                                in_place: None,
                                 done,
                             },
                         );
@@ -590,7 +621,7 @@ impl<T: Transport> Progress<T> {
                 let mut bytes = header.to_vec();
                 if let Some(req) = inline {
                     if let Some(Pending::Send { bytes: Some(b), .. }) = self.pending.get(&req) {
-                        bytes.extend_from_slice(b);
+                        bytes.extend_from_slice(b.bytes());
                     }
                 }
                 self.transport.send(dest, comm, tag, bytes, inline);
@@ -603,10 +634,13 @@ impl<T: Transport> Progress<T> {
                 ..
             } => {
                 let bytes = match self.pending.get_mut(&req) {
-                    Some(Pending::Send { bytes, .. }) => bytes.take().unwrap_or_default(),
-                    _ => Vec::new(),
+                    Some(Pending::Send { bytes, .. }) => bytes.take(),
+                    _ => None,
                 };
-                self.transport.send(dest, comm, tag, bytes, Some(req));
+                match bytes.unwrap_or(Payload::Bytes(Vec::new())) {
+                    Payload::Bytes(b) => self.transport.send(dest, comm, tag, b, Some(req)),
+                    Payload::Lent(l) => self.transport.send_lent(dest, comm, tag, l, Some(req)),
+                }
             }
             Transmit::Receive {
                 req,
@@ -616,7 +650,25 @@ impl<T: Transport> Progress<T> {
                 size,
                 ..
             } => {
-                let buffer = self.pool.take_filled(size as usize);
+                let size = size as usize;
+                // A large contiguous handle receives in place, when the transport can.
+                if size >= self.in_place_min {
+                    if let Some(Pending::Recv { cell, in_place, .. }) = self.pending.get_mut(&req) {
+                        if cell.packed_size() == size {
+                            if let Some(lent) = cell.lend_write() {
+                                match self.transport.recv_lent(source, comm, tag, lent, req) {
+                                    None => {
+                                        *in_place = Some(0);
+                                        return;
+                                    }
+                                    // Not taken: the guard drops, an ordinary receive follows.
+                                    Some(lent) => drop(lent),
+                                }
+                            }
+                        }
+                    }
+                }
+                let buffer = self.pool.take_filled(size);
                 self.transport.recv_into(source, comm, tag, buffer, req);
             }
         }
@@ -646,6 +698,12 @@ impl<T: Transport> Progress<T> {
                 if let Some(done) = self.barriers.remove(&token) {
                     done();
                 }
+            }
+            Completion::ReceivedInPlace(req, len) => {
+                if let Some(Pending::Recv { in_place, .. }) = self.pending.get_mut(&req) {
+                    *in_place = Some(len);
+                }
+                let _ = self.engine.handle_received(req, len as u64);
             }
         }
         self.retry_refused();
@@ -712,7 +770,31 @@ impl<T: Transport> Progress<T> {
                 let early = from_early.and_then(|e| self.early.remove(&e));
                 match (kind, self.pending.remove(&req)) {
                     (Kind::Send, Some(Pending::Send { done, .. })) => done(Ok(())),
-                    (Kind::Recv, Some(Pending::Recv { cell, bytes, done })) => {
+                    (
+                        Kind::Recv,
+                        Some(Pending::Recv {
+                            in_place: Some(got),
+                            done,
+                            ..
+                        }),
+                    ) => {
+                        // The bytes are in the handle already (its lock was released when
+                        // the receive completed).
+                        done(if got as u64 == len {
+                            Ok(())
+                        } else {
+                            Err(CommError::Data(DataError::SizeMismatch {
+                                expected: len as usize,
+                                got,
+                            }))
+                        });
+                    }
+                    (
+                        Kind::Recv,
+                        Some(Pending::Recv {
+                            cell, bytes, done, ..
+                        }),
+                    ) => {
                         let bytes = early.or(bytes).unwrap_or_default();
                         let result = if bytes.len() as u64 != len {
                             Err(CommError::Data(DataError::SizeMismatch {

@@ -49,6 +49,12 @@ pub struct RankConfig {
     /// Driver mode: the progression thread also runs tasks, in place of one worker
     /// (`STARLING_MPI_DRIVER_CALL_FREQUENCY` > 0). `None` (the default): it runs none.
     pub driver: Option<DriverMode>,
+    /// Payloads of at least this many bytes of a contiguous built-in interface travel in
+    /// place when the transport can (MPI): a send reads the handle's memory and holds the
+    /// handle for reading until it completes (as the reference's sends do), a receive
+    /// writes straight into it. Smaller ones are copied, and a send releases the handle at
+    /// once. `STARLING_IN_PLACE_MIN=<bytes>` (default 256 KiB; `off` never).
+    pub in_place_min: usize,
 }
 
 /// Driver mode (the reference's `STARPU_MPI_DRIVER_CALL_FREQUENCY` and
@@ -100,6 +106,7 @@ impl Default for RankConfig {
             max_inflight_sends: 10,
             caller_drives: true,
             driver: None,
+            in_place_min: 256 << 10,
         }
     }
 }
@@ -108,7 +115,8 @@ impl RankConfig {
     /// The defaults, overridden by the environment: `STARLING_NCPU`,
     /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
     /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
-    /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_CALLER_DRIVES=0`. A flag is on when set to anything but empty or `0`.
+    /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_CALLER_DRIVES=0`, `STARLING_IN_PLACE_MIN`,
+    /// `STARLING_MPI_DRIVER_CALL_FREQUENCY` and `STARLING_MPI_DRIVER_TASK_FREQUENCY`. A flag is on when set to anything but empty or `0`.
     pub fn from_env() -> Self {
         let mut c = Self {
             runtime: RuntimeConfig::from_env(),
@@ -122,6 +130,13 @@ impl RankConfig {
         }
         if std::env::var("STARLING_CALLER_DRIVES").is_ok_and(|v| v == "0") {
             c.caller_drives = false;
+        }
+        if let Ok(v) = std::env::var("STARLING_IN_PLACE_MIN") {
+            if v.trim() == "off" {
+                c.in_place_min = usize::MAX;
+            } else if let Ok(n) = v.trim().parse() {
+                c.in_place_min = n;
+            }
         }
         if let Some(n) = std::env::var("STARLING_MPI_NDETACHED_SEND")
             .ok()
@@ -219,6 +234,7 @@ impl RankRunner {
         let (stats, trace) = (config.stats, config.trace);
         let (priorities, max_inflight_sends) = (config.priorities, config.max_inflight_sends);
         let driver_mode = config.driver;
+        let in_place_min = config.in_place_min;
         let pshared = Arc::clone(&shared);
         let progression = thread::Builder::new()
             .name("starling-progress".into())
@@ -244,6 +260,7 @@ impl RankRunner {
                     priorities,
                     max_inflight_sends,
                     driver: driver_mode,
+                    in_place_min,
                 };
                 let driver = progress::start(transport, rx, config, pshared);
                 let erased: Arc<dyn Drive> = driver.clone();
@@ -286,6 +303,7 @@ impl RankRunner {
                 commands,
                 driver,
                 pool: Arc::clone(&shared.pool),
+                in_place_min,
             },
             config.pedantic_isend,
             config.communication_tag,

@@ -22,9 +22,76 @@ pub(crate) use std::thread;
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{
-    Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
-};
+pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// The lock around a handle's data. Outside `loom` it is `parking_lot`'s, whose owned
+/// guards ([`try_read_owned`], [`try_write_owned`]) may travel to another thread: a
+/// transfer holds one for as long as MPI reads or writes the data in place.
+#[cfg(not(loom))]
+pub(crate) type DataLock<T> = Arc<parking_lot::RwLock<T>>;
+/// Shared access to a handle's data.
+#[cfg(not(loom))]
+pub(crate) type DataReadGuard<'a, T> = parking_lot::RwLockReadGuard<'a, T>;
+/// Exclusive access to a handle's data.
+#[cfg(not(loom))]
+pub(crate) type DataWriteGuard<'a, T> = parking_lot::RwLockWriteGuard<'a, T>;
+/// Shared access to a handle's data that owns its lock (and may change threads).
+#[cfg(not(loom))]
+pub(crate) type OwnedReadGuard<T> = parking_lot::ArcRwLockReadGuard<parking_lot::RawRwLock, T>;
+/// Exclusive access to a handle's data that owns its lock (and may change threads).
+#[cfg(not(loom))]
+pub(crate) type OwnedWriteGuard<T> = parking_lot::ArcRwLockWriteGuard<parking_lot::RawRwLock, T>;
+
+/// A new data lock.
+#[cfg(not(loom))]
+pub(crate) fn data_lock<T>(value: T) -> DataLock<T> {
+    Arc::new(parking_lot::RwLock::new(value))
+}
+/// Locks `l` for reading.
+#[cfg(not(loom))]
+pub(crate) fn data_read<T>(l: &DataLock<T>) -> DataReadGuard<'_, T> {
+    l.read()
+}
+/// Locks `l` for writing.
+#[cfg(not(loom))]
+pub(crate) fn data_write<T>(l: &DataLock<T>) -> DataWriteGuard<'_, T> {
+    l.write()
+}
+/// Locks `l` for reading with an owned guard, unless a writer holds it.
+#[cfg(not(loom))]
+pub(crate) fn try_read_owned<T>(l: &DataLock<T>) -> Option<OwnedReadGuard<T>> {
+    l.try_read_arc()
+}
+/// Locks `l` for writing with an owned guard, unless anyone holds it.
+#[cfg(not(loom))]
+pub(crate) fn try_write_owned<T>(l: &DataLock<T>) -> Option<OwnedWriteGuard<T>> {
+    l.try_write_arc()
+}
+
+/// Under `loom`, the data lock is `loom`'s (and transfers never lend the data in place).
+#[cfg(loom)]
+pub(crate) type DataLock<T> = RwLock<T>;
+/// Shared access to a handle's data.
+#[cfg(loom)]
+pub(crate) type DataReadGuard<'a, T> = RwLockReadGuard<'a, T>;
+/// Exclusive access to a handle's data.
+#[cfg(loom)]
+pub(crate) type DataWriteGuard<'a, T> = RwLockWriteGuard<'a, T>;
+/// A new data lock.
+#[cfg(loom)]
+pub(crate) fn data_lock<T>(value: T) -> DataLock<T> {
+    RwLock::new(value)
+}
+/// Locks `l` for reading.
+#[cfg(loom)]
+pub(crate) fn data_read<T>(l: &DataLock<T>) -> DataReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+/// Locks `l` for writing.
+#[cfg(loom)]
+pub(crate) fn data_write<T>(l: &DataLock<T>) -> DataWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Locks `m`, recovering the data if a panicking thread poisoned it: the runtime's
 /// invariants are kept by whole critical sections, and a task's panic is reported on its

@@ -33,7 +33,62 @@ pub enum Completion {
     },
     /// The barrier posted with this token completed on every rank.
     Barrier(u64),
+    /// The receive posted with this token by [`Transport::recv_lent`] wrote this many
+    /// bytes into the lent buffer, and dropped the buffer.
+    ReceivedInPlace(ReqId, usize),
 }
+
+mod sealed {
+    #![allow(
+        unnameable_types,
+        reason = "the sealed-trait pattern: public, never named"
+    )]
+    /// Only this crate's buffers may be lent to a transport: a transport relies on their
+    /// bytes staying where they are while it holds them.
+    pub trait Sealed {}
+}
+
+/// Bytes a send reads in place — a handle's data, locked for reading for as long as the
+/// buffer lives — or an owned `Vec<u8>`.
+///
+/// [`SendBuffer::bytes`] returns the same memory every time, which stays valid and
+/// unchanged while the buffer lives, wherever the box moves: a transport may hand it to a
+/// non-blocking send and drop the buffer once the send completed. Sealed: only Starling's
+/// runtime makes them.
+pub trait SendBuffer: sealed::Sealed + Send + 'static {
+    /// The bytes to send.
+    fn bytes(&self) -> &[u8];
+}
+
+/// Bytes a receive writes in place — a handle's data, locked for writing for as long as
+/// the buffer lives — or an owned `Vec<u8>`.
+///
+/// [`RecvBuffer::bytes_mut`] returns the same memory every time, which stays valid and
+/// is touched by nobody else while the buffer lives, wherever the box moves. Sealed: only
+/// Starling's runtime makes them.
+pub trait RecvBuffer: sealed::Sealed + Send + 'static {
+    /// Where to receive.
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+impl sealed::Sealed for Vec<u8> {}
+
+impl SendBuffer for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl RecvBuffer for Vec<u8> {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+/// A handle's data lent in place, behind its owned lock guard.
+pub(crate) struct LentData<G>(pub(crate) G);
+
+impl<G> sealed::Sealed for LentData<G> {}
 
 /// A transport between ranks, driven by one progression thread.
 pub trait Transport: Send + 'static {
@@ -72,6 +127,35 @@ pub trait Transport: Send + 'static {
         token: ReqId,
     ) {
         self.recv(source, comm, tag, buffer.len(), token);
+    }
+    /// Posts a send of `buffer`'s bytes read in place (a large handle's data, locked for
+    /// reading until the buffer drops); reports [`Completion::Sent`] with `token` when it
+    /// left, if a token is given. The default copies the bytes and calls
+    /// [`Transport::send`].
+    fn send_lent(
+        &mut self,
+        dest: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        buffer: Box<dyn SendBuffer>,
+        token: Option<ReqId>,
+    ) {
+        self.send(dest, comm, tag, buffer.bytes().to_vec(), token);
+    }
+    /// Posts a receive straight into `buffer` (a handle's data, locked for writing until
+    /// the buffer drops) and reports [`Completion::ReceivedInPlace`]; or returns the
+    /// buffer untouched when the transport cannot (the default), and the runtime posts an
+    /// ordinary receive.
+    fn recv_lent(
+        &mut self,
+        source: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        buffer: Box<dyn RecvBuffer>,
+        token: ReqId,
+    ) -> Option<Box<dyn RecvBuffer>> {
+        let _ = (source, comm, tag, token);
+        Some(buffer)
     }
     /// A buffer whose send completed, for the runtime to reuse (see
     /// [`Transport::recv_into`]); the default keeps none.
