@@ -40,5 +40,5 @@ pub use data::{DataError, DataMut, DataRef, Handle, Interface};
 pub use distributed::{Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild};
 pub use error::{CommError, ShutdownError};
 pub use rank::{RankConfig, RankRunner, StartError};
-pub use task::{Buffers, Codelet, RuntimeConfig, TaskTag};
+pub use task::{Buffers, Codelet, RuntimeConfig, TaskTag, WorkerStart};
 pub use transport::{InProcess, Transport};
