@@ -22,8 +22,8 @@
 
 pub use starling_core as core;
 pub use starling_std::{
-    Acquired, AnyHandle, Buffers, Built, BuiltTask, ClusterConfig, Codelet, CommError, Context,
-    DataError, DataMut, DataRef, Handle, InProcess, InsertBuilder, InsertError, Inserted,
+    Acquired, AnyHandle, Buffers, Built, BuiltTask, ClusterConfig, Codelet, Comm, CommError,
+    Context, DataError, DataMut, DataRef, Handle, InProcess, InsertBuilder, InsertError, Inserted,
     Interface, PostBuild, RankConfig, RankRunner, RecvOpts, Request, RuntimeConfig, SendOpts,
     ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data, interfaces, rank, run_fake,
     run_local, run_local_with, sim, transport,

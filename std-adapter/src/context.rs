@@ -36,6 +36,8 @@ pub struct Context {
     pub(crate) dist: Mutex<crate::distributed::DistState>,
     /// Fake rank mode: every communication is dropped.
     pub(crate) fake: AtomicBool,
+    /// The next free id of a split or duplicated communicator (`crate::comm`).
+    pub(crate) next_split: AtomicU32,
 }
 
 impl core::fmt::Debug for Context {
@@ -333,6 +335,7 @@ impl Context {
             tag_base,
             dist: Mutex::new(crate::distributed::DistState::from_env()),
             fake: AtomicBool::new(false),
+            next_split: AtomicU32::new(crate::comm::FIRST_SPLIT_ID),
         }
     }
 

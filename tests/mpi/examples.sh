@@ -12,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 if ! command -v mpirun >/dev/null 2>&1; then
     echo "skipped: mpirun not found (install openmpi-bin)"
-    echo "test result: ok. 0 passed; 0 failed; 18 ignored"
+    echo "test result: ok. 0 passed; 0 failed; 20 ignored"
     exit 0
 fi
 cargo build --quiet --features mpi --examples || exit 1
@@ -34,6 +34,7 @@ cases=(
     "pernode 6 5"
     "redux all 7 32"
     "migration 9 2"
+    "comm 3"
 )
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
