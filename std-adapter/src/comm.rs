@@ -319,7 +319,8 @@ impl Context {
     /// A message of the members' agreement failed.
     ///
     /// # Panics
-    /// When this rank is not a member of `parent`.
+    /// When this rank is not a member of `parent`, or when the ids are exhausted (49 151
+    /// splits and duplicates in a job).
     pub fn comm_split(
         &self,
         parent: &Comm,
@@ -342,10 +343,12 @@ impl Context {
         let id = u32::try_from(id).unwrap_or(u32::MAX);
         self.next_split
             .fetch_max(id.saturating_add(1), Ordering::SeqCst);
-        let id =
-            CommId(u16::try_from(id).expect(
-                "communicator ids exhausted: 49151 splits and duplicates on one rank at most",
-            ));
+        let id = CommId(
+            u16::try_from(id)
+                .ok()
+                .filter(|id| *id != INTERNAL.0)
+                .expect("communicator ids exhausted: 49151 splits and duplicates at most"),
+        );
         if color.is_none() {
             return Ok(None);
         }
