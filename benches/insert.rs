@@ -64,6 +64,7 @@ fn config(workers: usize, disable_kernels: bool) -> ClusterConfig {
         runtime: RuntimeConfig {
             workers,
             disable_kernels,
+            ..RuntimeConfig::default()
         },
         ..ClusterConfig::default()
     }

@@ -58,6 +58,7 @@ fn config() -> ClusterConfig {
         runtime: RuntimeConfig {
             workers: 1,
             disable_kernels: false,
+            ..RuntimeConfig::default()
         },
         ..ClusterConfig::default()
     }

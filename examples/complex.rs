@@ -10,13 +10,19 @@
 //!   runs on the owner of `b[r+1]`, so `a[r]` moves there; then a check task on rank 0
 //!   reads both and counts mismatches.
 //!
+//! Runs on the in-process cluster, or across MPI processes when built with the `mpi`
+//! feature and started by `mpirun` ([`starling::launch`]); each rank checks its own part
+//! and prints its own lines, so both ways print the same lines (in some order).
+//!
 //! ```sh
 //! cargo run --release --example complex -- [ranks] [length]
+//! cargo build --release --features mpi --example complex
+//! mpirun -n 4 target/release/examples/complex 4 [length]
 //! ```
 
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::{Complex, Variable};
-use starling::{Codelet, Context, run_local};
+use starling::{Codelet, Context, launch};
 
 /// Rank `r`'s numbers: `(r + k + 0.5) − (r·k + 1) i`.
 fn numbers(r: u32, len: usize) -> Complex {
@@ -162,25 +168,33 @@ fn inserted(ctx: &Context, len: usize) -> Option<u32> {
     (me == Rank(0)).then(|| ctx.acquire(&mismatches, AccessMode::R).get().get())
 }
 
-/// Runs both parts on `ranks` ranks with `len` numbers per datum.
+/// Runs both parts on `ranks` ranks (under `mpirun`: this process's rank of the job) with
+/// `len` numbers per datum.
 ///
 /// # Errors
 /// When the cluster does not shut down cleanly or a comparison found a mismatch.
 pub(crate) fn run(ranks: u32, len: usize) -> Result<(), String> {
-    let out = run_local(ranks, move |ctx| {
-        (point_to_point(ctx, len), inserted(ctx, len))
+    let out = launch(ranks, move |ctx| {
+        let me = ctx.rank().0;
+        let p2p = point_to_point(ctx, len);
+        let ins = inserted(ctx, len);
+        println!("[{me}] point-to-point mismatches: {p2p}");
+        if let Some(ins) = ins {
+            println!(
+                "complex: {} rank(s), {len} numbers; insert mismatches {ins}",
+                ctx.size()
+            );
+        }
+        match ins {
+            None if me == 0 => Err("rank 0 returned no count".to_string()),
+            _ if p2p != 0 || ins.is_some_and(|m| m != 0) => {
+                Err(format!("rank {me}: the complex numbers changed on the way"))
+            }
+            _ => Ok(()),
+        }
     })
     .map_err(|e| e.to_string())?;
-    let p2p: Vec<u32> = out.iter().map(|(m, _)| *m).collect();
-    let ins = out[0].1.ok_or("rank 0 returned no count")?;
-    println!(
-        "complex: {ranks} ranks, {len} numbers; point-to-point mismatches per rank {p2p:?}, \
-         insert mismatches {ins}"
-    );
-    if p2p.iter().any(|m| *m != 0) || ins != 0 {
-        return Err("the complex numbers changed on the way".into());
-    }
-    Ok(())
+    out.into_iter().collect()
 }
 
 fn main() {

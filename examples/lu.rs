@@ -12,15 +12,22 @@
 //! Both end with the tiles on rank 0 (explicit sends, or `get_data_on_node`), which
 //! checks ‖A − L·U‖_F / ‖A‖_F < 1e-10.
 //!
+//! Runs on the in-process cluster, or across MPI processes when built with the `mpi`
+//! feature and started by `mpirun` ([`starling::launch`], once: `both` runs the versions
+//! one after the other in the same job). Rank 0 prints the results; the timings go to
+//! standard error, so both ways print the same lines.
+//!
 //! ```sh
 //! cargo run --release --example lu -- [ranks] [explicit|implicit|both] [tiles] [tile_size]
+//! cargo build --release --features mpi --example lu
+//! mpirun -n 4 target/release/examples/lu 4 [explicit|implicit|both] [tiles] [tile_size]
 //! ```
 
 use std::time::Instant;
 
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Matrix;
-use starling::{Codelet, Context, Handle, run_local};
+use starling::{Codelet, Context, Handle, launch};
 
 /// The problem: `nt × nt` tiles of `bs × bs`, over a `p × q` grid of ranks.
 #[derive(Clone, Copy, Debug)]
@@ -372,40 +379,63 @@ fn implicit(ctx: &Context, lu: Lu) -> Option<Vec<Vec<Matrix<f64>>>> {
     })
 }
 
-/// Runs one version (`"explicit"` or `"implicit"`) on `ranks` ranks and returns the
-/// relative residual.
-///
-/// # Errors
-/// When the cluster does not shut down cleanly or the residual is 1e-10 or more.
-pub(crate) fn run(ranks: u32, version: &str, lu: Lu) -> Result<f64, String> {
+/// One version on this rank: rank 0 checks the residual, prints it and returns it.
+fn version_on_rank(ctx: &Context, version: &str, lu: Lu) -> Result<Option<f64>, String> {
     let start = Instant::now();
-    let v = version.to_owned();
-    let out = run_local(ranks, move |ctx| match v.as_str() {
+    let tiles = match version {
         "explicit" => explicit(ctx, lu),
         _ => implicit(ctx, lu),
-    })
-    .map_err(|e| format!("{version}: {e}"))?;
-    let tiles = out
-        .into_iter()
-        .next()
-        .flatten()
-        .ok_or("rank 0 returned no tiles")?;
+    };
+    ctx.barrier();
+    if ctx.rank() != Rank(0) {
+        return Ok(None);
+    }
+    let tiles = tiles.ok_or("rank 0 returned no tiles")?;
     let res = residual(lu, &tiles);
-    let (p, q) = grid(ranks);
+    let size = ctx.size();
+    let (p, q) = grid(size);
     println!(
-        "{version} LU: n = {} ({} × {} tiles of {}), {ranks} ranks ({p} × {q}), \
-         ‖A − LU‖/‖A‖ = {res:.3e}, {:.1} ms",
+        "{version} LU: n = {} ({} × {} tiles of {}), {size} ranks ({p} × {q}), \
+         ‖A − LU‖/‖A‖ = {res:.3e}",
         lu.n(),
         lu.nt,
         lu.nt,
         lu.bs,
+    );
+    eprintln!(
+        "{version} LU: {:.1} ms",
         start.elapsed().as_secs_f64() * 1e3
     );
     if res < 1e-10 {
-        Ok(res)
+        Ok(Some(res))
     } else {
         Err(format!("{version}: residual {res:e} is not below 1e-10"))
     }
+}
+
+/// Runs the versions one after the other on `ranks` ranks (one job: under `mpirun`, MPI
+/// starts once per process) and returns their relative residuals (under `mpirun`: on rank
+/// 0's process; zeros on the others).
+///
+/// # Errors
+/// When the cluster does not shut down cleanly or a residual is 1e-10 or more.
+pub(crate) fn run_all(ranks: u32, versions: &[&str], lu: Lu) -> Result<Vec<f64>, String> {
+    let vs: Vec<String> = versions.iter().map(|v| (*v).to_owned()).collect();
+    let out = launch(ranks, move |ctx| {
+        vs.iter()
+            .map(|v| version_on_rank(ctx, v, lu))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut residuals = vec![0.0; versions.len()];
+    for rank in out {
+        for (r, res) in residuals.iter_mut().zip(rank?) {
+            if let Some(res) = res {
+                *r = res;
+            }
+        }
+    }
+    Ok(residuals)
 }
 
 fn main() {
@@ -424,10 +454,8 @@ fn main() {
         "both" => &["explicit", "implicit"],
         _ => panic!("version: explicit, implicit or both"),
     };
-    for v in versions {
-        if let Err(e) = run(ranks, v, Lu { nt, bs }) {
-            eprintln!("FAILED: {e}");
-            std::process::exit(1);
-        }
+    if let Err(e) = run_all(ranks, versions, Lu { nt, bs }) {
+        eprintln!("FAILED: {e}");
+        std::process::exit(1);
     }
 }

@@ -6,13 +6,19 @@
 //! its cell's current owner; the new owners check their cells' values after the first
 //! migration, and rank 0 checks the final values against a sequential run.
 //!
+//! Runs on the in-process cluster, or across MPI processes when built with the `mpi`
+//! feature and started by `mpirun` ([`starling::launch`]); each rank checks its own part
+//! and prints its own lines, so both ways print the same lines (in some order).
+//!
 //! ```sh
 //! cargo run --release --example migration -- [ranks] [cells] [iterations]
+//! cargo build --release --features mpi --example migration
+//! mpirun -n 4 target/release/examples/migration 4 [cells] [iterations]
 //! ```
 
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Variable;
-use starling::{Codelet, Context, run_local};
+use starling::{Codelet, Context, launch};
 
 const MODULUS: i64 = 1_000_003;
 
@@ -135,7 +141,44 @@ fn migration(ctx: &Context, n: usize, iters: usize) -> Report {
     }
 }
 
-/// Runs the example on `ranks` ranks with `n` cells and `iters` sweeps per phase.
+/// Checks what rank `r` of `size` saw against the sequential run, and prints it.
+fn check(r: u32, size: u32, rep: &Report, n: usize, iters: usize) -> Result<(), String> {
+    let mid = sequential(n, 2 * iters);
+    let cells: Vec<usize> = rep.owned_mid.iter().map(|(i, _)| *i).collect();
+    println!(
+        "[{r}] owned after the migration: cells {cells:?}; wrong owners {}, tasks off \
+         their owner {}",
+        rep.bad_owners, rep.bad_executors
+    );
+    if rep.bad_owners != 0 || rep.bad_executors != 0 {
+        return Err(format!(
+            "[{r}] {} wrong owners, {} tasks off their owner",
+            rep.bad_owners, rep.bad_executors
+        ));
+    }
+    if let Some((i, v)) = rep.owned_mid.iter().find(|(i, v)| mid[*i] != *v) {
+        return Err(format!(
+            "[{r}] cell {i} = {v} after the migration, expected {}",
+            mid[*i]
+        ));
+    }
+    if r != 0 {
+        return Ok(());
+    }
+    let end = sequential(n, 3 * iters);
+    let last = rep.last.as_ref().ok_or("rank 0 returned no cells")?;
+    println!(
+        "migration: {size} ranks, {n} cells, 3 phases of {iters} sweeps (block → shifted → \
+         block): {last:?}"
+    );
+    if *last != end {
+        return Err(format!("final cells {last:?}, expected {end:?}"));
+    }
+    Ok(())
+}
+
+/// Runs the example on `ranks` ranks (under `mpirun`: this process's rank of the job) with
+/// `n` cells and `iters` sweeps per phase.
 ///
 /// # Errors
 /// When the cluster does not shut down cleanly, an owner or an executor was not the
@@ -144,38 +187,12 @@ pub(crate) fn run(ranks: u32, n: usize, iters: usize) -> Result<(), String> {
     if n < 3 {
         return Err("the periodic stencil needs at least 3 cells".into());
     }
-    let out = run_local(ranks, move |ctx| migration(ctx, n, iters)).map_err(|e| e.to_string())?;
-    let mid = sequential(n, 2 * iters);
-    let end = sequential(n, 3 * iters);
-    for (r, rep) in out.iter().enumerate() {
-        let cells: Vec<usize> = rep.owned_mid.iter().map(|(i, _)| *i).collect();
-        println!(
-            "[{r}] owned after the migration: cells {cells:?}; wrong owners {}, tasks off \
-             their owner {}",
-            rep.bad_owners, rep.bad_executors
-        );
-        if rep.bad_owners != 0 || rep.bad_executors != 0 {
-            return Err(format!(
-                "[{r}] {} wrong owners, {} tasks off their owner",
-                rep.bad_owners, rep.bad_executors
-            ));
-        }
-        if let Some((i, v)) = rep.owned_mid.iter().find(|(i, v)| mid[*i] != *v) {
-            return Err(format!(
-                "[{r}] cell {i} = {v} after the migration, expected {}",
-                mid[*i]
-            ));
-        }
-    }
-    let last = out[0].last.as_ref().ok_or("rank 0 returned no cells")?;
-    println!(
-        "migration: {ranks} ranks, {n} cells, 3 phases of {iters} sweeps (block → shifted → \
-         block): {last:?}"
-    );
-    if *last != end {
-        return Err(format!("final cells {last:?}, expected {end:?}"));
-    }
-    Ok(())
+    let out = launch(ranks, move |ctx| {
+        let rep = migration(ctx, n, iters);
+        check(ctx.rank().0, ctx.size(), &rep, n, iters)
+    })
+    .map_err(|e| e.to_string())?;
+    out.into_iter().collect()
 }
 
 fn main() {

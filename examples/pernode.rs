@@ -4,13 +4,19 @@
 //! rank-owned data then read the per-node table where they run, still with no transfer;
 //! only combining the owned blocks on rank 0 moves bytes.
 //!
+//! Runs on the in-process cluster, or across MPI processes when built with the `mpi`
+//! feature and started by `mpirun` ([`starling::launch_with`]); each rank checks its own
+//! part and prints its own lines, so both ways print the same lines (in some order).
+//!
 //! ```sh
 //! cargo run --release --example pernode -- [ranks] [blocks] [length]
+//! cargo build --release --features mpi --example pernode
+//! mpirun -n 4 target/release/examples/pernode 4 [blocks] [length]
 //! ```
 
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::{Variable, Vector};
-use starling::{ClusterConfig, Codelet, Context, run_local_with};
+use starling::{ClusterConfig, Codelet, Context, launch_with};
 
 /// What one rank saw.
 struct Report {
@@ -122,7 +128,50 @@ fn pernode(ctx: &Context, blocks: usize, len: usize) -> Report {
     }
 }
 
-/// Runs the example on `ranks` ranks with `blocks` blocks of `len` elements.
+/// Checks what rank `r` of `ranks` saw, and prints it.
+fn check(r: usize, ranks: usize, rep: &Report, blocks: usize, len: usize) -> Result<(), String> {
+    let table: Vec<f64> = (0..len).map(table_value).collect();
+    println!(
+        "[{r}] per-node inserts (executor, here, transfers): {:?}; table {:?}; bytes sent: \
+         per-node part {:?}, owned tasks reading it {:?}, combine on rank 0 {:?}",
+        rep.per_node, rep.table, rep.amounts[0], rep.amounts[1], rep.amounts[2]
+    );
+    if rep.per_node.iter().any(|p| *p != (None, true, 0)) {
+        return Err(format!("[{r}] a per-node task did not run here alone"));
+    }
+    if rep.table != table {
+        return Err(format!("[{r}] the per-node table is {:?}", rep.table));
+    }
+    if rep.amounts[0]
+        .iter()
+        .chain(&rep.amounts[1])
+        .any(|b| *b != 0)
+    {
+        return Err(format!("[{r}] the per-node part sent bytes"));
+    }
+    // Combining sends each owned block to rank 0 once.
+    let owned = (0..blocks).filter(|i| i % ranks == r).count() as u64;
+    let to0 = if r == 0 { 0 } else { owned * len as u64 * 8 };
+    let expected: Vec<u64> = (0..ranks).map(|p| if p == 0 { to0 } else { 0 }).collect();
+    if rep.amounts[2] != expected {
+        return Err(format!("[{r}] combining sent {:?}", rep.amounts[2]));
+    }
+    if r != 0 {
+        return Ok(());
+    }
+    let expected: f64 = (0..blocks)
+        .flat_map(|i| (0..len).map(move |k| block_value(i, k) * table_value(k)))
+        .sum();
+    let sum = rep.sum.ok_or("rank 0 returned no sum")?;
+    println!("sum of the scaled blocks on rank 0: {sum} (expected {expected})");
+    if sum != expected {
+        return Err(format!("sum {sum} != {expected}"));
+    }
+    Ok(())
+}
+
+/// Runs the example on `ranks` ranks (under `mpirun`: this process's rank of the job) with
+/// `blocks` blocks of `len` elements.
 ///
 /// # Errors
 /// When the cluster does not shut down cleanly, a per-node task ran somewhere else than
@@ -132,47 +181,18 @@ pub(crate) fn run(ranks: u32, blocks: usize, len: usize) -> Result<(), String> {
         stats: true,
         ..ClusterConfig::from_env()
     };
-    let out = run_local_with(ranks, config, move |ctx| pernode(ctx, blocks, len))
-        .map_err(|e| e.to_string())?;
-    let table: Vec<f64> = (0..len).map(table_value).collect();
-    for (r, rep) in out.iter().enumerate() {
-        println!(
-            "[{r}] per-node inserts (executor, here, transfers): {:?}; table {:?}; bytes sent: \
-             per-node part {:?}, owned tasks reading it {:?}, combine on rank 0 {:?}",
-            rep.per_node, rep.table, rep.amounts[0], rep.amounts[1], rep.amounts[2]
-        );
-        if rep.per_node.iter().any(|p| *p != (None, true, 0)) {
-            return Err(format!("[{r}] a per-node task did not run here alone"));
-        }
-        if rep.table != table {
-            return Err(format!("[{r}] the per-node table is {:?}", rep.table));
-        }
-        if rep.amounts[0]
-            .iter()
-            .chain(&rep.amounts[1])
-            .any(|b| *b != 0)
-        {
-            return Err(format!("[{r}] the per-node part sent bytes"));
-        }
-        // Combining sends each owned block to rank 0 once.
-        let owned = (0..blocks).filter(|i| i % ranks as usize == r).count() as u64;
-        let to0 = if r == 0 { 0 } else { owned * len as u64 * 8 };
-        let expected: Vec<u64> = (0..ranks as usize)
-            .map(|p| if p == 0 { to0 } else { 0 })
-            .collect();
-        if rep.amounts[2] != expected {
-            return Err(format!("[{r}] combining sent {:?}", rep.amounts[2]));
-        }
-    }
-    let expected: f64 = (0..blocks)
-        .flat_map(|i| (0..len).map(move |k| block_value(i, k) * table_value(k)))
-        .sum();
-    let sum = out[0].sum.ok_or("rank 0 returned no sum")?;
-    println!("sum of the scaled blocks on rank 0: {sum} (expected {expected})");
-    if sum != expected {
-        return Err(format!("sum {sum} != {expected}"));
-    }
-    Ok(())
+    let out = launch_with(ranks, config, move |ctx| {
+        let rep = pernode(ctx, blocks, len);
+        check(
+            ctx.rank().0 as usize,
+            ctx.size() as usize,
+            &rep,
+            blocks,
+            len,
+        )
+    })
+    .map_err(|e| e.to_string())?;
+    out.into_iter().collect()
 }
 
 fn main() {

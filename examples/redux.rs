@@ -8,13 +8,20 @@
 //! Each variant runs two rounds (`dot` accumulates) and is checked against the sequential
 //! dot product.
 //!
+//! Runs on the in-process cluster, or across MPI processes when built with the `mpi`
+//! feature and started by `mpirun` ([`starling::launch`], once: `all` runs the variants
+//! one after the other in the same job); rank 0 checks and prints the results, so both
+//! ways print the same lines.
+//!
 //! ```sh
 //! cargo run --release --example redux -- [ranks] [flat|tree|auto|all] [blocks] [block_size]
+//! cargo build --release --features mpi --example redux
+//! mpirun -n 4 target/release/examples/redux 4 [flat|tree|auto|all] [blocks] [block_size]
 //! ```
 
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::{Variable, Vector};
-use starling::{Codelet, Context, run_local};
+use starling::{Codelet, Context, launch};
 
 /// Rounds of the dot product, accumulated into the same datum.
 const ROUNDS: usize = 2;
@@ -38,7 +45,9 @@ fn arity(variant: &str) -> Option<usize> {
     }
 }
 
-fn dot_product(ctx: &Context, variant: &str, blocks: usize, bs: usize) -> Option<f64> {
+/// One variant's dot product; its data take the tags from `base` on (a job that runs
+/// several variants keeps their tags apart: the tag registry holds them until the end).
+fn dot_product(ctx: &Context, variant: &str, base: i64, blocks: usize, bs: usize) -> Option<f64> {
     let (me, size) = (ctx.rank(), ctx.size());
     let owner = |i: usize| Owner::Rank(Rank((i % size as usize) as u32));
     let vector = |tag: i64, i: usize, f: fn(usize) -> f64| {
@@ -47,12 +56,14 @@ fn dot_product(ctx: &Context, variant: &str, blocks: usize, bs: usize) -> Option
         })
         .expect("register a block")
     };
-    let xs: Vec<_> = (0..blocks).map(|i| vector(i as i64, i, x)).collect();
+    let xs: Vec<_> = (0..blocks).map(|i| vector(base + i as i64, i, x)).collect();
     let ys: Vec<_> = (0..blocks)
-        .map(|i| vector((blocks + i) as i64, i, y))
+        .map(|i| vector(base + (blocks + i) as i64, i, y))
         .collect();
     let dot = ctx
-        .register_owned(Tag(-1), Owner::Rank(Rank(0)), || Variable::new(0.0f64))
+        .register_owned(Tag(base - 1), Owner::Rank(Rank(0)), || {
+            Variable::new(0.0f64)
+        })
         .expect("register dot");
     // dot (REDUX) += x_i · y_i
     let partial = Codelet::new("dot", |b| {
@@ -98,28 +109,65 @@ fn dot_product(ctx: &Context, variant: &str, blocks: usize, bs: usize) -> Option
     (me == Rank(0)).then(|| ctx.acquire(&dot, AccessMode::R).get().get())
 }
 
-/// Runs `variant` (`flat`, `tree` or `auto`) on `ranks` ranks with `blocks` blocks of `bs`
-/// elements; returns the computed dot product.
-///
-/// # Errors
-/// When the cluster does not shut down cleanly or the result differs from the
-/// sequential dot product.
-pub(crate) fn run(ranks: u32, variant: &str, blocks: usize, bs: usize) -> Result<f64, String> {
-    let v = variant.to_owned();
-    let out = run_local(ranks, move |ctx| dot_product(ctx, &v, blocks, bs))
-        .map_err(|e| format!("{variant}: {e}"))?;
-    let got = out[0].ok_or("rank 0 returned no result")?;
+/// One variant on this rank: rank 0 checks the result, prints it and returns it.
+fn variant_on_rank(
+    ctx: &Context,
+    variant: &str,
+    base: i64,
+    blocks: usize,
+    bs: usize,
+) -> Result<Option<f64>, String> {
+    let got = dot_product(ctx, variant, base, blocks, bs);
+    ctx.barrier();
+    if ctx.rank() != Rank(0) {
+        return Ok(None);
+    }
+    let got = got.ok_or("rank 0 returned no result")?;
     let n = blocks * bs;
     let expected = ROUNDS as f64 * (0..n).map(|k| x(k) * y(k)).sum::<f64>();
     println!(
-        "{variant} reduction: {ranks} ranks, n = {n} ({blocks} blocks), {ROUNDS} rounds: \
-         dot = {got}, sequential {expected}"
+        "{variant} reduction: {} ranks, n = {n} ({blocks} blocks), {ROUNDS} rounds: \
+         dot = {got}, sequential {expected}",
+        ctx.size()
     );
     if got == expected {
-        Ok(got)
+        Ok(Some(got))
     } else {
         Err(format!("{variant}: dot = {got}, expected {expected}"))
     }
+}
+
+/// Runs the variants one after the other on `ranks` ranks (one job: under `mpirun`, MPI
+/// starts once per process) and returns their dot products (under `mpirun`: on rank 0's
+/// process; zeros on the others).
+///
+/// # Errors
+/// When the cluster does not shut down cleanly or a result differs from the sequential
+/// dot product.
+pub(crate) fn run_all(
+    ranks: u32,
+    variants: &[&str],
+    blocks: usize,
+    bs: usize,
+) -> Result<Vec<f64>, String> {
+    let vs: Vec<String> = variants.iter().map(|v| (*v).to_owned()).collect();
+    let out = launch(ranks, move |ctx| {
+        let stride = 2 * blocks as i64 + 1;
+        (0..)
+            .zip(&vs)
+            .map(|(i, v)| variant_on_rank(ctx, v, i * stride, blocks, bs))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut dots = vec![0.0; variants.len()];
+    for rank in out {
+        for (d, got) in dots.iter_mut().zip(rank?) {
+            if let Some(got) = got {
+                *d = got;
+            }
+        }
+    }
+    Ok(dots)
 }
 
 fn main() {
@@ -136,10 +184,8 @@ fn main() {
         "all" => &["flat", "tree", "auto"],
         _ => panic!("variant: flat, tree, auto or all"),
     };
-    for v in variants {
-        if let Err(e) = run(ranks, v, blocks, bs) {
-            eprintln!("FAILED: {e}");
-            std::process::exit(1);
-        }
+    if let Err(e) = run_all(ranks, variants, blocks, bs) {
+        eprintln!("FAILED: {e}");
+        std::process::exit(1);
     }
 }

@@ -5,8 +5,14 @@
 //! collectives' callbacks report when each rank's part is done: on the root once all its
 //! sends (scatter) or receives (gather) completed, on every other rank once its own did.
 //!
+//! Runs on the in-process cluster, or across MPI processes when built with the `mpi`
+//! feature and started by `mpirun` ([`starling::launch`]); each rank checks its own part
+//! and prints its own lines, so both ways print the same lines (in some order).
+//!
 //! ```sh
 //! cargo run --release --example scatter_gather -- [ranks] [blocks] [block_size]
+//! cargo build --release --features mpi --example scatter_gather
+//! mpirun -n 4 target/release/examples/scatter_gather 4 [blocks] [block_size]
 //! ```
 
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +20,7 @@ use std::sync::Arc;
 
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Vector;
-use starling::{AnyHandle, Codelet, Context, run_local};
+use starling::{AnyHandle, Codelet, Context, launch};
 
 const ROOT: Rank = Rank(0);
 
@@ -104,18 +110,25 @@ fn scatter_gather(ctx: &Context, blocks: usize, bs: usize) -> (Option<Vec<Vec<f6
     (values, fired.load(Ordering::SeqCst))
 }
 
-/// Runs the example on `ranks` ranks with `blocks` blocks of `bs` elements.
-///
-/// # Errors
-/// When the cluster does not shut down cleanly, a gathered value is wrong, or a rank's
-/// callbacks did not fire once per collective.
-pub(crate) fn run(ranks: u32, blocks: usize, bs: usize) -> Result<(), String> {
-    let out =
-        run_local(ranks, move |ctx| scatter_gather(ctx, blocks, bs)).map_err(|e| e.to_string())?;
-    let gathered = out[0].0.as_ref().ok_or("the root returned no blocks")?;
+/// Checks what rank `me` of `size` holds after the run: the gathered blocks on the root,
+/// and the number of collective callbacks that fired on this rank (one per collective).
+fn check(
+    me: Rank,
+    size: u32,
+    (gathered, fired): &(Option<Vec<Vec<f64>>>, usize),
+    blocks: usize,
+    bs: usize,
+) -> Result<(), String> {
+    if *fired != 2 {
+        return Err(format!("rank {}: {fired} callbacks fired, not 2", me.0));
+    }
+    if me != ROOT {
+        return Ok(());
+    }
+    let gathered = gathered.as_ref().ok_or("the root returned no blocks")?;
     let mut wrong = 0;
     for (x, block) in gathered.iter().enumerate() {
-        let o = distrib(x, ranks);
+        let o = distrib(x, size);
         for (i, v) in block.iter().enumerate() {
             if *v != after(x, i, bs, o) {
                 wrong += 1;
@@ -124,17 +137,32 @@ pub(crate) fn run(ranks: u32, blocks: usize, bs: usize) -> Result<(), String> {
     }
     let sum: f64 = gathered.iter().flatten().sum();
     println!(
-        "gathered {blocks} blocks of {bs} on rank 0: sum {sum}, {wrong} wrong values; \
-         callbacks fired per rank: {:?}",
-        out.iter().map(|(_, f)| *f).collect::<Vec<_>>()
+        "gathered {blocks} blocks of {bs} on rank 0 from {size} rank(s): sum {sum}, \
+         {wrong} wrong values"
     );
     if wrong != 0 {
         return Err(format!("{wrong} gathered values are wrong"));
     }
-    if let Some(r) = out.iter().position(|(_, f)| *f != 2) {
-        return Err(format!("rank {r}: {} callbacks fired, not 2", out[r].1));
-    }
     Ok(())
+}
+
+/// Runs the example on `ranks` ranks (under `mpirun`: this process's rank of the job) with
+/// `blocks` blocks of `bs` elements.
+///
+/// # Errors
+/// When the cluster does not shut down cleanly, a gathered value is wrong, or a rank's
+/// callbacks did not fire once per collective.
+pub(crate) fn run(ranks: u32, blocks: usize, bs: usize) -> Result<(), String> {
+    let out = launch(ranks, move |ctx| {
+        let part = scatter_gather(ctx, blocks, bs);
+        let checked = check(ctx.rank(), ctx.size(), &part, blocks, bs);
+        if checked.is_ok() {
+            println!("[{}] callbacks fired: {}", ctx.rank().0, part.1);
+        }
+        checked
+    })
+    .map_err(|e| e.to_string())?;
+    out.into_iter().collect()
 }
 
 fn main() {

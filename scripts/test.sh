@@ -80,14 +80,17 @@ cargo run --quiet --release --example cholesky -- 2 512 128
 # --- MPI -------------------------------------------------------------------------------
 # The point-to-point MPI jobs (mpirun -n 2 and -n 4) ran with `cargo test` above:
 # mpi-adapter/tests/mpi_p2p.rs launches itself under mpirun. Here: the facade built with
-# its `mpi` feature, and the examples under mpirun.
+# its `mpi` feature, and the examples under mpirun: tests/mpi/ring.sh (every ring variant)
+# and tests/mpi/examples.sh (every example on 2 and 4 processes, its result lines compared
+# with the in-process run's).
 step "MPI: clippy with the mpi feature; tests under mpirun"
 cargo clippy -p starling --features mpi --all-targets -- -D warnings
 grep -E "^mpi_p2p: " "$log" || true
 shopt -s nullglob
+# Each script ends with a `test result:` line (one test per job), counted in the total.
 for t in tests/mpi/*.sh; do
     echo "-- $t"
-    bash "$t"
+    bash "$t" 2>&1 | tee -a "$log"
 done
 
 step "all checks passed"

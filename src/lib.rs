@@ -22,11 +22,11 @@
 
 pub use starling_core as core;
 pub use starling_std::{
-    Acquired, AnyHandle, Buffers, Built, BuiltTask, ClusterConfig, Codelet, CommError, Context,
-    DataError, DataMut, DataRef, DriverMode, Handle, InProcess, InsertBuilder, InsertError,
-    Inserted, Interface, PostBuild, RankConfig, RankRunner, RecvOpts, Request, RuntimeConfig,
-    SendOpts, ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data, interfaces, rank,
-    run_fake, run_local, run_local_with, sim, transport,
+    Acquired, AnyHandle, Buffers, Built, BuiltTask, ClusterConfig, Codelet, Comm, CommError,
+    Context, DataError, DataMut, DataRef, DriverMode, Handle, InProcess, InsertBuilder,
+    InsertError, Inserted, Interface, PostBuild, RankConfig, RankRunner, RecvOpts, Request,
+    RuntimeConfig, SendOpts, ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data,
+    interfaces, rank, run_fake, run_local, run_local_with, sim, transport,
 };
 
 pub mod comm_matrix;
@@ -77,14 +77,75 @@ where
 {
     #[cfg(feature = "mpi")]
     if mpi::under_mpirun() {
-        let rank = mpi::init(mpi::MpiConfig::from_env()).unwrap_or_else(|e| {
-            panic!("Starling cannot start over MPI: {e} (launch runs once per MPI process)")
-        });
-        let value = f(rank.context());
-        rank.shutdown()?;
-        return Ok(vec![value]);
+        return launch_mpi(mpi::MpiConfig::from_env(), f);
     }
     run_local(ranks, f)
+}
+
+/// [`launch`] with a configuration: the in-process cluster's [`ClusterConfig`], whose
+/// [`ClusterConfig::rank_config`] (workers, statistics, tags, …) and
+/// [`stats_dir`](ClusterConfig::stats_dir) every rank also gets under `mpirun` (the rest of
+/// the MPI settings come from the environment, as `mpi::MpiConfig::from_env` reads them).
+///
+/// ```
+/// let config = starling::ClusterConfig {
+///     stats: true,
+///     ..starling::ClusterConfig::from_env()
+/// };
+/// let sent = starling::launch_with(2, config, |ctx| ctx.comm_amounts())?;
+/// assert_eq!(sent.len(), 2); // in-process: both ranks; under mpirun: this rank only
+/// # Ok::<(), starling::ShutdownError>(())
+/// ```
+///
+/// # Errors
+/// As [`launch`].
+///
+/// # Panics
+/// As [`launch`]. In-process, it runs [`run_local_with`], which does not read the fake
+/// rank variables that [`run_local`] honours.
+pub fn launch_with<R, F>(ranks: u32, config: ClusterConfig, f: F) -> Result<Vec<R>, ShutdownError>
+where
+    R: Send + 'static,
+    F: Fn(&Context) -> R + Send + Sync + 'static,
+{
+    #[cfg(feature = "mpi")]
+    if mpi::under_mpirun() {
+        let mut mpi_config = mpi::MpiConfig::from_env();
+        mpi_config.rank = config.rank_config();
+        if config.stats_dir.is_some() {
+            mpi_config.stats_dir.clone_from(&config.stats_dir);
+        }
+        return launch_mpi(mpi_config, f);
+    }
+    run_local_with(ranks, config, f)
+}
+
+/// This process's rank of an `mpirun` job: `f` on it, then its shutdown.
+#[cfg(feature = "mpi")]
+fn launch_mpi<R, F>(config: mpi::MpiConfig, f: F) -> Result<Vec<R>, ShutdownError>
+where
+    F: Fn(&Context) -> R,
+{
+    let rank = mpi::init(config).unwrap_or_else(|e| {
+        panic!("Starling cannot start over MPI: {e} (launch runs once per MPI process)")
+    });
+    let value = f(rank.context());
+    rank.shutdown()?;
+    Ok(vec![value])
+}
+
+/// Whether [`launch`] runs this process as one rank of an `mpirun` job (built with the
+/// `mpi` feature and started by `mpirun`/`mpiexec`): then `launch` returns this rank's
+/// value only, and a program checks and prints what its own rank holds.
+pub fn under_mpirun() -> bool {
+    #[cfg(feature = "mpi")]
+    {
+        mpi::under_mpirun()
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        false
+    }
 }
 
 #[cfg(feature = "cuda")]

@@ -28,6 +28,7 @@ fn ring_with_stats(dir: &Path) {
         runtime: RuntimeConfig {
             workers: 1,
             disable_kernels: false,
+            ..RuntimeConfig::default()
         },
         stats: true,
         stats_dir: Some(dir.to_path_buf()),

@@ -42,7 +42,7 @@ mod scatter_gather;
 fn lu_explicit_and_implicit_factor_the_matrix() {
     for version in ["explicit", "implicit"] {
         for ranks in [1, 3, 4] {
-            let res = lu::run(ranks, version, lu::Lu { nt: 4, bs: 8 }).unwrap();
+            let res = lu::run_all(ranks, &[version], lu::Lu { nt: 4, bs: 8 }).unwrap()[0];
             assert!(res < 1e-10, "{version} on {ranks} ranks: {res:e}");
         }
     }
@@ -73,7 +73,7 @@ fn per_node_tasks_run_everywhere_and_move_nothing() {
 fn a_reduced_dot_product_matches_the_sequential_one_flat_tree_and_auto() {
     for variant in ["flat", "tree", "auto"] {
         for ranks in [1, 3, 4] {
-            redux::run(ranks, variant, 7, 32).unwrap();
+            redux::run_all(ranks, &[variant], 7, 32).unwrap();
         }
     }
 }
@@ -91,7 +91,7 @@ fn migrated_cells_change_owner_everywhere_and_tasks_follow_them() {
 #[test]
 fn examples_hold_with_the_cache_off_and_with_a_tiny_budget() {
     if std::env::var("STARLING_EXAMPLES_CHILD").is_ok() {
-        lu::run(4, "implicit", lu::Lu { nt: 4, bs: 8 }).unwrap();
+        lu::run_all(4, &["implicit"], lu::Lu { nt: 4, bs: 8 }).unwrap();
         migration::run(4, 12, 2).unwrap();
         return;
     }

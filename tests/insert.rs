@@ -17,6 +17,7 @@ fn config() -> ClusterConfig {
         runtime: RuntimeConfig {
             workers: 1,
             disable_kernels: false,
+            ..RuntimeConfig::default()
         },
         stats: true,
         ..ClusterConfig::default()

@@ -50,11 +50,13 @@
 //! Besides what [`RankConfig::from_env`] reads (`STARLING_NCPU`, `STARLING_COMM_STATS`,
 //! …): `STARLING_WATCHDOG_SECS` (default 60, 0 = wait forever),
 //! `STARLING_MPI_THREAD_MULTIPLE=1`, `STARLING_MPI_COMMS` (default 8),
-//! `STARLING_MPI_MAX_MESSAGE` (default `i32::MAX`; every rank must use the same) and
+//! `STARLING_MPI_MAX_MESSAGE` (default `i32::MAX`; every rank must use the same),
 //! `STARLING_COMM_STATS_DIR` (each rank writes its statistics there at shutdown, for
-//! the `comm-matrix` tool).
+//! the `comm-matrix` tool), `STARLING_WORKERS_GETBIND` and `STARLING_DISPLAY_BINDINGS`
+//! (workers bound to the cores the launcher gave the process: see [`bind`]).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod bind;
 mod lent;
 pub mod transport;
 
@@ -66,6 +68,7 @@ pub use mpi::Threading;
 use starling_core::Rank;
 use starling_std::{Context, RankConfig, RankRunner, ShutdownError, StartError};
 
+pub use bind::{Bindings, GetBind};
 pub use transport::MpiTransport;
 
 /// How an MPI rank is set up.
@@ -96,6 +99,13 @@ pub struct MpiConfig {
     /// size (`STARLING_MPI_MAX_MESSAGE`, default and at most `i32::MAX`, MPI's count
     /// type). Every rank must use the same value.
     pub max_message: usize,
+    /// Whether workers bind to the cores of the process's affinity mask, one core each
+    /// (`STARLING_WORKERS_GETBIND`; default [`GetBind::Auto`]: when the launcher bound the
+    /// process). See [`bind`].
+    pub getbind: GetBind,
+    /// Print this rank's cores and where each worker runs at start-up
+    /// (`STARLING_DISPLAY_BINDINGS=1`).
+    pub display_bindings: bool,
 }
 
 impl Default for MpiConfig {
@@ -107,6 +117,8 @@ impl Default for MpiConfig {
             communicators: 8,
             stats_dir: None,
             max_message: i32::MAX as usize,
+            getbind: GetBind::Auto,
+            display_bindings: false,
         }
     }
 }
@@ -116,8 +128,9 @@ impl MpiConfig {
     pub fn from_env() -> Self {
         let mut c = Self {
             rank: RankConfig::from_env(),
-            application_calls_mpi: std::env::var("STARLING_MPI_THREAD_MULTIPLE")
-                .is_ok_and(|v| !v.is_empty() && v != "0"),
+            application_calls_mpi: env_flag("STARLING_MPI_THREAD_MULTIPLE"),
+            getbind: GetBind::from_env(),
+            display_bindings: env_flag("STARLING_DISPLAY_BINDINGS"),
             ..Self::default()
         };
         if let Some(s) = env_number("STARLING_WATCHDOG_SECS") {
@@ -143,6 +156,10 @@ impl MpiConfig {
             Threading::Serialized
         }
     }
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
 fn env_number(name: &str) -> Option<u64> {
@@ -222,12 +239,24 @@ pub fn init(config: MpiConfig) -> Result<MpiRank, MpiError> {
     };
     let mut rank_config = config.rank.clone();
     rank_config.stats |= config.stats_dir.is_some();
+    let bindings = if rank_config.runtime.on_worker_start.is_none() {
+        bind::apply(config.getbind, &mut rank_config.runtime)
+    } else {
+        None // the application binds its workers itself
+    };
     match RankRunner::start(make, &rank_config) {
-        Ok(runner) => Ok(MpiRank {
-            runner: Some(runner),
-            config,
-            abandon,
-        }),
+        Ok(runner) => {
+            let rank = MpiRank {
+                runner: Some(runner),
+                config,
+                abandon,
+                bindings,
+            };
+            if rank.config.display_bindings {
+                rank.display_bindings(rank_config.runtime.workers);
+            }
+            Ok(rank)
+        }
         Err(e) => {
             RUNNING.store(false, Ordering::SeqCst);
             let typed = failure
@@ -248,6 +277,7 @@ pub struct MpiRank {
     runner: Option<RankRunner>,
     config: MpiConfig,
     abandon: Arc<AtomicBool>,
+    bindings: Option<Bindings>,
 }
 
 impl core::fmt::Debug for MpiRank {
@@ -278,6 +308,43 @@ impl MpiRank {
     /// The number of ranks (`MPI_Comm_size` of the world).
     pub fn size(&self) -> u32 {
         self.context().size()
+    }
+
+    /// The cores of this process and where its workers run, when they are bound
+    /// ([`MpiConfig::getbind`]); `None` when they are not.
+    pub fn bindings(&self) -> Option<&Bindings> {
+        self.bindings.as_ref()
+    }
+
+    /// Prints one line: the rank's workers and cores (`STARLING_DISPLAY_BINDINGS`). Waits
+    /// a little for the workers to bind themselves, as they do when they start.
+    fn display_bindings(&self, workers: usize) {
+        let rank = self.rank().0;
+        let Some(b) = &self.bindings else {
+            let cores = bind::process_cores()
+                .map_or_else(|e| format!("unknown ({e})"), |c| format!("{c:?}"));
+            eprintln!(
+                "[starling-mpi] rank {rank}: {workers} worker(s), not bound; process cores {cores}"
+            );
+            return;
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while b.workers().len() < workers && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let list: Vec<String> = b
+            .workers()
+            .iter()
+            .map(|w| match &w.mask {
+                Ok(mask) => format!("worker {} → core {} (mask {mask:?})", w.worker, w.core),
+                Err(e) => format!("worker {} → core {}: {e}", w.worker, w.core),
+            })
+            .collect();
+        eprintln!(
+            "[starling-mpi] rank {rank}: {workers} worker(s) bound to process cores {:?}: {}",
+            b.cores,
+            list.join(", ")
+        );
     }
 
     /// Shuts the rank down (`starpu_mpi_shutdown`): waits for every task and request of

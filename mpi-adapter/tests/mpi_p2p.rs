@@ -745,6 +745,57 @@ fn duplicates_keep_the_same_tags_apart(ctx: &Context) {
     }
 }
 
+/// `comm/comm`, `comm/mix_comm`: the world split by parity, each half numbered in reverse
+/// world order; in each half the last member sends on the half, on the world and on a
+/// duplicate of the half, all with one tag, and member 0 receives them in the other order,
+/// each from its own communicator; ranks translate both ways.
+fn splits_keep_their_members_ranks_and_matching(ctx: &Context) {
+    let w = ctx.rank().0;
+    let world = ctx.world();
+    let half = ctx
+        .comm_split(&world, Some(w % 2), -i64::from(w))
+        .unwrap()
+        .unwrap();
+    let members: Vec<Rank> = (0..ctx.size())
+        .rev()
+        .filter(|x| x % 2 == w % 2)
+        .map(Rank)
+        .collect();
+    assert_eq!(half.members(), members);
+    assert_eq!(half.world_rank(half.rank()), Some(ctx.rank()));
+    assert_eq!(half.rank_of(ctx.rank()), Some(half.rank()));
+    let dup = half.dup(ctx).unwrap();
+    assert_ne!(dup.id(), half.id());
+    let n = half.size();
+    if n < 2 {
+        return;
+    }
+    let hs: Vec<_> = (0..3).map(|_| ctx.register(Variable::new(0u32))).collect();
+    let last = Rank(n - 1);
+    if half.rank() == last {
+        for (i, h) in hs.iter().enumerate() {
+            ctx.acquire(h, AccessMode::W)
+                .get_mut()
+                .set(w * 10 + i as u32);
+        }
+        half.send(ctx, &hs[0], Rank(0), Tag(3)).unwrap();
+        let to = half.world_rank(Rank(0)).unwrap();
+        ctx.send(&hs[1], to, Tag(3)).unwrap();
+        dup.send(ctx, &hs[2], Rank(0), Tag(3)).unwrap();
+    } else if half.rank() == Rank(0) {
+        let from = half.world_rank(last).unwrap();
+        dup.recv(ctx, &hs[2], last, Tag(3)).unwrap();
+        ctx.recv(&hs[1], from, Tag(3)).unwrap();
+        half.recv(ctx, &hs[0], last, Tag(3)).unwrap();
+        let got: Vec<u32> = hs
+            .iter()
+            .map(|h| ctx.acquire(h, AccessMode::R).get().get())
+            .collect();
+        assert_eq!(got, vec![from.0 * 10, from.0 * 10 + 1, from.0 * 10 + 2]);
+    }
+    half.barrier(ctx).unwrap();
+}
+
 /// A receive with sequential consistency off is not ordered after an acquisition.
 fn unordered_receive(ctx: &Context) {
     let h = ctx.register(Variable::new(0u32));
@@ -952,6 +1003,10 @@ const SUITE: &[Scenario] = &[
     (
         "duplicates keep the same tags apart",
         duplicates_keep_the_same_tags_apart,
+    ),
+    (
+        "splits keep their members, ranks and matching",
+        splits_keep_their_members_ranks_and_matching,
     ),
     ("unordered receive", unordered_receive),
     (

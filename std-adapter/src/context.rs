@@ -44,6 +44,8 @@ pub struct Context {
     pool: Arc<BufferPool>,
     /// Sends from this size up read their data in place.
     in_place_min: usize,
+    /// The next free id of a split or duplicated communicator (`crate::comm`).
+    pub(crate) next_split: AtomicU32,
 }
 
 impl core::fmt::Debug for Context {
@@ -436,6 +438,7 @@ impl Context {
             driver,
             pool,
             in_place_min,
+            next_split: AtomicU32::new(crate::comm::FIRST_SPLIT_ID),
         }
     }
 

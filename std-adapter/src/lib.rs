@@ -10,7 +10,8 @@
 //!   worker pool; `acquire`/`release`; `wait_for_all`;
 //! * every point-to-point call of the reference on handles — blocking, non-blocking with
 //!   [`Request`]s, detached with callbacks, synchronous, with priorities, tag-unlocking
-//!   and array variants — plus barrier, communicators and statistics;
+//!   and array variants — plus barrier, communicators ([`Comm`]: the world, duplicates
+//!   and splits, [`comm`]) and statistics;
 //! * the [`Transport`] trait that a rank's progression thread drives the core's engine
 //!   over, and [`InProcess`]: N ranks as threads of one process. [`run_local`] runs an SPMD
 //!   closure on such a cluster with no MPI installed — the embedded default.
@@ -22,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod cluster;
+pub mod comm;
 mod context;
 pub mod data;
 mod distributed;
@@ -36,10 +38,11 @@ mod task;
 pub mod transport;
 
 pub use cluster::{ClusterConfig, run_fake, run_local, run_local_with};
+pub use comm::Comm;
 pub use context::{Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, TaskBuilder};
 pub use data::{DataError, DataMut, DataRef, Handle, Interface};
 pub use distributed::{Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild};
 pub use error::{CommError, ShutdownError};
 pub use rank::{DriverMode, RankConfig, RankRunner, StartError};
-pub use task::{Buffers, Codelet, RuntimeConfig, TaskTag};
+pub use task::{Buffers, Codelet, RuntimeConfig, TaskTag, WorkerStart};
 pub use transport::{InProcess, Transport};

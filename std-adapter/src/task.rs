@@ -228,11 +228,16 @@ struct State {
 /// How a rank's runtime is set up.
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
-    /// Worker threads (`STARLING_NCPU`; default: the machine's parallelism).
+    /// Worker threads (`STARLING_NCPU`; default: the machine's parallelism, which on Linux
+    /// counts the cores of the process's affinity mask).
     pub workers: usize,
     /// Skip every kernel (`STARLING_DISABLE_KERNELS=1`): tasks are scheduled and complete
     /// without running, to measure submission cost.
     pub disable_kernels: bool,
+    /// Run by each worker thread as it starts, before it takes any task: where an adapter
+    /// binds the worker to a core (the MPI adapter's `STARLING_WORKERS_GETBIND`). `None`:
+    /// workers run where the operating system puts them.
+    pub on_worker_start: Option<WorkerStart>,
 }
 
 impl Default for RuntimeConfig {
@@ -240,7 +245,26 @@ impl Default for RuntimeConfig {
         Self {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             disable_kernels: false,
+            on_worker_start: None,
         }
+    }
+}
+
+/// A hook run by each worker thread as it starts, with the worker's index (0 to
+/// [`RuntimeConfig::workers`] − 1): [`RuntimeConfig::on_worker_start`].
+#[derive(Clone)]
+pub struct WorkerStart(pub Arc<dyn Fn(usize) + Send + Sync>);
+
+impl WorkerStart {
+    /// The hook `f`.
+    pub fn new(f: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for WorkerStart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WorkerStart(..)")
     }
 }
 
@@ -323,9 +347,15 @@ impl Runtime {
         let threads = (0..threads)
             .map(|w| {
                 let rt = runtime.clone();
+                let hook = config.on_worker_start.clone();
                 crate::sync::thread::Builder::new()
                     .name(format!("{name}-worker{w}"))
-                    .spawn(move || rt.worker_loop())
+                    .spawn(move || {
+                        if let Some(hook) = hook {
+                            (hook.0)(w);
+                        }
+                        rt.worker_loop();
+                    })
                     .expect("spawning a worker thread")
             })
             .collect();

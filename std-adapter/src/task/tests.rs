@@ -48,6 +48,7 @@ mod support {
         let config = RuntimeConfig {
             workers,
             disable_kernels: false,
+            ..RuntimeConfig::default()
         };
         Runtime::start(&config, "test")
     }
@@ -528,6 +529,7 @@ mod workers {
         let config = RuntimeConfig {
             workers: 2,
             disable_kernels: true,
+            ..RuntimeConfig::default()
         };
         let (rt, pool) = Runtime::start(&config, "test");
         let h = variable(0, 0);
@@ -711,6 +713,7 @@ mod public_api {
             runtime: RuntimeConfig {
                 workers: 2,
                 disable_kernels: false,
+                ..RuntimeConfig::default()
             },
             ..ClusterConfig::default()
         };
@@ -900,6 +903,7 @@ mod loom_model {
         RuntimeConfig {
             workers: 1,
             disable_kernels: false,
+            ..RuntimeConfig::default()
         }
     }
 
@@ -1010,6 +1014,7 @@ mod loom_model {
             let config = RuntimeConfig {
                 workers: 2,
                 disable_kernels: false,
+                ..RuntimeConfig::default()
             };
             let (rt, workers) = Runtime::start(&config, "loom");
             let h = variable(0, 0);
