@@ -106,6 +106,11 @@ pub struct MpiConfig {
     /// Print this rank's cores and where each worker runs at start-up
     /// (`STARLING_DISPLAY_BINDINGS=1`).
     pub display_bindings: bool,
+    /// Pose as rank `.0` of `.1` ranks that do not exist (`STARLING_MPI_FAKE_RANK` and
+    /// `STARLING_MPI_FAKE_SIZE`, both set): inserts are planned as that rank would plan
+    /// them and every communication is dropped, as in `starling::run_fake`. For measuring
+    /// one rank's submission cost in a job of any size (usually `mpirun -n 1`).
+    pub fake: Option<(Rank, u32)>,
 }
 
 impl Default for MpiConfig {
@@ -119,6 +124,7 @@ impl Default for MpiConfig {
             max_message: i32::MAX as usize,
             getbind: GetBind::Auto,
             display_bindings: false,
+            fake: None,
         }
     }
 }
@@ -141,6 +147,16 @@ impl MpiConfig {
         }
         if let Some(n) = env_number("STARLING_MPI_MAX_MESSAGE") {
             c.max_message = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        if let (Some(r), Some(s)) = (
+            env_number("STARLING_MPI_FAKE_RANK"),
+            env_number("STARLING_MPI_FAKE_SIZE"),
+        ) {
+            if let (Ok(r), Ok(s)) = (u32::try_from(r), u32::try_from(s)) {
+                if r < s {
+                    c.fake = Some((Rank(r), s));
+                }
+            }
         }
         c.stats_dir = std::env::var_os("STARLING_COMM_STATS_DIR")
             .filter(|d| !d.is_empty())
@@ -245,7 +261,10 @@ pub fn init(config: MpiConfig) -> Result<MpiRank, MpiError> {
         None // the application binds its workers itself
     };
     match RankRunner::start(make, &rank_config) {
-        Ok(runner) => {
+        Ok(mut runner) => {
+            if let Some((rank, size)) = config.fake {
+                runner.fake(rank, size);
+            }
             let rank = MpiRank {
                 runner: Some(runner),
                 config,

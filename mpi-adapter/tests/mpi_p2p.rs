@@ -22,7 +22,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
-use starling_core::{AccessMode, CommId, Rank, Tag};
+use starling_core::{AccessMode, CommId, Owner, Rank, Tag};
 use starling_mpi::{MpiConfig, MpiError, Threading};
 use starling_std::interfaces::{Block, Complex, Matrix, Variable, Vector};
 use starling_std::{Codelet, CommError, Context, DataError, RecvOpts, SendOpts, TaskTag};
@@ -102,6 +102,19 @@ const JOBS: &[Job] = &[
         env: &[("STARLING_WATCHDOG_SECS", "1")],
         expect: &["rank 0: watchdog passed", "rank 1: watchdog passed"],
         must_succeed: false,
+        opt_in: None,
+    },
+    Job {
+        ranks: 1,
+        name: "fake",
+        // One process posing as rank 2 of 1024 (submission cost measurement).
+        env: &[
+            ("STARLING_MPI_FAKE_RANK", "2"),
+            ("STARLING_MPI_FAKE_SIZE", "1024"),
+            ("STARLING_COMM_STATS", "1"),
+        ],
+        expect: &["rank 2: fake passed"],
+        must_succeed: true,
         opt_in: None,
     },
     Job {
@@ -245,6 +258,7 @@ fn main() -> ExitCode {
         "watchdog" => watchdog(),
         "big" => big(),
         "serialized" => serialized(),
+        "fake" => fake(),
         other => panic!("unknown job {other:?}"),
     }
     ExitCode::SUCCESS
@@ -1234,6 +1248,58 @@ fn adopt() {
 /// The application initialised MPI with `MPI_THREAD_SERIALIZED`: Starling refuses to
 /// start when told the application calls MPI too (that needs `MPI_THREAD_MULTIPLE`), with
 /// a typed error, and starts when it is the only caller.
+/// A fake rank under `mpirun` (`STARLING_MPI_FAKE_RANK=2`, `STARLING_MPI_FAKE_SIZE=1024`):
+/// the stencil's inserts are planned as rank 2 of 1024 plans them, the one task it owns
+/// runs, and not a byte is sent.
+fn fake() {
+    let config = config();
+    assert_eq!(
+        config.fake,
+        Some((Rank(2), 1024)),
+        "run with STARLING_MPI_FAKE_RANK=2 STARLING_MPI_FAKE_SIZE=1024"
+    );
+    let rank = starling_mpi::init(config).expect("MPI starts");
+    let ctx = rank.context();
+    assert_eq!((ctx.rank(), ctx.size()), (Rank(2), 1024));
+    let hs: Vec<_> = (0..64u32)
+        .map(|i| {
+            ctx.register_owned(Tag(i64::from(i)), Owner::Rank(Rank(i)), || {
+                Variable::new(0u64)
+            })
+            .unwrap()
+        })
+        .collect();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&ran);
+    let count = Codelet::new("count", move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
+    let mut here = 0;
+    for i in 1..63 {
+        let ins = ctx
+            .insert(&count)
+            .rw(&hs[i])
+            .r(&hs[i - 1])
+            .r(&hs[i + 1])
+            .submit()
+            .unwrap();
+        here += usize::from(ins.executed_here);
+    }
+    ctx.wait_for_all();
+    assert_eq!(
+        (here, ran.load(Ordering::SeqCst)),
+        (1, 1),
+        "rank 2 runs tile 2 only"
+    );
+    assert_eq!(
+        ctx.comm_amounts().iter().sum::<u64>(),
+        0,
+        "no message at all"
+    );
+    println!("rank 2: fake passed");
+    rank.shutdown().expect("a clean shutdown");
+}
+
 fn serialized() {
     let (universe, provided) =
         mpi::initialize_with_threading(Threading::Serialized).expect("MPI initialises");
