@@ -442,6 +442,13 @@ impl Context {
         }
     }
 
+    /// The largest user tag (`starpu_mpi_comm_get_attr(comm, STARPU_MPI_TAG_UB, ..)`):
+    /// user tags travel inside envelopes, so every tag up to `i64::MAX` works whatever
+    /// MPI's own `MPI_TAG_UB` (which bounds only Starling's internal tags).
+    pub fn tag_ub(&self) -> Tag {
+        Tag(i64::MAX)
+    }
+
     /// This rank.
     pub fn rank(&self) -> Rank {
         self.rank
