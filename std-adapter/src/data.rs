@@ -17,7 +17,9 @@ use core::ops::{Deref, DerefMut};
 
 use starling_core::DataId;
 
-use crate::transport::{LentData, RecvBuffer, SendBuffer};
+#[cfg(not(loom))]
+use crate::transport::LentData;
+use crate::transport::{RecvBuffer, SendBuffer};
 
 use crate::sync::{
     Arc, DataLock, DataReadGuard, DataWriteGuard, Mutex, data_lock, data_read, data_write, lock,

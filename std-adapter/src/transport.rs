@@ -86,8 +86,10 @@ impl RecvBuffer for Vec<u8> {
 }
 
 /// A handle's data lent in place, behind its owned lock guard.
+#[cfg(not(loom))]
 pub(crate) struct LentData<G>(pub(crate) G);
 
+#[cfg(not(loom))]
 impl<G> sealed::Sealed for LentData<G> {}
 
 /// A transport between ranks, driven by one progression thread.
