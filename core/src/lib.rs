@@ -41,6 +41,7 @@
 //! | [`select`] | node-selection policies (most-R-data, registered policies) |
 //! | [`insert`] | the task-insert planner |
 //! | [`stats`] | payload bytes and messages per peer |
+//! | [`framing`] | the protocol's messages as checked frames on a byte stream; the sans-IO [`framing::Decoder`] |
 //!
 //! # The driving contract
 //!
@@ -76,6 +77,7 @@ pub mod cache;
 pub mod engine;
 pub mod envelope;
 pub mod error;
+pub mod framing;
 pub mod insert;
 pub mod lists;
 pub mod matcher;
