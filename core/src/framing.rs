@@ -90,6 +90,7 @@ mod crc;
 
 pub use crc::{Crc32, crc16, crc32};
 
+use crate::tags::TagSpace;
 use crate::types::{CommId, PhysTag};
 
 /// The two bytes every frame starts with.
@@ -112,6 +113,18 @@ pub const PAYLOAD_HEAD_LEN: usize = 6;
 
 /// Bytes of a [`FrameKind::Barrier`] body.
 pub const BARRIER_LEN: usize = 8;
+
+/// The largest physical tag on a byte stream (the stream's `MPI_TAG_UB`): payload frames
+/// carry tags in `0..=STREAM_TAG_UB`.
+pub const STREAM_TAG_UB: i32 = 32767;
+
+/// The tag space both ends of a byte stream use: the envelope on
+/// [`DEFAULT_BASE`](crate::tags::DEFAULT_BASE), payload tags up to [`STREAM_TAG_UB`]. A
+/// payload frame is matched by its tag, so both ends must compute the same tags.
+pub const STREAM_TAGS: TagSpace = match TagSpace::new(STREAM_TAG_UB) {
+    Ok(tags) => tags,
+    Err(_) => panic!("the stream's tag bound leaves room for the protocol's tags"),
+};
 
 /// The longest body a [`Decoder<N>`] accepts: `N - `[`OVERHEAD`], at most [`MAX_BODY`].
 pub const fn max_body(n: usize) -> usize {
@@ -283,7 +296,7 @@ pub struct Frame<'a> {
 pub struct PayloadFrame<'a> {
     /// The communicator.
     pub comm: CommId,
-    /// The physical tag (a data or sync tag of the sender's [`TagSpace`](crate::tags::TagSpace)).
+    /// The physical tag (a data or sync tag of the sender's [`TagSpace`]).
     pub tag: PhysTag,
     /// The payload.
     pub bytes: &'a [u8],
