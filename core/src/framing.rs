@@ -47,10 +47,12 @@
 //! | [`Envelope`](FrameKind::Envelope) | one envelope message exactly as the engine sends it on the envelope tag: the 24-byte [`Envelope`](crate::envelope::Envelope) header, then for an eager envelope its inline payload. Its communicator is the envelope's (bytes `2..4`) |
 //! | [`Payload`](FrameKind::Payload) | a message on a data or sync tag: communicator `u16` LE, physical tag `i32` LE ([`PAYLOAD_HEAD_LEN`] bytes), then the payload bytes ([`Frame::payload`]) |
 //! | [`Barrier`](FrameKind::Barrier) | a barrier: its generation, `u64` LE, counted from 0 on each side ([`Frame::barrier`]) |
+//! | [`PayloadPart`](FrameKind::PayloadPart) | as `Payload`: a leading piece of a payload longer than one frame; the `Payload` frame with the same communicator and tag that follows ends it |
 //!
-//! One message is one frame: a message longer than the decoder's
-//! [`max_body`]`(N)` (less the payload head) cannot cross the link, and the sender
-//! refuses it.
+//! A message is one frame, except that the host side splits a payload longer than
+//! [`MAX_BODY`] into pieces. The embedded link sends and accepts single frames only: a
+//! message longer than its decoder's [`max_body`]`(N)` (less the payload head) cannot
+//! cross it, and the sender refuses it.
 //!
 //! # Rules
 //!
@@ -151,6 +153,11 @@ pub enum FrameKind {
     Payload = 2,
     /// A barrier generation.
     Barrier = 3,
+    /// A leading piece of a payload too long for one frame: same body layout as
+    /// [`Payload`](Self::Payload); the next frame of the same communicator and tag
+    /// continues it, and the `Payload` frame ends it. Only the host side sends pieces
+    /// (its frames hold [`MAX_BODY`] bytes); the embedded link refuses them.
+    PayloadPart = 4,
 }
 
 impl FrameKind {
@@ -160,6 +167,7 @@ impl FrameKind {
             1 => Some(Self::Envelope),
             2 => Some(Self::Payload),
             3 => Some(Self::Barrier),
+            4 => Some(Self::PayloadPart),
             _ => None,
         }
     }
@@ -176,6 +184,7 @@ impl fmt::Display for FrameKind {
             Self::Envelope => "envelope frame",
             Self::Payload => "payload frame",
             Self::Barrier => "barrier frame",
+            Self::PayloadPart => "payload piece frame",
         })
     }
 }
@@ -303,13 +312,16 @@ pub struct PayloadFrame<'a> {
 }
 
 impl<'a> Frame<'a> {
-    /// The communicator, tag and bytes of a [`FrameKind::Payload`] frame.
+    /// The communicator, tag and bytes of a [`FrameKind::Payload`] or
+    /// [`FrameKind::PayloadPart`] frame.
     ///
     /// # Errors
     /// [`BodyError`] when the frame is of another kind or its body is shorter than
     /// [`PAYLOAD_HEAD_LEN`].
     pub fn payload(&self) -> Result<PayloadFrame<'a>, BodyError> {
-        self.expect(FrameKind::Payload)?;
+        if self.kind != FrameKind::PayloadPart {
+            self.expect(FrameKind::Payload)?;
+        }
         match self.body.split_first_chunk::<PAYLOAD_HEAD_LEN>() {
             Some((&[c0, c1, t0, t1, t2, t3], bytes)) => Ok(PayloadFrame {
                 comm: CommId(u16::from_le_bytes([c0, c1])),

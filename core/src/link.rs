@@ -41,9 +41,10 @@
 //!   the bytes behind it wait in the port.
 //! * Damaged frames are never delivered (the frame check fails); they are counted in
 //!   [`LinkStats::decoder`] and the message they carried is lost: the call that waits for
-//!   it times out. Frames the protocol refuses (malformed, or a payload nobody posted a
-//!   receive for) are dropped and counted in [`LinkStats::peer_errors`]. Serial read
-//!   errors (overrun, noise, parity) are counted and reading goes on.
+//!   it times out. Frames the protocol refuses (malformed, a payload nobody posted a
+//!   receive for, a piece of a payload split by a host) are dropped and counted in
+//!   [`LinkStats::peer_errors`]. Serial read errors (overrun, noise, parity) are counted
+//!   and reading goes on.
 //! * After [`LinkError::Timeout`] the request stays pending in the engine
 //!   ([`Engine::leftovers`] lists it); start a new link to start afresh.
 //!
@@ -444,6 +445,8 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize, const FRAME: usize
                 Ok(g) if g == self.barriers_seen => self.barriers_seen += 1,
                 _ => self.peer_errors += 1,
             },
+            // A piece of a payload longer than this link's frames: never sent to a link.
+            FrameKind::PayloadPart => self.peer_errors += 1,
         }
         Ok(true)
     }

@@ -388,7 +388,8 @@ fn kind() -> impl Strategy<Value = FrameKind> {
     prop_oneof![
         Just(FrameKind::Envelope),
         Just(FrameKind::Payload),
-        Just(FrameKind::Barrier)
+        Just(FrameKind::Barrier),
+        Just(FrameKind::PayloadPart)
     ]
 }
 
