@@ -8,7 +8,7 @@
 //!   runs the ordinary runtime — the ring, any task flow — over the streams. One reader
 //!   thread per stream decodes frames; the rank's progression thread writes them and polls
 //!   what the readers decoded.
-//! * With the `embedded-hal` feature, [`NbStream`] and [`StdDelay`]: a `std` stream seen
+//! * With the `embedded-hal` feature, `NbStream` and `StdDelay`: a `std` stream seen
 //!   as an `embedded-hal-nb` serial port and a sleeping `embedded-hal` delay, so that the
 //!   core's `Link` — the code a board runs — runs in a thread of this process.
 //!
