@@ -662,6 +662,9 @@ impl<const N: usize> Decoder<N> {
     }
 
     fn drop_bytes(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
         self.start += n;
         self.counters.garbage_bytes += n as u64;
         self.lost_sync = true;

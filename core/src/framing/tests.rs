@@ -133,6 +133,7 @@ fn clean_stream_decodes_whole_and_byte_by_byte() {
         assert_eq!(d.counters().frames, sent.len() as u64);
         assert_eq!(d.counters().failures(), 0);
         assert_eq!(d.counters().garbage_bytes, 0);
+        assert_eq!(d.counters().resyncs, 0);
         assert_eq!(d.buffered(), 0);
     }
 }
@@ -435,6 +436,7 @@ proptest! {
         if bytes == clean {
             prop_assert_eq!(&frames, &sent);
             prop_assert_eq!(c.failures(), 0);
+            prop_assert_eq!((c.garbage_bytes, c.resyncs), (0, 0));
         }
         // Only a deletion can remove a whole frame without a trace.
         let deleted = damages.iter().any(|d| matches!(d, Damage::Delete { .. }));
