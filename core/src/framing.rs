@@ -507,6 +507,11 @@ pub struct Decoder<const N: usize> {
     replay: bool,
     /// Bytes were dropped since the last frame.
     lost_sync: bool,
+    /// The kind byte and body length of the header at the front, once checked, so that
+    /// a frame arriving byte by byte has its header checked once.
+    checked: Option<(u8, usize)>,
+    /// Bytes the front needs before a scan can say anything new (0: scan).
+    need: usize,
     counters: Counters,
 }
 
@@ -541,6 +546,8 @@ impl<const N: usize> Decoder<N> {
             delivered: false,
             replay: false,
             lost_sync: false,
+            checked: None,
+            need: 0,
             counters: Counters {
                 frames: 0,
                 crc_failures: 0,
@@ -599,6 +606,9 @@ impl<const N: usize> Decoder<N> {
     /// method, which drops it (unless [`keep`](Self::keep) is called first).
     pub fn poll(&mut self) -> Option<Result<Frame<'_>, FrameError>> {
         self.settle();
+        if self.end - self.start < self.need {
+            return None; // still waiting for the same frame
+        }
         match self.scan() {
             Scan::NeedMore => None,
             Scan::Failed(e) => Some(Err(e)),
@@ -648,10 +658,16 @@ impl<const N: usize> Decoder<N> {
         self.consume = 0;
         self.delivered = false;
         self.replay = false;
+        self.checked = None;
+        self.need = 0;
     }
 
     /// Drops the frame returned by the last `poll`, if any.
     fn settle(&mut self) {
+        if self.consume > 0 {
+            self.checked = None;
+            self.need = 0;
+        }
         self.start += self.consume;
         self.consume = 0;
         self.delivered = false;
@@ -669,6 +685,8 @@ impl<const N: usize> Decoder<N> {
         self.counters.garbage_bytes += n as u64;
         self.lost_sync = true;
         self.replay = false;
+        self.checked = None;
+        self.need = 0;
     }
 
     /// Runs the state machine from the front of the buffer until it can say something.
@@ -689,23 +707,32 @@ impl<const N: usize> Decoder<N> {
                 self.drop_bytes(at);
                 continue;
             }
-            let Some(&[_, _, kind, l0, l1, h0, h1]) = avail.first_chunk::<HEADER_LEN>() else {
-                return Scan::NeedMore;
+            let (kind, len) = match self.checked {
+                Some(header) => header,
+                None => {
+                    let Some(&[_, _, kind, l0, l1, h0, h1]) = avail.first_chunk::<HEADER_LEN>()
+                    else {
+                        return Scan::NeedMore;
+                    };
+                    if crc16(&[kind, l0, l1]) != u16::from_le_bytes([h0, h1]) {
+                        self.counters.header_failures += 1;
+                        self.drop_bytes(1);
+                        return Scan::Failed(FrameError::HeaderCheck);
+                    }
+                    let len = usize::from(u16::from_le_bytes([l0, l1]));
+                    let max = max_body(N);
+                    if len > max {
+                        self.counters.oversize += 1;
+                        self.drop_bytes(1);
+                        return Scan::Failed(FrameError::Oversize { len, max });
+                    }
+                    self.checked = Some((kind, len));
+                    (kind, len)
+                }
             };
-            if crc16(&[kind, l0, l1]) != u16::from_le_bytes([h0, h1]) {
-                self.counters.header_failures += 1;
-                self.drop_bytes(1);
-                return Scan::Failed(FrameError::HeaderCheck);
-            }
-            let len = usize::from(u16::from_le_bytes([l0, l1]));
-            let max = max_body(N);
-            if len > max {
-                self.counters.oversize += 1;
-                self.drop_bytes(1);
-                return Scan::Failed(FrameError::Oversize { len, max });
-            }
             let total = frame_len(len);
             let Some(frame) = avail.get(..total) else {
+                self.need = total;
                 return Scan::NeedMore;
             };
             let (checked, check) = frame.split_at(total - TRAILER_LEN);

@@ -1,5 +1,5 @@
 //! The two checksums of a frame, computed with constant tables built at compile time (no
-//! dependency, 512 + 1024 bytes of read-only data).
+//! dependency, 512 + 4096 bytes of read-only data).
 //!
 //! * [`crc16`]: CRC-16/CCITT-FALSE (polynomial `0x1021`, initial value `0xFFFF`, not
 //!   reflected, no final XOR; check value `0x29B1` for `"123456789"`). It guards the
@@ -8,9 +8,14 @@
 //!   `0x04C11DB7` reflected, initial value and final XOR `0xFFFF_FFFF`; check value
 //!   `0xCBF4_3926`). It guards the whole frame after the sync marker.
 
-/// The CRC-32 table, one entry per byte value (reflected polynomial `0xEDB8_8320`).
-const CRC32_TABLE: [u32; 256] = {
-    let mut table = [0u32; 256];
+/// Bytes the CRC-32 takes per step: the slicing-by-4 method, four tables of 256 entries
+/// (4 KiB of read-only data), about three times the speed of one table.
+const SLICES: usize = 4;
+
+/// The CRC-32 tables: `CRC32_TABLES[0]` is the classic byte table (reflected polynomial
+/// `0xEDB8_8320`); `CRC32_TABLES[k][b]` is the CRC of byte `b` followed by `k` zero bytes.
+const CRC32_TABLES: [[u32; 256]; SLICES] = {
+    let mut tables = [[0u32; 256]; SLICES];
     let mut i = 0;
     while i < 256 {
         let mut c = i as u32;
@@ -23,10 +28,20 @@ const CRC32_TABLE: [u32; 256] = {
             };
             bit += 1;
         }
-        table[i] = c;
+        tables[0][i] = c;
         i += 1;
     }
-    table
+    let mut k = 1;
+    while k < SLICES {
+        let mut i = 0;
+        while i < 256 {
+            let prev = tables[k - 1][i];
+            tables[k][i] = (prev >> 8) ^ tables[0][(prev & 0xFF) as usize];
+            i += 1;
+        }
+        k += 1;
+    }
+    tables
 };
 
 /// The CRC-16/CCITT-FALSE table, one entry per byte value (polynomial `0x1021`).
@@ -82,10 +97,15 @@ impl Crc32 {
 
     /// Adds `bytes` to the checksum.
     pub fn update(&mut self, bytes: &[u8]) {
+        let [t0, t1, t2, t3] = &CRC32_TABLES;
         let mut crc = self.0;
-        for &b in bytes {
-            let index = usize::from((crc as u8) ^ b);
-            crc = CRC32_TABLE[index] ^ (crc >> 8);
+        let mut words = bytes.chunks_exact(SLICES);
+        for w in &mut words {
+            let [a, b, c, d] = (crc ^ u32::from_le_bytes([w[0], w[1], w[2], w[3]])).to_le_bytes();
+            crc = t3[usize::from(a)] ^ t2[usize::from(b)] ^ t1[usize::from(c)] ^ t0[usize::from(d)];
+        }
+        for &b in words.remainder() {
+            crc = t0[usize::from((crc as u8) ^ b)] ^ (crc >> 8);
         }
         self.0 = crc;
     }
