@@ -39,7 +39,7 @@ pub(crate) fn framing(c: &mut Criterion) {
         });
 
         let mut decoder: Box<Decoder<CAP>> = Box::new(Decoder::new());
-        let mut check = |d: &mut Decoder<CAP>, got: &mut usize| {
+        let check = |d: &mut Decoder<CAP>, got: &mut usize| {
             while let Some(r) = d.poll() {
                 *got += black_box(r.expect("a clean stream").body.len());
             }
