@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the core's benchmarks (Starling and its naive std references side by side, in one
-# process) and prints a table of medians and Starling/reference ratios from that run.
+# process) and prints a table of medians and Starling/reference ratios from that run, then
+# the framing throughput against a plain copy of the same bytes.
 #
 #   bash scripts/bench-core.sh [criterion args...]     e.g. --measurement-time 10
 set -euo pipefail
@@ -24,4 +25,13 @@ for case, n in tasks.items():
 print(f"{'benchmark':58} {'Starling':>10} {'naive std':>10} {'speed-up':>9}")
 for name, s, r in rows:
     print(f"{name:58} {s:8.1f} ns {r:8.1f} ns {r / s:8.2f}x")
+# Framing: 64 KiB of payload per iteration, against a copy of the same wire bytes.
+print()
+print(f"{'framing (64 KiB of payload)':40} {'median':>10} {'MB/s':>8} {'memcpy':>10} {'x memcpy':>9}")
+for body in (64, 1024, 4096):
+    wire = (65536 // body) * (body + 11)
+    m = median("framing", "memcpy", str(body))
+    for op in ("encode", "decode_chunks", "decode_bytes"):
+        t = median("framing", op, str(body))
+        print(f"{op + ', ' + str(body) + ' B frames':40} {t / 1e3:7.1f} us {wire / t * 1e3:8.0f} {m / 1e3:7.2f} us {t / m:8.1f}x")
 PY

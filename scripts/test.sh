@@ -46,14 +46,20 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p starling-core --all-targets --features defmt -- -D warnings
+cargo clippy -p starling-core --all-targets --features embedded-hal,defmt -- -D warnings
 step "rustdoc -D warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc -p starling-core -p starling-std --no-deps --quiet --features starling-core/embedded-hal,starling-std/embedded-hal
 
 # --- the core is no_std and allocation-free: build it for two bare-metal targets ------
 step "no_std builds of starling-core"
 cargo build -p starling-core --target thumbv7em-none-eabihf
 cargo build -p starling-core --target thumbv7em-none-eabihf --features defmt
 cargo build -p starling-core --target riscv32imac-unknown-none-elf
+# ... and so is its embedded link over an embedded-hal-nb serial port.
+cargo build -p starling-core --target thumbv7em-none-eabihf --features embedded-hal
+cargo build -p starling-core --target thumbv7em-none-eabihf --features embedded-hal,defmt
+cargo build -p starling-core --target riscv32imac-unknown-none-elf --features embedded-hal
 
 # --- tests ----------------------------------------------------------------------------
 step "cargo test (unit, property, agreement, delivery, doc tests)"
@@ -72,6 +78,11 @@ step "the main job (README): the ring on the in-process cluster, and on the simu
 cargo run --quiet --example ring -- 4 200
 cargo run --quiet --example ring -- 2 200 sync
 cargo run --quiet --example sim_ring
+
+step "the ring over a byte stream: two boards (the core's embedded link), a rank and a board"
+cargo run --quiet --example serial_ring -- 200 boards
+cargo run --quiet --example serial_ring -- 100 noisy
+cargo run --quiet --example serial_ring -- 100 rank
 
 step "the insert-task examples: stencil5 and cholesky check their results"
 cargo run --quiet --release --example stencil5 -- 4 32 32 3

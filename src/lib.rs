@@ -9,6 +9,9 @@
 //!   tasks of [`Codelet`]s with implicit dependencies, a worker pool, every
 //!   point-to-point call on a [`Context`], and [`run_local`], which runs an SPMD closure on
 //!   N ranks held in this process — the embedded default, no MPI needed;
+//! * [`serial`]: the protocol over `std` byte streams (a socket pair, TCP) — a
+//!   [`Transport`] for ranks, and the adapters that run the core's embedded link (the code
+//!   a board runs, `core::link`) in a thread;
 //! * [`sim`]: a seeded, deterministic cluster of bare protocol engines in one thread, with
 //!   MPI's per-pair message order, for protocol tests that replay from a seed;
 //! * [`comm_matrix`]: reads the ranks' communication statistics reports back into a
@@ -26,7 +29,7 @@ pub use starling_std::{
     Context, DataError, DataMut, DataRef, DriverMode, Handle, InProcess, InsertBuilder,
     InsertError, Inserted, Interface, PostBuild, RankConfig, RankRunner, RecvOpts, Request,
     RuntimeConfig, SendOpts, ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data,
-    interfaces, rank, run_fake, run_local, run_local_with, sim, transport,
+    interfaces, rank, run_fake, run_local, run_local_with, serial, sim, transport,
 };
 
 pub mod comm_matrix;

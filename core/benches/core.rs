@@ -6,6 +6,9 @@
 //! * `planner/*`: the task-insert planner for a 5-access stencil task and a Cholesky
 //!   GEMM task — [`insert::plan`] against a straightforward `std` planner with hash-set
 //!   caches and `Vec` outputs.
+//! * `framing/*`: frame encoding and decoding (in 4 KiB chunks, and byte by byte as a
+//!   UART delivers) of 64 KiB of payload in 64 B, 1 KiB and 4 KiB frames, against a plain
+//!   copy of the same bytes.
 //!
 //! Run: `cargo bench -p starling-core --bench core` (figures in `docs/performance.md`).
 
@@ -17,6 +20,8 @@ use starling_core::lists::Key;
 use starling_core::matcher::{Matcher, Unexpected, UnexpectedKind};
 use starling_core::{CommId, MsgId, Rank, ReqId, Tag};
 
+#[path = "core/framing.rs"]
+mod framing;
 #[path = "core/planner.rs"]
 mod planner;
 
@@ -115,5 +120,5 @@ fn matcher(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matcher, planner::planner);
+criterion_group!(benches, matcher, planner::planner, framing::framing);
 criterion_main!(benches);

@@ -41,6 +41,8 @@
 //! | [`select`] | node-selection policies (most-R-data, registered policies) |
 //! | [`insert`] | the task-insert planner |
 //! | [`stats`] | payload bytes and messages per peer |
+//! | [`framing`] | the protocol's messages as checked frames on a byte stream; the sans-IO [`framing::Decoder`] |
+//! | `link` | (feature `embedded-hal`) the engine driven over an `embedded-hal-nb` serial port to one peer |
 //!
 //! # The driving contract
 //!
@@ -65,6 +67,8 @@
 //!
 //! * `defmt` — derives `defmt::Format` on the public types, for logging on embedded
 //!   targets.
+//! * `embedded-hal` — the `link` module: the protocol to one peer over any
+//!   `embedded-hal-nb` serial port, polling paced by an `embedded-hal` delay.
 //!
 //! The crate builds for `thumbv7em-none-eabihf` and `riscv32imac-unknown-none-elf`
 //! (CI proves it). Minimum Rust version: 1.87.
@@ -76,7 +80,11 @@ pub mod cache;
 pub mod engine;
 pub mod envelope;
 pub mod error;
+pub mod framing;
 pub mod insert;
+#[cfg(feature = "embedded-hal")]
+#[cfg_attr(docsrs, doc(cfg(feature = "embedded-hal")))]
+pub mod link;
 pub mod lists;
 pub mod matcher;
 pub mod request;

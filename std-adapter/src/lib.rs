@@ -16,6 +16,10 @@
 //!   over, and [`InProcess`]: N ranks as threads of one process. [`run_local`] runs an SPMD
 //!   closure on such a cluster with no MPI installed — the embedded default.
 //!
+//! [`serial`] carries the protocol over `std` byte streams (a socket pair, TCP): a
+//! [`Transport`] over them, and — feature `embedded-hal` — the adapters that run the
+//! core's embedded link in a thread, to talk to a board or play one.
+//!
 //! [`sim`] is a different tool: a seeded, deterministic, single-threaded cluster of bare
 //! engines, for protocol tests that replay from a seed.
 //!
@@ -32,6 +36,7 @@ pub mod interfaces;
 mod pool;
 mod progress;
 pub mod rank;
+pub mod serial;
 pub mod sim;
 mod sync;
 mod task;
