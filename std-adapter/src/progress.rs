@@ -153,27 +153,19 @@ impl Shared {
 /// The sending end of a progression thread's inbox: counts the input, queues it and
 /// wakes the thread.
 pub(crate) struct InboxTx<W> {
-    tx: std::sync::Mutex<Sender<Input<W>>>,
+    tx: Sender<Input<W>>,
     shared: Arc<Shared>,
 }
 
 impl<W> InboxTx<W> {
     pub(crate) fn new(tx: Sender<Input<W>>, shared: Arc<Shared>) -> Self {
-        Self {
-            tx: std::sync::Mutex::new(tx),
-            shared,
-        }
+        Self { tx, shared }
     }
 
     /// Queues `input` and wakes the progression thread.
     pub(crate) fn send(&self, input: Input<W>) {
         self.shared.queued.fetch_add(1, Ordering::SeqCst);
-        let sent = self
-            .tx
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .send(input)
-            .is_ok();
+        let sent = self.tx.send(input).is_ok();
         if !sent {
             // The rank stopped: nobody will take it.
             self.shared.queued.fetch_sub(1, Ordering::SeqCst);
