@@ -36,6 +36,8 @@ pub struct Context {
     pub(crate) dist: Mutex<crate::distributed::DistState>,
     /// Fake rank mode: every communication is dropped.
     pub(crate) fake: AtomicBool,
+    /// Pending requests and collectives, for the hang explainer.
+    pub(crate) tracker: Arc<crate::hang::Tracker>,
 }
 
 impl core::fmt::Debug for Context {
@@ -333,6 +335,7 @@ impl Context {
             tag_base,
             dist: Mutex::new(crate::distributed::DistState::from_env()),
             fake: AtomicBool::new(false),
+            tracker: Arc::new(crate::hang::Tracker::new()),
         }
     }
 
@@ -555,6 +558,13 @@ impl Context {
             AccessMode::R
         };
         runtime.begin_request();
+        let ticket = self.tracker.begin(
+            crate::hang::Waiting::Send,
+            dest,
+            opts.comm,
+            tag,
+            Some(cell.id()),
+        );
         let access = vec![Access {
             cell: Arc::clone(&cell),
             mode,
@@ -570,22 +580,22 @@ impl Context {
                 args.priority = Priority(opts.priority);
                 args.sync = opts.sync;
                 let rt2 = rt.clone();
-                commands(Command::Send {
-                    args,
-                    bytes,
-                    done: Box::new(move |result| {
-                        if let Some(t) = opts.unlock {
-                            rt2.unlock_tag(t);
-                        }
-                        // Release the handle before waking the waiter, so that its next
-                        // access finds the handle free.
-                        if pedantic {
-                            rt2.complete(node);
-                        }
-                        done(result);
-                        rt2.end_request();
-                    }),
+                let finish: Done = Box::new(move |result| {
+                    if let Some(t) = opts.unlock {
+                        rt2.unlock_tag(t);
+                    }
+                    // Release the handle before waking the waiter, so that its next
+                    // access finds the handle free.
+                    if pedantic {
+                        rt2.complete(node);
+                    }
+                    done(result);
+                    rt2.end_request();
                 });
+                match ticket.start(finish) {
+                    Ok(done) => commands(Command::Send { args, bytes, done }),
+                    Err((finish, e)) => finish(Err(e)), // the rank gave up (watchdog)
+                }
                 if !pedantic {
                     rt.complete(node);
                 }
@@ -611,6 +621,13 @@ impl Context {
         let runtime = self.runtime.clone();
         let commands = Arc::clone(&self.commands);
         runtime.begin_request();
+        let ticket = self.tracker.begin(
+            crate::hang::Waiting::Recv,
+            source,
+            opts.comm,
+            tag,
+            Some(cell.id()),
+        );
         let access = if opts.sequential_consistency {
             vec![Access {
                 cell: Arc::clone(&cell),
@@ -625,20 +642,20 @@ impl Context {
             0,
             Box::new(move |node| {
                 let args = RecvArgs::new(opts.comm, source, tag, 0);
-                commands(Command::Recv {
-                    args,
-                    cell,
-                    done: Box::new(move |result| {
-                        if let Some(t) = opts.unlock {
-                            rt.unlock_tag(t);
-                        }
-                        // Release the handle before waking the waiter, so that its next
-                        // access finds the handle free.
-                        rt.complete(node);
-                        done(result);
-                        rt.end_request();
-                    }),
+                let finish: Done = Box::new(move |result| {
+                    if let Some(t) = opts.unlock {
+                        rt.unlock_tag(t);
+                    }
+                    // Release the handle before waking the waiter, so that its next
+                    // access finds the handle free.
+                    rt.complete(node);
+                    done(result);
+                    rt.end_request();
                 });
+                match ticket.start(finish) {
+                    Ok(done) => commands(Command::Recv { args, cell, done }),
+                    Err((finish, e)) => finish(Err(e)), // the rank gave up (watchdog)
+                }
             }),
         );
         Ok(())
@@ -939,13 +956,29 @@ impl Context {
     /// Blocks until every rank called `barrier` (`starpu_mpi_barrier`). It does not wait
     /// for this rank's pending requests (call [`Context::wait_for_all`] first for that);
     /// unlike the reference's, it never blocks the progression thread.
+    ///
+    /// While the graph-agreement check is on, the ranks first compare their task flows
+    /// ([`Context::check_agreement`]); a divergence is reported at shutdown and fails
+    /// every later insert. When the watchdog gives up on the job, it returns.
     pub fn barrier(&self) {
+        self.agreement_at_barrier();
         let (tx, rx) = mpsc::channel();
-        (self.commands)(Command::Barrier {
-            done: Box::new(move || {
-                let _ = tx.send(());
-            }),
+        let ticket = self.tracker.begin(
+            crate::hang::Waiting::Barrier,
+            self.rank,
+            CommId::WORLD,
+            Tag(0),
+            None,
+        );
+        let woken: Done = Box::new(move |_| {
+            let _ = tx.send(());
         });
+        match ticket.start(woken) {
+            Ok(done) => (self.commands)(Command::Barrier {
+                done: Box::new(move || done(Ok(()))),
+            }),
+            Err((woken, e)) => woken(Err(e)),
+        }
         let _ = rx.recv();
     }
 

@@ -21,11 +21,13 @@
 //! Concurrency goes through one private `sync` module so that `loom` can replace it.
 #![forbid(unsafe_code)]
 
+pub mod agreement;
 mod cluster;
 mod context;
 pub mod data;
 mod distributed;
 mod error;
+pub mod hang;
 pub mod interfaces;
 mod progress;
 pub mod rank;
@@ -34,6 +36,7 @@ mod sync;
 mod task;
 pub mod transport;
 
+pub use agreement::Divergence;
 pub use cluster::{ClusterConfig, run_fake, run_local, run_local_with};
 pub use context::{Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, TaskBuilder};
 pub use data::{DataError, DataMut, DataRef, Handle, Interface};

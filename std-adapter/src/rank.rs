@@ -38,6 +38,11 @@ pub struct RankConfig {
     /// The most sends in flight before ready sends wait, in priority order
     /// (`STARLING_MPI_NDETACHED_SEND`, default 10; 0 = no cap).
     pub max_inflight_sends: u32,
+    /// Fold every insert into a digest and compare the ranks' digests at
+    /// `mpi_wait_for_all` and barriers: the graph-agreement check
+    /// ([`Context::check_agreement`]). On by default in debug builds, off in release;
+    /// `STARLING_CHECK_AGREEMENT=0/1` overrides it. Every rank must use the same setting.
+    pub check_agreement: bool,
 }
 
 impl Default for RankConfig {
@@ -50,6 +55,7 @@ impl Default for RankConfig {
             pedantic_isend: false,
             priorities: true,
             max_inflight_sends: 10,
+            check_agreement: cfg!(debug_assertions),
         }
     }
 }
@@ -58,7 +64,8 @@ impl RankConfig {
     /// The defaults, overridden by the environment: `STARLING_NCPU`,
     /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
     /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
-    /// `STARLING_MPI_NDETACHED_SEND`. A flag is on when set to anything but empty or `0`.
+    /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_CHECK_AGREEMENT`. A flag is on when set to
+    /// anything but empty or `0`.
     pub fn from_env() -> Self {
         let mut c = Self {
             runtime: RuntimeConfig::from_env(),
@@ -74,6 +81,9 @@ impl RankConfig {
             .and_then(|v| v.parse().ok())
         {
             c.max_inflight_sends = n;
+        }
+        if let Ok(v) = std::env::var("STARLING_CHECK_AGREEMENT") {
+            c.check_agreement = !v.is_empty() && v != "0";
         }
         c
     }
@@ -217,6 +227,7 @@ impl RankRunner {
             config.pedantic_isend,
             config.communication_tag,
         );
+        lock(&ctx.dist).agreement.enabled = config.check_agreement;
         Ok(Self {
             ctx,
             runtime,
@@ -242,6 +253,18 @@ impl RankRunner {
 
     pub(crate) fn runtime(&self) -> &Runtime {
         &self.runtime
+    }
+
+    /// A handle on this rank for a watchdog ([`crate::hang::Watchdog`]): its activity,
+    /// its pending requests, and giving up on them.
+    pub fn probe(&self) -> crate::hang::Probe {
+        crate::hang::Probe::new(
+            self.ctx.rank,
+            self.ctx.size,
+            Arc::clone(&self.ctx.tracker),
+            self.runtime.clone(),
+            Arc::clone(&self.ctx.commands),
+        )
     }
 
     /// What the rank leaves behind, one line each: messages never received, requests
