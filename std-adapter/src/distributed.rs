@@ -62,7 +62,7 @@ pub enum InsertError {
     /// insert where they differ and what each rank saw there. Every later insert and
     /// check fails with it too: fix the flow (a branch on the rank, a tag or owner that
     /// differs between ranks, a policy that answers differently).
-    #[error("the ranks' task flows diverged: {0}")]
+    #[error("{0}")]
     Diverged(Box<crate::agreement::Divergence>),
 }
 

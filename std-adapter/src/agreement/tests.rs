@@ -153,3 +153,60 @@ fn an_auto_executor_next_to_temporary_data_is_not_recorded() {
     };
     assert_eq!(digest(Some(Executor::Rank(Rank(1)))), digest(None));
 }
+
+/// The point-to-point exchange (what MPI uses) on the in-process cluster: the board is
+/// taken away, so the ranks exchange on the reserved tags, with synchronous sends.
+#[test]
+fn the_point_to_point_exchange_agrees_then_finds_a_divergence_and_leaves_nothing_behind() {
+    use crate::interfaces::Variable;
+    use crate::{ClusterConfig, RuntimeConfig, run_local_with};
+    let config = ClusterConfig {
+        runtime: RuntimeConfig {
+            workers: 1,
+            disable_kernels: false,
+        },
+        check_agreement: true,
+        ..ClusterConfig::default()
+    };
+    let out = run_local_with(3, config, |ctx| {
+        lock(&ctx.dist).agreement.board = None;
+        let x = ctx
+            .register_owned(Tag(1), Owner::Rank(Rank(0)), || Variable::new(0u32))
+            .unwrap();
+        let step = Codelet::empty("step");
+        for _ in 0..4 {
+            ctx.insert(&step).rw(&x).submit().unwrap();
+        }
+        ctx.barrier();
+        let agreed = ctx.check_agreement();
+        let early = ctx.early_messages();
+        let name = if ctx.rank() == Rank(2) { "odd" } else { "step" };
+        ctx.insert(&Codelet::empty(name)).rw(&x).submit().unwrap();
+        let diverged = ctx.mpi_wait_for_all();
+        ctx.wait_for_all();
+        (agreed, early, diverged)
+    })
+    .expect("the exchange leaves no request or message behind");
+    let mut messages = Vec::new();
+    for (agreed, early, diverged) in out {
+        assert_eq!(agreed, Ok(()));
+        assert_eq!(early, 0, "synchronous sends create no early data");
+        let Err(crate::InsertError::Diverged(d)) = diverged else {
+            panic!("expected a divergence, got {diverged:?}");
+        };
+        assert_eq!(d.insert, Some(5));
+        assert!(
+            d.message.contains("they agreed up to insert #4"),
+            "{}",
+            d.message
+        );
+        assert!(
+            d.message
+                .contains("rank 2 saw odd(tag 1 RW of rank 0) on rank 0"),
+            "{}",
+            d.message
+        );
+        messages.push(d.message);
+    }
+    assert!(messages.windows(2).all(|w| w[0] == w[1]));
+}
