@@ -730,3 +730,48 @@ pub(crate) fn stalled(explanation: &str) -> CommError {
 
 #[cfg(test)]
 mod tests;
+
+// ----- report files ----------------------------------------------------------------------
+
+/// The file a rank's report is written to in a hang directory.
+pub fn report_path(dir: &std::path::Path, rank: Rank) -> std::path::PathBuf {
+    dir.join(format!("rank{}.txt", rank.0))
+}
+
+/// Writes `report` into `dir` (created if needed) as `rank<N>.txt`, atomically: readers
+/// see the whole report or none.
+///
+/// # Errors
+/// The I/O error that stopped it.
+pub fn write_report(dir: &std::path::Path, report: &RankReport) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let path = report_path(dir, report.rank);
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, report.to_text())?;
+    std::fs::rename(&tmp, &path)
+}
+
+/// Reads the reports of ranks `0..size` found in `dir` (missing files are skipped); a
+/// file that is not a report of that rank in a world of `size` is named in the second
+/// list instead.
+pub fn read_reports(dir: &std::path::Path, size: u32) -> (Vec<RankReport>, Vec<String>) {
+    let mut reports = Vec::new();
+    let mut bad = Vec::new();
+    for r in 0..size {
+        let path = report_path(dir, Rank(r));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        match RankReport::parse(&text) {
+            Ok(rep) if rep.rank == Rank(r) && rep.size == size => reports.push(rep),
+            Ok(rep) => bad.push(format!(
+                "{}: a report of rank {} of {} (stale?)",
+                path.display(),
+                rep.rank.0,
+                rep.size
+            )),
+            Err(e) => bad.push(format!("{}: {e}", path.display())),
+        }
+    }
+    (reports, bad)
+}
