@@ -12,7 +12,9 @@
 //!   `pruned` (the example's rule: the handbook's test, then the cache test),
 //!   `pruned_handbook` (the handbook's test alone, valid here: the distribution is fixed)
 //!   and the baseline `test_only` (the same loop evaluating the handbook's test, with no
-//!   insert at all: the floor of any pruned submission).
+//!   insert at all: the floor of any pruned submission). `unpruned_checked` is
+//!   `unpruned` with the graph-agreement check on (every insert folded into the rank's
+//!   digest and kept in its ring; off by default in release builds): its cost.
 //! * `cholesky/*`: the tiled Cholesky (`examples/cholesky.rs`, n = 2048, nb = 256) on 1, 2
 //!   and 4 in-process ranks with 1 worker each; one iteration is one factorization, timed
 //!   on rank 0 between two barriers (registration and the cluster's start-up excluded).
@@ -119,14 +121,16 @@ fn stencil(c: &mut Criterion) {
         group.sampling_mode(SamplingMode::Flat);
         group.sample_size(10);
         group.throughput(Throughput::Elements(tasks));
-        for (name, pruning) in [
-            ("unpruned", Pruning::Off),
-            ("pruned", Pruning::Safe),
-            ("pruned_handbook", Pruning::Handbook),
+        for (name, pruning, checked) in [
+            ("unpruned", Pruning::Off, false),
+            ("unpruned_checked", Pruning::Off, true),
+            ("pruned", Pruning::Safe, false),
+            ("pruned_handbook", Pruning::Handbook, false),
         ] {
             let p = Params { pruning, ..base };
             group.bench_function(BenchmarkId::new(name, &case), |b| {
                 let grid = grid();
+                ctx.set_check_agreement(checked);
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
@@ -141,6 +145,7 @@ fn stencil(c: &mut Criterion) {
                     }
                     total
                 });
+                ctx.set_check_agreement(false);
             });
         }
         group.bench_function(BenchmarkId::new("test_only", &case), |b| {

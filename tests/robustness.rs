@@ -262,3 +262,36 @@ fn owners_and_executors_outside_the_world_are_refused() {
         assert!(matches!(exec, Err(InsertError::Plan(_))), "{exec:?}");
     }
 }
+
+#[test]
+fn tags_the_runtime_keeps_for_itself_are_refused_at_the_call() {
+    let out = run_local_with(2, config(), |ctx| {
+        let h = ctx.register(Variable::new(1u32));
+        let peer = Rank(1 - ctx.rank().0);
+        let reserved = Tag(i64::MIN + 1); // the agreement check's
+        (
+            ctx.isend(&h, peer, reserved).map(drop),
+            ctx.irecv_detached(&h, peer, Tag(i64::MIN), |_| {}),
+            ctx.mpi_register(&h, Tag(i64::MIN + 15), Owner::Rank(Rank(0))),
+            // The first tag below them is the application's.
+            ctx.mpi_register(&h, Tag(i64::MIN + 16), Owner::Rank(Rank(0))),
+        )
+    })
+    .expect("a clean shutdown: nothing was posted");
+    for (send, recv, reg, ok) in out {
+        assert_eq!(
+            send,
+            Err(CommError::ReservedTag {
+                tag: Tag(i64::MIN + 1)
+            })
+        );
+        assert_eq!(recv, Err(CommError::ReservedTag { tag: Tag(i64::MIN) }));
+        assert_eq!(
+            reg,
+            Err(InsertError::Comm(CommError::ReservedTag {
+                tag: Tag(i64::MIN + 15)
+            }))
+        );
+        assert_eq!(ok, Ok(()));
+    }
+}

@@ -38,10 +38,13 @@ use crate::task::Codelet;
 /// How many inserts each rank keeps to name the first divergent one.
 pub const RING: usize = 1024;
 
-/// The tag of the agreement check's messages to rank 0 (reserved: user tags are
-/// non-negative).
+/// The user tags the runtime keeps for its own messages: point-to-point calls and
+/// registrations refuse them ([`CommError::ReservedTag`]).
+pub const RESERVED_TAGS: core::ops::RangeInclusive<i64> = i64::MIN..=i64::MIN + 15;
+
+/// The tag of the agreement check's messages to rank 0 (in [`RESERVED_TAGS`]).
 pub const GATHER_TAG: Tag = Tag(i64::MIN + 1);
-/// The tag of the agreement check's messages from rank 0.
+/// The tag of the agreement check's messages from rank 0 (in [`RESERVED_TAGS`]).
 pub const BCAST_TAG: Tag = Tag(i64::MIN + 2);
 
 /// The longest description of an insert kept for a report.
@@ -668,6 +671,18 @@ impl Context {
     /// rank never came, and the watchdog gave up: [`CommError::Stalled`]).
     pub fn check_agreement(&self) -> Result<(), crate::InsertError> {
         self.agreement_check("check_agreement")
+    }
+
+    /// Switches the graph-agreement check on or off from here on
+    /// ([`crate::RankConfig::check_agreement`] sets it at start). Every rank must switch
+    /// at the same point of the flow: the inserts made while it is off are not recorded.
+    pub fn set_check_agreement(&self, on: bool) {
+        lock(&self.dist).agreement.enabled = on;
+    }
+
+    /// Whether the graph-agreement check is on.
+    pub fn check_agreement_enabled(&self) -> bool {
+        lock(&self.dist).agreement.enabled
     }
 
     /// The check at `at`; does nothing on one rank or in a fake world.

@@ -533,6 +533,14 @@ impl Context {
         Ok(())
     }
 
+    /// Refuses the tags the runtime keeps for itself ([`crate::agreement::RESERVED_TAGS`]).
+    pub(crate) fn check_user_tag(&self, tag: Tag) -> Result<(), CommError> {
+        if crate::agreement::RESERVED_TAGS.contains(&tag.0) {
+            return Err(CommError::ReservedTag { tag });
+        }
+        Ok(())
+    }
+
     /// Posts a send of `cell` once its earlier writers are done; `done` runs on the
     /// progression thread when the request completes.
     pub(crate) fn post_send(
@@ -696,7 +704,8 @@ impl Context {
     /// Starts a send of `h` to `dest` with `tag` and options; wait on the request.
     ///
     /// # Errors
-    /// [`CommError::RankOutOfRange`] for a destination outside the world.
+    /// [`CommError::RankOutOfRange`] for a destination outside the world;
+    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself.
     pub fn isend_with<I: Interface>(
         &self,
         h: &Handle<I>,
@@ -705,6 +714,7 @@ impl Context {
         opts: SendOpts,
     ) -> Result<Request, CommError> {
         self.check_rank(dest)?;
+        self.check_user_tag(tag)?;
         let (req, done) = self.request(format!(
             "send of {} to {dest} with {tag} from {}",
             h.id(),
@@ -766,6 +776,7 @@ impl Context {
         opts: SendOpts,
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
+        self.check_user_tag(tag)?;
         let callback = self.guarded(format!("send of {} to {dest} with {tag}", h.id()), callback);
         self.post_send(h.erased(), dest, tag, opts, callback)
     }
@@ -806,15 +817,17 @@ impl Context {
     /// (`starpu_mpi_isend_array_detached_unlock_tag`).
     ///
     /// # Errors
-    /// [`CommError::RankOutOfRange`] for any destination outside the world (then nothing
+    /// [`CommError::RankOutOfRange`] for any destination outside the world, or
+    /// [`CommError::ReservedTag`] for any reserved tag (then nothing
     /// is sent).
     pub fn isend_array_detached_unlock_tag(
         &self,
         sends: &[(AnyHandle, Rank, Tag)],
         unlock: TaskTag,
     ) -> Result<(), CommError> {
-        for (_, dest, _) in sends {
+        for (_, dest, tag) in sends {
             self.check_rank(*dest)?;
+            self.check_user_tag(*tag)?;
         }
         let all = self.countdown(sends.len(), unlock);
         for (h, dest, tag) in sends {
@@ -833,7 +846,8 @@ impl Context {
     /// Starts a receive into `h` from `source` with `tag` and options.
     ///
     /// # Errors
-    /// [`CommError::RankOutOfRange`] for a source outside the world.
+    /// [`CommError::RankOutOfRange`] for a source outside the world;
+    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself.
     pub fn irecv_with<I: Interface>(
         &self,
         h: &Handle<I>,
@@ -842,6 +856,7 @@ impl Context {
         opts: RecvOpts,
     ) -> Result<Request, CommError> {
         self.check_rank(source)?;
+        self.check_user_tag(tag)?;
         let (req, done) = self.request(format!(
             "receive into {} from {source} with {tag} on {}",
             h.id(),
@@ -890,6 +905,7 @@ impl Context {
         opts: RecvOpts,
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
+        self.check_user_tag(tag)?;
         let callback = self.guarded(
             format!("receive into {} from {source} with {tag}", h.id()),
             callback,
@@ -915,15 +931,17 @@ impl Context {
     /// completed (`starpu_mpi_irecv_array_detached_unlock_tag`).
     ///
     /// # Errors
-    /// [`CommError::RankOutOfRange`] for any source outside the world (then nothing is
+    /// [`CommError::RankOutOfRange`] for any source outside the world, or
+    /// [`CommError::ReservedTag`] for any reserved tag (then nothing is
     /// received).
     pub fn irecv_array_detached_unlock_tag(
         &self,
         recvs: &[(AnyHandle, Rank, Tag)],
         unlock: TaskTag,
     ) -> Result<(), CommError> {
-        for (_, source, _) in recvs {
+        for (_, source, tag) in recvs {
             self.check_rank(*source)?;
+            self.check_user_tag(*tag)?;
         }
         let all = self.countdown(recvs.len(), unlock);
         for (h, source, tag) in recvs {

@@ -845,7 +845,8 @@ impl Context {
     ///
     /// # Errors
     /// [`CommError::TagInUse`] when another live handle of this rank has `tag`;
-    /// [`CommError::RankOutOfRange`] for an owner outside the world.
+    /// [`CommError::RankOutOfRange`] for an owner outside the world;
+    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself.
     pub fn mpi_register<I: Interface>(
         &self,
         h: &Handle<I>,
@@ -869,6 +870,7 @@ impl Context {
         if let Owner::Rank(r) = owner {
             self.check_rank(r)?;
         }
+        self.check_user_tag(tag)?;
         self.set_tag(h, tag)?;
         let mut dist = lock(&self.dist);
         dist.info.insert(h.id(), MpiInfo { tag, owner, comm });
