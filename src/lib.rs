@@ -28,6 +28,7 @@ pub use starling_std::{
     ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data, interfaces, rank, run_fake,
     run_local, run_local_with, sim, transport,
 };
+pub use starling_std::{Divergence, agreement, hang};
 
 pub mod comm_matrix;
 

@@ -427,3 +427,44 @@ fn a_peer_that_dies_leaves_an_explanation_not_a_hang() {
         "{got:?}"
     );
 }
+
+#[test]
+fn hang_explain_merges_a_directory_of_reports() {
+    use starling::core::CommId;
+    use starling::core::request::State;
+    use starling::hang::{Pending, RankReport, Stage, Waiting};
+    let dir = std::env::temp_dir().join(format!("starling-hang-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let waits = |rank: u32, peer: u32, tag: i64| RankReport {
+        rank: Rank(rank),
+        size: 2,
+        pending: vec![Pending {
+            kind: Waiting::Recv,
+            peer: Rank(peer),
+            comm: CommId::WORLD,
+            tag: Tag(tag),
+            data: None,
+            stage: Stage::Engine(State::AwaitingEnvelope),
+            age: Duration::from_secs(3),
+        }],
+        orphans: vec![],
+    };
+    starling::hang::write_report(&dir, &waits(0, 1, 17)).unwrap();
+    starling::hang::write_report(&dir, &waits(1, 0, 5)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hang-explain"))
+        .arg(&dir)
+        .output()
+        .expect("hang-explain runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(
+        text.lines().next(),
+        Some("deadlock: rank 0 waits for rank 1, which waits for rank 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rank 0 waits for tag 17 from rank 1 (for 3.0 s); rank 1 never sent it: it is itself waiting for tag 5 from rank 0"),
+        "{text}"
+    );
+}

@@ -751,6 +751,24 @@ pub fn write_report(dir: &std::path::Path, report: &RankReport) -> std::io::Resu
     std::fs::rename(&tmp, &path)
 }
 
+/// Reads every report of a rank below `max` found in `dir`, whatever world it names
+/// (to learn a job's size); unreadable files are named in the second list.
+pub fn read_reports_any(dir: &std::path::Path, max: u32) -> (Vec<RankReport>, Vec<String>) {
+    let mut reports = Vec::new();
+    let mut bad = Vec::new();
+    for r in 0..max {
+        let path = report_path(dir, Rank(r));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        match RankReport::parse(&text) {
+            Ok(rep) => reports.push(rep),
+            Err(e) => bad.push(format!("{}: {e}", path.display())),
+        }
+    }
+    (reports, bad)
+}
+
 /// Reads the reports of ranks `0..size` found in `dir` (missing files are skipped); a
 /// file that is not a report of that rank in a world of `size` is named in the second
 /// list instead.
