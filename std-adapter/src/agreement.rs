@@ -76,13 +76,36 @@ pub struct Divergence {
     pub message: String,
 }
 
-/// One kept insert.
+/// How many accesses of an insert are kept to describe it.
+const KEPT_ACCESSES: usize = 8;
+/// The most distinct codelet names kept to describe inserts.
+const NAMES_MAX: usize = 1 << 16;
+
+/// One kept access: its tag and mode, and its owner (`u32::MAX`: per node; `u32::MAX -
+/// 1`: a temporary datum, tag unknown).
+#[derive(Clone, Copy)]
+struct Kept {
+    tag: i64,
+    owner: u32,
+    mode: AccessMode,
+}
+
+const PER_NODE: u32 = u32::MAX;
+const TEMPORARY: u32 = u32::MAX - 1;
+
+/// One kept insert: compact and inline (the ring is written at every insert, so it is
+/// kept small and allocation-free once full).
 struct Entry {
     index: u64,
     digest: u64,
     running: u64,
-    codelet: Codelet,
-    accesses: Vec<(Option<(Tag, Owner)>, AccessMode)>,
+    /// Index into [`Agreement::names`]; `u32::MAX` when the table was full.
+    name: u32,
+    /// The first accesses; `kept` of them are set.
+    accesses: [Kept; KEPT_ACCESSES],
+    kept: u8,
+    /// Accesses beyond the kept ones.
+    more: u32,
     options: Options,
     executor: Option<Executor>,
 }
@@ -103,6 +126,11 @@ pub(crate) struct Agreement {
     round: u64,
     /// The in-process cluster's shared board; `None`: point-to-point messages.
     pub(crate) board: Option<Arc<Board>>,
+    /// Codelet names of kept inserts, and their index.
+    names: Vec<String>,
+    name_index: HashMap<String, u32>,
+    /// The name of the last insert (the common case: the same codelet again).
+    last_name: u32,
 }
 
 impl Agreement {
@@ -117,7 +145,31 @@ impl Agreement {
             diverged: None,
             round: 0,
             board: None,
+            names: Vec::new(),
+            name_index: HashMap::new(),
+            last_name: u32::MAX,
         }
+    }
+
+    /// The index of codelet name `name` in the names table.
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(n) = self.names.get(self.last_name as usize) {
+            if n == name {
+                return self.last_name;
+            }
+        }
+        let i = match self.name_index.get(name) {
+            Some(&i) => i,
+            None if self.names.len() < NAMES_MAX => {
+                let i = self.names.len() as u32;
+                self.names.push(name.to_owned());
+                self.name_index.insert(name.to_owned(), i);
+                i
+            }
+            None => return u32::MAX,
+        };
+        self.last_name = i;
+        i
     }
 
     /// Folds one insert into the running digest and keeps it. `accesses` are the
@@ -149,31 +201,45 @@ impl Agreement {
         );
         self.count += 1;
         self.running = chain(self.running, self.count, digest);
-        let slot = if self.ring.len() < RING {
-            self.ring.push(Entry {
-                index: 0,
-                digest: 0,
-                running: 0,
-                codelet: codelet.clone(),
-                accesses: Vec::new(),
-                options: *options,
-                executor,
-            });
-            self.ring.len() - 1
-        } else {
-            let s = self.head;
-            self.head = (self.head + 1) % RING;
-            s
+        let name = self.intern(codelet.name());
+        let mut kept = [Kept {
+            tag: 0,
+            owner: 0,
+            mode: AccessMode::empty(),
+        }; KEPT_ACCESSES];
+        let mut n = 0;
+        let mut more = 0;
+        for (a, mode) in accesses {
+            let (tag, owner) = match a {
+                Some((tag, Owner::Rank(r))) => (tag.0, r.0),
+                Some((tag, Owner::PerNode)) => (tag.0, PER_NODE),
+                None => (0, TEMPORARY),
+            };
+            match kept.get_mut(n) {
+                Some(k) => {
+                    *k = Kept { tag, owner, mode };
+                    n += 1;
+                }
+                None => more += 1,
+            }
+        }
+        let entry = Entry {
+            index: self.count,
+            digest,
+            running: self.running,
+            name,
+            accesses: kept,
+            kept: n as u8,
+            more,
+            options: *options,
+            executor,
         };
-        let e = &mut self.ring[slot];
-        e.index = self.count;
-        e.digest = digest;
-        e.running = self.running;
-        e.codelet.clone_from(codelet);
-        e.accesses.clear();
-        e.accesses.extend(accesses);
-        e.options = *options;
-        e.executor = executor;
+        if self.ring.len() < RING {
+            self.ring.push(entry);
+        } else {
+            self.ring[self.head] = entry;
+            self.head = (self.head + 1) % RING;
+        }
     }
 
     /// The kept inserts after the last agreed one, oldest first, serialised.
@@ -187,7 +253,7 @@ impl Agreement {
             put(&mut out, e.index);
             put(&mut out, e.digest);
             put(&mut out, e.running);
-            let mut d = describe(e);
+            let mut d = describe(e, &self.names);
             if d.len() > DESCRIPTION_MAX {
                 let mut cut = DESCRIPTION_MAX;
                 while !d.is_char_boundary(cut) {
@@ -231,24 +297,25 @@ fn mode_text(mode: AccessMode) -> String {
     s
 }
 
-/// An insert in one line: `gemm(tag 1 R, tag 3 RW) on rank 1`.
-fn describe(e: &Entry) -> String {
-    let mut s = format!("{}(", e.codelet.name());
-    for (i, (a, mode)) in e.accesses.iter().enumerate() {
+/// An insert in one line: `gemm(tag 1 R of rank 0, tag 3 RW of rank 1) on rank 1`.
+fn describe(e: &Entry, names: &[String]) -> String {
+    let name = names
+        .get(e.name as usize)
+        .map_or("<codelet>", String::as_str);
+    let mut s = format!("{name}(");
+    for (i, k) in e.accesses[..usize::from(e.kept)].iter().enumerate() {
         if i > 0 {
             s.push_str(", ");
         }
-        match a {
-            Some((tag, Owner::Rank(r))) => {
-                let _ = write!(s, "tag {} {} of rank {}", tag.0, mode_text(*mode), r.0);
-            }
-            Some((tag, Owner::PerNode)) => {
-                let _ = write!(s, "tag {} {} per node", tag.0, mode_text(*mode));
-            }
-            None => {
-                let _ = write!(s, "temporary {}", mode_text(*mode));
-            }
-        }
+        let mode = mode_text(k.mode);
+        let _ = match k.owner {
+            TEMPORARY => write!(s, "temporary {mode}"),
+            PER_NODE => write!(s, "tag {} {mode} per node", k.tag),
+            r => write!(s, "tag {} {mode} of rank {r}", k.tag),
+        };
+    }
+    if e.more > 0 {
+        let _ = write!(s, ", … {} more", e.more);
     }
     s.push(')');
     match e.executor {

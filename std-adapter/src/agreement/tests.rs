@@ -210,3 +210,25 @@ fn the_point_to_point_exchange_agrees_then_finds_a_divergence_and_leaves_nothing
     }
     assert!(messages.windows(2).all(|w| w[0] == w[1]));
 }
+
+#[test]
+fn an_insert_with_many_accesses_is_described_with_the_first_ones() {
+    let mut a = Agreement::new(true);
+    let accesses: Vec<_> = (0..10)
+        .map(|i| (Some((Tag(i), Owner::PerNode)), AccessMode::R))
+        .collect();
+    a.record(
+        &Codelet::empty("wide"),
+        accesses.iter().copied(),
+        &Options::default(),
+        Some(Executor::PerNode),
+    );
+    let r = RankRing::parse(&a.ring_bytes()).unwrap();
+    assert!(
+        r.items[0]
+            .3
+            .ends_with("tag 7 R per node, … 2 more) on every rank"),
+        "{}",
+        r.items[0].3
+    );
+}
