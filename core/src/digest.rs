@@ -127,6 +127,12 @@ pub enum DigestAccess {
 /// `executor` is `None` when it is not to be recorded: for a task whose executor depends
 /// on temporary data ([`Execute::Auto`] with a [`DigestAccess::Temporary`] access), ranks
 /// that do not know the datum cannot compute it (`plan.executor` is `None` there).
+///
+/// The fields are packed into words without overlap (so the packing is injective): per
+/// access its tag, then `temporary << 63 | per_node << 62 | mode << 32 | owner rank`;
+/// then the number of accesses; `kind << 62 | rank or index` for the requested
+/// execution; `has_policy << 63 | policy << 40 | ssend << 32 | priority` for the options;
+/// `kind << 62 | rank` for the executor.
 #[must_use]
 pub fn insert_digest(
     name: &[u8],
@@ -134,58 +140,42 @@ pub fn insert_digest(
     options: &Options,
     executor: Option<Executor>,
 ) -> u64 {
+    const LOW62: u64 = (1 << 62) - 1;
     let mut d = Digest::new();
     d.bytes(name);
     let mut n = 0u64;
     for a in accesses {
         n += 1;
-        match a {
+        let (tag, word) = match a {
             DigestAccess::Datum { mode, tag, owner } => {
-                d.u64(0);
-                d.u64(u64::from(mode.bits()));
-                d.i64(tag.0);
-                owner_words(&mut d, owner);
+                let owner = match owner {
+                    Owner::Rank(r) => u64::from(r.0),
+                    Owner::PerNode => 1 << 62,
+                };
+                (tag.0, owner | u64::from(mode.bits()) << 32)
             }
-            DigestAccess::Temporary { mode } => {
-                d.u64(1);
-                d.u64(u64::from(mode.bits()));
-            }
-        }
+            DigestAccess::Temporary { mode } => (0, 1 << 63 | u64::from(mode.bits()) << 32),
+        };
+        d.i64(tag);
+        d.u64(word);
     }
     d.u64(n);
-    match options.execute {
-        Execute::Auto => d.u64(0),
-        Execute::OnNode(r) => {
-            d.u64(1);
-            d.u64(u64::from(r.0));
-        }
-        Execute::OnData(i) => {
-            d.u64(2);
-            d.u64(i as u64);
-        }
-    }
-    d.u64(options.policy.map_or(u64::MAX, |p| u64::from(p.0)));
-    d.i64(i64::from(options.priority.0));
-    d.bool(options.ssend);
-    match executor {
-        None => d.u64(0),
-        Some(Executor::Rank(r)) => {
-            d.u64(1);
-            d.u64(u64::from(r.0));
-        }
-        Some(Executor::PerNode) => d.u64(2),
-    }
+    d.u64(match options.execute {
+        Execute::Auto => 0,
+        Execute::OnNode(r) => 1 << 62 | u64::from(r.0),
+        Execute::OnData(i) => 2 << 62 | (i as u64 & LOW62),
+    });
+    d.u64(
+        options.policy.map_or(0, |p| 1 << 63 | u64::from(p.0) << 40)
+            | u64::from(options.ssend) << 32
+            | u64::from(options.priority.0 as u32),
+    );
+    d.u64(match executor {
+        None => 0,
+        Some(Executor::Rank(r)) => 1 << 62 | u64::from(r.0),
+        Some(Executor::PerNode) => 2 << 62,
+    });
     d.finish()
-}
-
-fn owner_words(d: &mut Digest, owner: Owner) {
-    match owner {
-        Owner::Rank(r) => {
-            d.u64(0);
-            d.u64(u64::from(r.0));
-        }
-        Owner::PerNode => d.u64(1),
-    }
 }
 
 /// The running digest after insert number `index` (counted from 1) with digest

@@ -176,10 +176,6 @@ impl Quiesce {
     }
 }
 
-fn config_ranks(q: &Quiesce) -> u32 {
-    q.ranks
-}
-
 /// Runs `f` as an SPMD program on `ranks` ranks held in this process (the embedded
 /// default: no MPI needed), with the configuration from the environment.
 ///
@@ -365,7 +361,7 @@ where
         )
     });
     let mut results = Vec::new();
-    let mut leftovers = core::mem::take(&mut *lock(&quiesce.fired));
+    let mut leftovers = Vec::new();
     let mut panic = None;
     for t in threads {
         match t.join() {
@@ -379,6 +375,7 @@ where
     if let Some(w) = watchdog {
         w.stop();
     }
+    // What the watchdog found comes first.
     leftovers.splice(0..0, core::mem::take(&mut *lock(&quiesce.fired)));
     if let Some(p) = panic {
         std::panic::resume_unwind(p);
@@ -457,7 +454,7 @@ where
     quiesce.rendezvous.wait();
     if explain && rank.0 == 0 {
         let reports = lock(&quiesce.reports);
-        let why = hang::explain(config_ranks(quiesce), &reports);
+        let why = hang::explain(quiesce.ranks, &reports);
         leftovers.splice(0..0, why.into_iter().map(|w| format!("why: {w}")));
     }
     runner.stop();

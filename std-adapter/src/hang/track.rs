@@ -1,7 +1,6 @@
 //! Keeping track of a rank's pending requests, and the watchdog that watches them.
 
 use core::time::Duration;
-use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -18,6 +17,8 @@ use crate::task::Runtime;
 
 /// One tracked item.
 struct Entry {
+    /// Its submission number (orders the report; tells a reused slot apart).
+    id: u64,
     kind: Waiting,
     peer: Rank,
     comm: CommId,
@@ -28,13 +29,31 @@ struct Entry {
     done: Option<Done>,
 }
 
+/// A slab of entries: no allocation once warm, O(1) in and out.
 #[derive(Default)]
 struct Table {
     next: u64,
-    /// By submission order.
-    entries: BTreeMap<u64, Entry>,
+    slots: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    live: usize,
     /// Set by [`Tracker::abandon`]: the rank gave up, later requests fail at once.
     abandoned: Option<Arc<str>>,
+}
+
+impl Table {
+    fn get_mut(&mut self, slot: usize, id: u64) -> Option<&mut Entry> {
+        self.slots
+            .get_mut(slot)
+            .and_then(Option::as_mut)
+            .filter(|e| e.id == id)
+    }
+
+    fn remove(&mut self, slot: usize, id: u64) -> Option<Entry> {
+        self.get_mut(slot, id)?;
+        self.free.push(slot);
+        self.live -= 1;
+        self.slots[slot].take()
+    }
 }
 
 /// A rank's pending requests and collectives, with their age, for the hang explainer.
@@ -50,6 +69,7 @@ pub(crate) struct Tracker {
 /// A tracked item, from its submission until it is handed over.
 pub(crate) struct Ticket {
     tracker: Arc<Tracker>,
+    slot: usize,
     id: u64,
 }
 
@@ -70,35 +90,46 @@ impl Tracker {
         tag: Tag,
         data: Option<DataId>,
     ) -> Ticket {
+        let posted = Instant::now();
         let mut t = lock(&self.table);
         let id = t.next;
         t.next += 1;
-        t.entries.insert(
+        let entry = Entry {
             id,
-            Entry {
-                kind,
-                peer,
-                comm,
-                tag,
-                data,
-                posted: Instant::now(),
-                done: None,
-            },
-        );
+            kind,
+            peer,
+            comm,
+            tag,
+            data,
+            posted,
+            done: None,
+        };
+        let slot = match t.free.pop() {
+            Some(s) => {
+                t.slots[s] = Some(entry);
+                s
+            }
+            None => {
+                t.slots.push(Some(entry));
+                t.slots.len() - 1
+            }
+        };
+        t.live += 1;
         drop(t);
         self.activity.fetch_add(1, Ordering::SeqCst);
         Ticket {
             tracker: Arc::clone(self),
+            slot,
             id,
         }
     }
 
     /// Takes the item's callback out, if it is still pending.
-    fn finish(&self, id: u64) -> Option<Done> {
+    fn finish(&self, slot: usize, id: u64) -> Option<Done> {
         let done = {
             let mut t = lock(&self.table);
-            match t.entries.get(&id) {
-                Some(e) if e.done.is_some() => t.entries.remove(&id).and_then(|e| e.done),
+            match t.get_mut(slot, id) {
+                Some(e) if e.done.is_some() => t.remove(slot, id).and_then(|e| e.done),
                 _ => None,
             }
         };
@@ -113,14 +144,15 @@ impl Tracker {
         let dones: Vec<Done> = {
             let mut t = lock(&self.table);
             t.abandoned = Some(Arc::from(explanation));
-            let ids: Vec<u64> = t
-                .entries
+            let started: Vec<(usize, u64)> = t
+                .slots
                 .iter()
-                .filter(|(_, e)| e.done.is_some())
-                .map(|(id, _)| *id)
+                .enumerate()
+                .filter_map(|(s, e)| e.as_ref().filter(|e| e.done.is_some()).map(|e| (s, e.id)))
                 .collect();
-            ids.into_iter()
-                .filter_map(|id| t.entries.remove(&id).and_then(|e| e.done))
+            started
+                .into_iter()
+                .filter_map(|(s, id)| t.remove(s, id).and_then(|e| e.done))
                 .collect()
         };
         self.activity.fetch_add(1, Ordering::SeqCst);
@@ -139,9 +171,10 @@ impl Tracker {
     /// Every pending item, oldest first, with whether it was handed over.
     fn snapshot(&self) -> Vec<(Pending, bool)> {
         let now = Instant::now();
-        lock(&self.table)
-            .entries
-            .values()
+        let t = lock(&self.table);
+        let mut live: Vec<&Entry> = t.slots.iter().flatten().collect();
+        live.sort_by_key(|e| e.id);
+        live.into_iter()
             .map(|e| {
                 let p = Pending {
                     kind: e.kind,
@@ -158,7 +191,7 @@ impl Tracker {
     }
 
     fn pending(&self) -> usize {
-        lock(&self.table).entries.len()
+        lock(&self.table).live
     }
 }
 
@@ -168,21 +201,20 @@ impl Ticket {
     /// unless the watchdog abandoned the item first) or, when the rank already gave up,
     /// `done` back with the error to finish it with at once.
     pub(crate) fn start(self, done: Done) -> Result<Done, (Done, CommError)> {
-        let tracker = self.tracker;
-        let id = self.id;
+        let Self { tracker, slot, id } = self;
         {
             let mut t = lock(&tracker.table);
             if let Some(why) = t.abandoned.clone() {
-                t.entries.remove(&id);
+                t.remove(slot, id);
                 return Err((done, stalled(&why)));
             }
-            if let Some(e) = t.entries.get_mut(&id) {
+            if let Some(e) = t.get_mut(slot, id) {
                 e.done = Some(done);
             }
         }
         tracker.activity.fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(move |result| {
-            if let Some(d) = tracker.finish(id) {
+            if let Some(d) = tracker.finish(slot, id) {
                 d(result);
             }
         }))
