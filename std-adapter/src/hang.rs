@@ -391,6 +391,7 @@ fn matches(p: &Pending, kind: Waiting, peer: Rank, comm: CommId, tag: Tag) -> bo
 /// Merges the ranks' reports into one explanation, one finding per line, the most
 /// telling first (a cycle of waits, else the first receive that waits for a message its
 /// sender never sent). `size` is the number of ranks: ranks with no report are named.
+/// The findings come in rank order, whatever the order of `reports`.
 /// Empty when no rank has anything pending.
 ///
 /// Pure: it looks only at its arguments.
@@ -398,7 +399,7 @@ pub fn explain(size: u32, reports: &[RankReport]) -> Vec<String> {
     let by_rank: BTreeMap<u32, &RankReport> = reports.iter().map(|r| (r.rank.0, r)).collect();
     let mut findings = Vec::new();
 
-    for r in reports {
+    for r in by_rank.values().copied() {
         for p in r.pending.iter().filter(|p| p.kind == Waiting::Recv) {
             let s = p.peer;
             let mut line = format!(
@@ -572,7 +573,7 @@ pub fn explain(size: u32, reports: &[RankReport]) -> Vec<String> {
     }
 
     // Messages nobody took, not explained above.
-    for r in reports {
+    for r in by_rank.values().copied() {
         for o in &r.orphans {
             let explained = r
                 .pending

@@ -247,3 +247,17 @@ fn a_damaged_report_is_an_error_never_a_panic() {
         assert!(RankReport::parse(bad).is_err(), "{bad:?}");
     }
 }
+
+#[test]
+fn the_findings_do_not_depend_on_the_order_of_the_reports() {
+    let reports = [
+        report(0, 3, vec![recv(1, 17, 0, AWAITING)], vec![]),
+        report(1, 3, vec![recv(2, 5, 0, AWAITING)], vec![]),
+        report(2, 3, vec![recv(0, 9, 0, AWAITING)], vec![]),
+    ];
+    let mut reversed = reports.clone();
+    reversed.reverse();
+    let why = explain(3, &reports);
+    assert_eq!(why, explain(3, &reversed));
+    assert!(why[1].starts_with("rank 0 waits"), "{why:?}");
+}
