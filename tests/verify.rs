@@ -282,7 +282,7 @@ fn a_receive_whose_send_is_missing_returns_the_explanation_instead_of_hanging() 
 
 #[test]
 fn two_ranks_waiting_for_each_other_are_named_as_a_deadlock() {
-    let (out, shutdown) = outcomes(2, with_watchdog(300), |ctx| {
+    let (out, shutdown) = outcomes(2, with_watchdog(1000), |ctx| {
         let h = ctx.register(Variable::new(0u32));
         let (from, tag) = if ctx.rank() == Rank(0) {
             (Rank(1), Tag(17))
@@ -309,7 +309,7 @@ fn two_ranks_waiting_for_each_other_are_named_as_a_deadlock() {
 
 #[test]
 fn a_send_with_the_wrong_tag_is_pointed_at() {
-    let (out, shutdown) = outcomes(2, with_watchdog(300), |ctx| {
+    let (out, shutdown) = outcomes(2, with_watchdog(1000), |ctx| {
         let h = ctx.register(Variable::new(0u32));
         if ctx.rank() == Rank(0) {
             ctx.recv(&h, Rank(1), Tag(17))
@@ -344,7 +344,7 @@ fn a_rank_stuck_before_a_barrier_is_named() {
 fn rank_stuck_before_a_barrier(check: bool, what: &str) {
     let config = ClusterConfig {
         check_agreement: check,
-        ..with_watchdog(300)
+        ..with_watchdog(1000)
     };
     let (out, shutdown) = outcomes(3, config, |ctx| {
         let h = ctx.register(Variable::new(0u32));
@@ -410,7 +410,7 @@ fn a_peer_that_dies_leaves_an_explanation_not_a_hang() {
     let s = Arc::clone(&seen);
     let start = Instant::now();
     let result = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
-        run_local_with(2, with_watchdog(300), move |ctx| {
+        run_local_with(2, with_watchdog(1000), move |ctx| {
             let h = ctx.register(Variable::new(0u32));
             if ctx.rank() == Rank(1) {
                 panic!("rank 1 dies");
