@@ -15,6 +15,11 @@
 //!   over, and [`InProcess`]: N ranks as threads of one process. [`run_local`] runs an SPMD
 //!   closure on such a cluster with no MPI installed — the embedded default.
 //!
+//! Two tools check a distributed run: [`agreement`], the graph-agreement check (do all
+//! ranks submit the same inserts? on a mismatch every rank gets the first divergent
+//! insert), and [`hang`], the hang explainer (a watchdog merges the ranks' pending requests
+//! into one explanation and fails them, so that a stuck job returns instead of hanging).
+//!
 //! [`sim`] is a different tool: a seeded, deterministic, single-threaded cluster of bare
 //! engines, for protocol tests that replay from a seed.
 //!
