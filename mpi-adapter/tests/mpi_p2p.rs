@@ -1197,6 +1197,7 @@ fn watchdog() {
         Duration::from_secs(1),
         "run with STARLING_WATCHDOG_SECS=1"
     );
+    let dir = c.hang_dir.clone();
     let rank = starling_mpi::init(c).expect("MPI starts");
     let ctx = rank.context();
     let me = ctx.rank().0;
@@ -1215,6 +1216,7 @@ fn watchdog() {
         )),
         "{text}"
     );
+    clean_hang_dir(dir.as_deref(), me);
     println!("rank {me}: watchdog passed");
 }
 
@@ -1229,6 +1231,7 @@ fn hang() {
         "run with STARLING_WATCHDOG_SECS=1"
     );
     assert!(c.hang_dir.is_some(), "the launcher names the job: {c:?}");
+    let dir = c.hang_dir.clone();
     let rank = starling_mpi::init(c).expect("MPI starts");
     let ctx = rank.context();
     let me = ctx.rank().0;
@@ -1260,7 +1263,18 @@ fn hang() {
         err.leftovers[0].starts_with(&format!("rank {me}: watchdog: nothing progressed")),
         "{err}"
     );
+    clean_hang_dir(dir.as_deref(), me);
     println!("rank {me}: hang passed");
+}
+
+/// Removes this rank's hang report, and the directory once it is empty (the last rank
+/// done removes it), after the watchdog's wait: a peer may still be reading our report.
+fn clean_hang_dir(dir: Option<&std::path::Path>, me: u32) {
+    if let Some(d) = dir {
+        std::thread::sleep(Duration::from_secs(1));
+        let _ = std::fs::remove_file(starling_std::hang::report_path(d, Rank(me)));
+        let _ = std::fs::remove_dir(d);
+    }
 }
 
 /// Rank 1 inserts another codelet than the others: `mpi_wait_for_all` returns the same
