@@ -12,7 +12,12 @@
 //!   `pruned` (the example's rule: the handbook's test, then the cache test),
 //!   `pruned_handbook` (the handbook's test alone, valid here: the distribution is fixed)
 //!   and the baseline `test_only` (the same loop evaluating the handbook's test, with no
-//!   insert at all: the floor of any pruned submission).
+//!   insert at all: the floor of any pruned submission). `unpruned_checked` is
+//!   `unpruned` with the graph-agreement check on (every insert folded into the rank's
+//!   digest and kept in its ring; off by default in release builds): its cost.
+//!   `unpruned_cpu` and `unpruned_checked_cpu` are the same two, timed in CPU time of the
+//!   submitting thread (`/proc/thread-self/schedstat`; wall-clock where it is missing),
+//!   which a machine shared with other jobs does not inflate.
 //! * `cholesky/*`: the tiled Cholesky (`examples/cholesky.rs`, n = 2048, nb = 256) on 1, 2
 //!   and 4 in-process ranks with 1 worker each; one iteration is one factorization, timed
 //!   on rank 0 between two barriers (registration and the cluster's start-up excluded).
@@ -120,28 +125,37 @@ fn stencil(c: &mut Criterion) {
         group.sampling_mode(SamplingMode::Flat);
         group.sample_size(10);
         group.throughput(Throughput::Elements(tasks));
-        for (name, pruning) in [
-            ("unpruned", Pruning::Off),
-            ("pruned", Pruning::Safe),
-            ("pruned_handbook", Pruning::Handbook),
+        for (name, pruning, checked, cpu) in [
+            ("unpruned", Pruning::Off, false, false),
+            ("unpruned_checked", Pruning::Off, true, false),
+            ("unpruned_cpu", Pruning::Off, false, true),
+            ("unpruned_checked_cpu", Pruning::Off, true, true),
+            ("pruned", Pruning::Safe, false, false),
+            ("pruned_handbook", Pruning::Handbook, false, false),
         ] {
             let p = Params { pruning, ..base };
             group.bench_function(BenchmarkId::new(name, &case), |b| {
                 let grid = grid();
+                ctx.set_check_agreement(checked);
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let mut counts = Counts::default();
                         let start = Instant::now();
+                        let cpu_start = thread_cpu().filter(|_| cpu);
                         let rows = Distribution::Rows;
                         stencil5::sweeps(ctx, &p, rows, grid, &codelet, &mut counts)
                             .expect("an insert");
-                        total += start.elapsed();
+                        total += match (cpu_start, thread_cpu()) {
+                            (Some(a), Some(b)) => b.saturating_sub(a),
+                            _ => start.elapsed(),
+                        };
                         black_box(counts);
                         ctx.wait_for_all();
                     }
                     total
                 });
+                ctx.set_check_agreement(false);
             });
         }
         group.bench_function(BenchmarkId::new("test_only", &case), |b| {
@@ -166,6 +180,14 @@ fn stencil(c: &mut Criterion) {
         group.finish();
     })
     .expect("a clean shutdown of the fake rank");
+}
+
+/// CPU time this thread has run so far, from `/proc/thread-self/schedstat` (Linux);
+/// `None` where it cannot be read.
+fn thread_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
 }
 
 // ----- Cholesky ----------------------------------------------------------------------

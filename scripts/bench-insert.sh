@@ -26,15 +26,22 @@ rows = []
 # Stencil: one iteration is one sweep of (side-2)^2 logical tasks.
 case, tasks = f"{side}x{side}", (side - 2) ** 2
 per = {impl: median("stencil_insert", impl, case) / tasks
-       for impl in ("unpruned", "pruned", "pruned_handbook", "test_only")}
+       for impl in ("unpruned", "unpruned_checked", "unpruned_cpu", "unpruned_checked_cpu",
+                    "pruned", "pruned_handbook", "test_only")}
 base = per["test_only"]
 for impl, what in (("unpruned", "every insert submitted"),
+                   ("unpruned_checked", "every insert submitted, graph-agreement check on"),
                    ("pruned", "pruned: handbook test + cache test (the example's rule)"),
                    ("pruned_handbook", "pruned: handbook test alone"),
                    ("test_only", "baseline: the handbook test alone, no insert")):
     rows.append((f"stencil {case}, fake rank 2/1024, {what}: µs per logical task",
                  f"{per[impl] / 1e3:.4f} µs", f"{per[impl] / base:.1f}×"))
 rows.append((f"stencil {case}: unpruned / pruned", f"{per['unpruned'] / per['pruned']:.0f}×", "—"))
+rows.append((f"stencil {case}: agreement check on / off (unpruned, wall-clock)",
+             f"{per['unpruned_checked'] / per['unpruned']:.3f}×", "—"))
+rows.append((f"stencil {case}: agreement check on / off (unpruned, CPU time of the submitting thread: "
+             f"{per['unpruned_cpu'] / 1e3:.3f} → {per['unpruned_checked_cpu'] / 1e3:.3f} µs per insert)",
+             f"{per['unpruned_checked_cpu'] / per['unpruned_cpu']:.3f}×", "—"))
 # Cholesky: one iteration is one factorization of n = 2048 (n^3/3 flops).
 n, nb = 2048, 256
 case = f"n{n}_nb{nb}"

@@ -31,6 +31,7 @@ pub use starling_std::{
     RuntimeConfig, SendOpts, ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data,
     interfaces, rank, run_fake, run_local, run_local_with, serial, sim, transport,
 };
+pub use starling_std::{Divergence, agreement, hang};
 
 pub mod comm_matrix;
 

@@ -41,6 +41,14 @@
 //!   other ranks in a barrier, reports what was left behind (messages never received,
 //!   requests never waited on), stops the threads and finalizes MPI if Starling
 //!   initialised it.
+//! * The hang explainer ([`starling_std::hang`]): while the rank runs, a watchdog thread
+//!   watches it; when nothing progressed for [`MpiConfig::watchdog`] while requests were
+//!   pending, the rank writes its pending requests (peer, tag, handle, stage, age) into
+//!   [`MpiConfig::hang_dir`], reads the other ranks' reports there, prints the merged
+//!   explanation ("rank 0 waits for tag 17 from rank 1; rank 1 never sent it: …") and
+//!   fails its pending requests with `CommError::Stalled`, so that blocking calls return;
+//!   shutdown then returns the explanation. Files, not messages: a hung peer may not
+//!   answer a collective.
 //!
 //! The facade's `starling::launch` picks this adapter when the program runs under
 //! `mpirun`, and the in-process cluster otherwise.
@@ -48,7 +56,9 @@
 //! # Environment
 //!
 //! Besides what [`RankConfig::from_env`] reads (`STARLING_NCPU`, `STARLING_COMM_STATS`,
-//! …): `STARLING_WATCHDOG_SECS` (default 60, 0 = wait forever),
+//! …): `STARLING_WATCHDOG_SECS` (default 60, 0 = wait forever), `STARLING_HANG_DIR`
+//! (where the ranks' hang reports go; by default a directory per job in the temporary
+//! directory),
 //! `STARLING_MPI_THREAD_MULTIPLE=1`, `STARLING_MPI_COMMS` (default 8),
 //! `STARLING_MPI_MAX_MESSAGE` (default `i32::MAX`; every rank must use the same),
 //! `STARLING_COMM_STATS_DIR` (each rank writes its statistics there at shutdown, for
@@ -59,6 +69,7 @@
 pub mod bind;
 mod lent;
 pub mod transport;
+mod watchdog;
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
@@ -66,6 +77,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 pub use mpi::Threading;
 use starling_core::Rank;
+use starling_std::hang::Watchdog;
 use starling_std::{Context, RankConfig, RankRunner, ShutdownError, StartError};
 
 pub use bind::{Bindings, GetBind};
@@ -80,10 +92,18 @@ pub struct MpiConfig {
     /// `MPI_THREAD_MULTIPLE` instead of `MPI_THREAD_SERIALIZED`
     /// (`STARLING_MPI_THREAD_MULTIPLE=1`).
     pub application_calls_mpi: bool,
-    /// How long [`MpiRank::shutdown`] waits while nothing progresses before it reports
-    /// the pending requests instead of hanging (`STARLING_WATCHDOG_SECS`, default 60 s;
-    /// zero waits forever). A running task counts as progress.
+    /// How long the rank may go with nothing progressing while requests are pending
+    /// before the watchdog gives up (`STARLING_WATCHDOG_SECS`, default 60 s; zero waits
+    /// forever). A running task counts as progress. While the rank runs, the watchdog
+    /// explains the hang (see [`MpiConfig::hang_dir`]) and fails the pending requests;
+    /// in [`MpiRank::shutdown`] it reports them instead of hanging.
     pub watchdog: Duration,
+    /// Where each rank writes its hang report (`rank<N>.txt`) when the watchdog fires,
+    /// and reads the others' to merge them (`STARLING_HANG_DIR`). By default a directory
+    /// per job under the temporary directory, named after the launcher's job id; a job
+    /// spanning several nodes needs a shared directory. `None`: each rank explains with
+    /// its own report only.
+    pub hang_dir: Option<std::path::PathBuf>,
     /// How many duplicates of the world communicator every rank creates at start-up
     /// (`STARLING_MPI_COMMS`, default 8, at least 1): `CommId(0)` and the first
     /// `communicators - 2` of [`Context::comm_dup`] get one each; all later communicators
@@ -119,6 +139,7 @@ impl Default for MpiConfig {
             rank: RankConfig::default(),
             application_calls_mpi: false,
             watchdog: Duration::from_secs(60),
+            hang_dir: None,
             communicators: 8,
             stats_dir: None,
             max_message: i32::MAX as usize,
@@ -161,6 +182,10 @@ impl MpiConfig {
         c.stats_dir = std::env::var_os("STARLING_COMM_STATS_DIR")
             .filter(|d| !d.is_empty())
             .map(std::path::PathBuf::from);
+        c.hang_dir = std::env::var_os("STARLING_HANG_DIR")
+            .filter(|d| !d.is_empty())
+            .map(std::path::PathBuf::from)
+            .or_else(watchdog::default_dir);
         c
     }
 
@@ -265,11 +290,28 @@ pub fn init(config: MpiConfig) -> Result<MpiRank, MpiError> {
             if let Some((rank, size)) = config.fake {
                 runner.fake(rank, size);
             }
+            let fired = Arc::new(Mutex::new(Vec::new()));
+            let ctx = runner.context();
+            if let Some(dir) = &config.hang_dir {
+                // A report of an earlier job would be read as this one's.
+                let _ = std::fs::remove_file(starling_std::hang::report_path(dir, ctx.rank()));
+            }
+            let watchdog = (!config.watchdog.is_zero()).then(|| {
+                watchdog::start(
+                    runner.probe(),
+                    ctx.size(),
+                    config.watchdog,
+                    config.hang_dir.clone(),
+                    Arc::clone(&fired),
+                )
+            });
             let rank = MpiRank {
                 runner: Some(runner),
                 config,
                 abandon,
                 bindings,
+                watchdog,
+                fired,
             };
             if rank.config.display_bindings {
                 rank.display_bindings(rank_config.runtime.workers);
@@ -297,6 +339,9 @@ pub struct MpiRank {
     config: MpiConfig,
     abandon: Arc<AtomicBool>,
     bindings: Option<Bindings>,
+    watchdog: Option<Watchdog>,
+    /// What the watchdog found while the rank ran, if it fired.
+    fired: Arc<Mutex<Vec<String>>>,
 }
 
 impl core::fmt::Debug for MpiRank {
@@ -375,17 +420,29 @@ impl MpiRank {
     /// [`ShutdownError`] listing, one line each with its rank, the messages that arrived
     /// here and were never received, requests never waited on, tasks and callbacks that
     /// panicked. When nothing progressed for [`MpiConfig::watchdog`] while requests were
-    /// pending, it returns at once (without the barrier) with a first line saying so and
-    /// the pending requests; MPI is then left unfinalized, so return an error from the
-    /// process and `mpirun` ends the job.
+    /// pending — now, or earlier while the rank ran — it returns at once (without the
+    /// barrier) with a first line saying so, the merged explanation of the ranks' hang
+    /// reports, and the pending requests; MPI is then left unfinalized, so return an
+    /// error from the process and `mpirun` ends the job.
     pub fn shutdown(mut self) -> Result<(), ShutdownError> {
         let runner = self
             .runner
             .take()
             .expect("the rank runs until shutdown consumes it");
-        let result = shutdown_runner(runner, &self.config, &self.abandon);
+        let fired = self.stop_watchdog();
+        let result = shutdown_runner(runner, &self.config, &self.abandon, fired);
         RUNNING.store(false, Ordering::SeqCst);
         result
+    }
+}
+
+impl MpiRank {
+    /// Stops the watchdog thread; what it found, if it fired.
+    fn stop_watchdog(&mut self) -> Vec<String> {
+        if let Some(w) = self.watchdog.take() {
+            w.stop();
+        }
+        core::mem::take(&mut *self.fired.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
@@ -393,8 +450,17 @@ fn shutdown_runner(
     runner: RankRunner,
     config: &MpiConfig,
     abandon: &AtomicBool,
+    fired: Vec<String>,
 ) -> Result<(), ShutdownError> {
     let rank = runner.context().rank();
+    if !fired.is_empty() {
+        // The watchdog gave up while the rank ran: it is failing, its peers may be hung.
+        let mut leftovers = fired;
+        leftovers.extend(runner.leftovers());
+        abandon.store(true, Ordering::SeqCst);
+        runner.stop();
+        return Err(ShutdownError { leftovers });
+    }
     let finished = if config.watchdog.is_zero() {
         runner.context().wait_for_all();
         true
@@ -402,12 +468,19 @@ fn shutdown_runner(
         runner.wait_for_all_or_idle(config.watchdog)
     };
     if !finished {
-        let mut leftovers = vec![format!(
+        let header = format!(
             "rank {}: nothing progressed for {} s while tasks or requests were pending \
              (STARLING_WATCHDOG_SECS); giving up",
             rank.0,
             config.watchdog.as_secs_f64()
-        )];
+        );
+        let mut leftovers = watchdog::explain(
+            &runner.probe(),
+            runner.context().size(),
+            config.hang_dir.as_deref(),
+            config.watchdog,
+            header,
+        );
         leftovers.extend(runner.leftovers());
         abandon.store(true, Ordering::SeqCst);
         runner.stop();
@@ -444,10 +517,11 @@ impl Drop for MpiRank {
         let Some(runner) = self.runner.take() else {
             return;
         };
+        let fired = self.stop_watchdog();
         if std::thread::panicking() {
             self.abandon.store(true, Ordering::SeqCst);
             drop(runner);
-        } else if let Err(e) = shutdown_runner(runner, &self.config, &self.abandon) {
+        } else if let Err(e) = shutdown_runner(runner, &self.config, &self.abandon, fired) {
             eprintln!("[starling-mpi] {e}");
         }
         RUNNING.store(false, Ordering::SeqCst);

@@ -25,7 +25,9 @@ use std::time::Instant;
 use starling_core::{AccessMode, CommId, Owner, Rank, Tag};
 use starling_mpi::{MpiConfig, MpiError, Threading};
 use starling_std::interfaces::{Block, Complex, Matrix, Variable, Vector};
-use starling_std::{Codelet, CommError, Context, DataError, RecvOpts, SendOpts, TaskTag};
+use starling_std::{
+    Codelet, CommError, Context, DataError, InsertError, RecvOpts, SendOpts, TaskTag,
+};
 
 // ----- the launcher ----------------------------------------------------------------------
 
@@ -114,6 +116,27 @@ const JOBS: &[Job] = &[
             ("STARLING_COMM_STATS", "1"),
         ],
         expect: &["rank 2: fake passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
+        name: "hang",
+        // The reports go to the job's default directory (named after PMIX_NAMESPACE).
+        env: &[("STARLING_WATCHDOG_SECS", "1")],
+        expect: &["rank 0: hang passed", "rank 1: hang passed"],
+        must_succeed: false,
+        opt_in: None,
+    },
+    Job {
+        ranks: 3,
+        name: "diverge",
+        env: &[("STARLING_CHECK_AGREEMENT", "1")],
+        expect: &[
+            "rank 0: diverge passed",
+            "rank 1: diverge passed",
+            "rank 2: diverge passed",
+        ],
         must_succeed: true,
         opt_in: None,
     },
@@ -256,6 +279,8 @@ fn main() -> ExitCode {
         "orphan" => orphan(),
         "adopt" => adopt(),
         "watchdog" => watchdog(),
+        "hang" => hang(),
+        "diverge" => diverge(),
         "big" => big(),
         "serialized" => serialized(),
         "fake" => fake(),
@@ -1343,6 +1368,7 @@ fn watchdog() {
         Duration::from_secs(1),
         "run with STARLING_WATCHDOG_SECS=1"
     );
+    let dir = c.hang_dir.clone();
     let rank = starling_mpi::init(c).expect("MPI starts");
     let ctx = rank.context();
     let me = ctx.rank().0;
@@ -1361,7 +1387,105 @@ fn watchdog() {
         )),
         "{text}"
     );
+    clean_hang_dir(dir.as_deref(), me);
     println!("rank {me}: watchdog passed");
+}
+
+/// Each rank waits for a message the other never sends (a deadlock): the watchdog
+/// explains it from both ranks' reports, merged through the job's hang directory, and
+/// the blocking receives return with the explanation instead of hanging.
+fn hang() {
+    let c = config();
+    assert_eq!(
+        c.watchdog,
+        Duration::from_secs(1),
+        "run with STARLING_WATCHDOG_SECS=1"
+    );
+    assert!(c.hang_dir.is_some(), "the launcher names the job: {c:?}");
+    let dir = c.hang_dir.clone();
+    let rank = starling_mpi::init(c).expect("MPI starts");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    let h = ctx.register(Variable::new(0u32));
+    let (from, tag) = if me == 0 { (1, 17) } else { (0, 5) };
+    let start = Instant::now();
+    let err = ctx
+        .recv(&h, Rank(from), Tag(tag))
+        .expect_err("nobody sends it");
+    assert!(start.elapsed() < Duration::from_secs(20), "{err}");
+    let CommError::Stalled { explanation } = &err else {
+        panic!("expected the watchdog's explanation, got {err:?}");
+    };
+    for want in [
+        "deadlock: rank 0 waits for rank 1, which waits for rank 0",
+        "rank 0 waits for tag 17 from rank 1 (into data 0, for 1.",
+        "rank 1 never sent it: it is itself waiting for tag 5 from rank 0",
+        "rank 1 waits for tag 5 from rank 0",
+    ] {
+        assert!(
+            explanation.contains(want),
+            "{want:?} not in:\n{explanation}"
+        );
+    }
+    let err = rank
+        .shutdown()
+        .expect_err("the watchdog's finding is returned");
+    assert!(
+        err.leftovers[0].starts_with(&format!("rank {me}: watchdog: nothing progressed")),
+        "{err}"
+    );
+    clean_hang_dir(dir.as_deref(), me);
+    println!("rank {me}: hang passed");
+}
+
+/// Removes this rank's hang report, and the directory once it is empty (the last rank
+/// done removes it), after the watchdog's wait: a peer may still be reading our report.
+fn clean_hang_dir(dir: Option<&std::path::Path>, me: u32) {
+    if let Some(d) = dir {
+        std::thread::sleep(Duration::from_secs(1));
+        let _ = std::fs::remove_file(starling_std::hang::report_path(d, Rank(me)));
+        let _ = std::fs::remove_dir(d);
+    }
+}
+
+/// Rank 1 inserts another codelet than the others: `mpi_wait_for_all` returns the same
+/// divergence on every rank, exchanged over MPI, naming the insert and what each saw.
+fn diverge() {
+    let c = config();
+    assert!(
+        c.rank.check_agreement,
+        "run with STARLING_CHECK_AGREEMENT=1"
+    );
+    let rank = starling_mpi::init(c).expect("MPI starts");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    let x = ctx
+        .register_owned(Tag(1), Owner::Rank(Rank(0)), || Variable::new(0u32))
+        .unwrap();
+    let step = Codelet::empty("step");
+    for _ in 0..3 {
+        ctx.insert(&step).rw(&x).submit().unwrap();
+    }
+    ctx.barrier(); // agrees so far
+    let name = if me == 1 { "odd" } else { "step" };
+    ctx.insert(&Codelet::empty(name)).rw(&x).submit().unwrap();
+    let Err(InsertError::Diverged(d)) = ctx.mpi_wait_for_all() else {
+        panic!("rank {me}: the divergence is found");
+    };
+    assert_eq!(d.insert, Some(4), "{d:?}");
+    assert!(
+        d.message.contains("they agreed up to insert #3")
+            && d.message
+                .contains("ranks 0, 2 saw step(tag 1 RW of rank 0) on rank 0")
+            && d.message
+                .contains("rank 1 saw odd(tag 1 RW of rank 0) on rank 0"),
+        "{}",
+        d.message
+    );
+    ctx.wait_for_all();
+    rank.shutdown()
+        .expect("a clean shutdown: the flows still paired up");
+    println!("rank {me}: diverge passed");
 }
 
 /// A payload longer than `i32::MAX` bytes travels as two MPI messages and arrives whole

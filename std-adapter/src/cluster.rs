@@ -6,11 +6,13 @@ use std::thread;
 use starling_core::Rank;
 use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB};
 
+use crate::agreement::Board;
 use crate::context::Context;
 use crate::error::ShutdownError;
+use crate::hang::{self, Probe, RankReport, Watchdog};
 use crate::progress::{self, InboxTx, Input};
 use crate::rank::{DriverMode, Inbox, RankConfig, RankRunner};
-use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, lock};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, lock};
 use crate::task::{Runtime, RuntimeConfig};
 use crate::transport::{Deliver, InProcess, InProcessWire};
 
@@ -51,6 +53,17 @@ pub struct ClusterConfig {
     /// Driver mode: each rank's progression thread also runs tasks
     /// ([`RankConfig::driver`]).
     pub driver: Option<DriverMode>,
+    /// The graph-agreement check ([`RankConfig::check_agreement`]; on by default in
+    /// debug builds, `STARLING_CHECK_AGREEMENT`). In process, ranks compare their digests
+    /// through shared memory: no message, no effect on statistics.
+    pub check_agreement: bool,
+    /// The hang explainer's watchdog ([`crate::hang`]): when nothing has moved on any
+    /// rank for this long while requests are pending, it merges every rank's pending
+    /// requests into one explanation, prints it, and fails the pending requests with
+    /// [`crate::CommError::Stalled`] so that blocking calls return; `run_local_with` then
+    /// returns the explanation first in its [`ShutdownError`]. A running task counts as
+    /// progress. `None`: no watchdog (`STARLING_WATCHDOG_SECS`, default 60, `0` = none).
+    pub watchdog: Option<Duration>,
 }
 
 impl Default for ClusterConfig {
@@ -68,13 +81,16 @@ impl Default for ClusterConfig {
             max_inflight_sends: 10,
             caller_drives: true,
             driver: None,
+            check_agreement: cfg!(debug_assertions),
+            watchdog: Some(Duration::from_secs(60)),
         }
     }
 }
 
 impl ClusterConfig {
     /// The defaults, overridden by the environment as [`RankConfig::from_env`] reads it,
-    /// and by `STARLING_COMM_STATS_DIR` ([`stats_dir`](Self::stats_dir)).
+    /// by `STARLING_COMM_STATS_DIR` ([`stats_dir`](Self::stats_dir)) and
+    /// `STARLING_WATCHDOG_SECS` ([`watchdog`](Self::watchdog)).
     pub fn from_env() -> Self {
         let r = RankConfig::from_env();
         let stats_dir = std::env::var_os("STARLING_COMM_STATS_DIR")
@@ -89,6 +105,15 @@ impl ClusterConfig {
             max_inflight_sends: r.max_inflight_sends,
             caller_drives: r.caller_drives,
             driver: r.driver,
+            check_agreement: r.check_agreement,
+            watchdog: match std::env::var("STARLING_WATCHDOG_SECS")
+                .ok()
+                .and_then(|v| v.trim().parse::<f64>().ok())
+            {
+                Some(s) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s)),
+                Some(_) => None,
+                None => Self::default().watchdog,
+            },
             ..Self::default()
         }
     }
@@ -107,6 +132,7 @@ impl ClusterConfig {
             driver: self.driver,
             // The in-process transport copies every payload anyway.
             in_place_min: usize::MAX,
+            check_agreement: self.check_agreement,
         }
     }
 }
@@ -118,6 +144,12 @@ struct Quiesce {
     in_flight: Arc<AtomicUsize>,
     probes: Mutex<Vec<(Runtime, Arc<progress::Shared>)>>,
     rendezvous: std::sync::Barrier,
+    /// Some rank's requests could never complete at shutdown.
+    any_stuck: AtomicBool,
+    /// The ranks' reports at a stuck shutdown.
+    reports: Mutex<Vec<RankReport>>,
+    /// What the watchdog found, if it fired.
+    fired: Arc<Mutex<Vec<String>>>,
 }
 
 impl Quiesce {
@@ -271,7 +303,12 @@ where
         in_flight: Arc::clone(&in_flight),
         probes: Mutex::new(Vec::new()),
         rendezvous: std::sync::Barrier::new(ranks as usize),
+        any_stuck: AtomicBool::new(false),
+        reports: Mutex::new(Vec::new()),
+        fired: Arc::new(Mutex::new(Vec::new())),
     });
+    let board = Arc::new(Board::new(ranks));
+    let (probe_tx, probe_rx) = std::sync::mpsc::channel::<Probe>();
     let f = Arc::new(f);
     let mut threads = Vec::new();
     for (r, inbox) in inboxes.into_iter().enumerate() {
@@ -285,6 +322,8 @@ where
         let config = config.clone();
         let quiesce = Arc::clone(&quiesce);
         let f = Arc::clone(&f);
+        let board = Arc::clone(&board);
+        let probe_tx = probe_tx.clone();
         threads.push(
             thread::Builder::new()
                 .name(format!("rank{r}"))
@@ -292,11 +331,41 @@ where
                 .spawn(move || {
                     let runner = RankRunner::start_with_inbox(make, inbox, &config.rank_config())
                         .expect("an in-process rank starts");
+                    lock(&runner.context().dist).agreement.board = Some(board);
+                    let _ = probe_tx.send(runner.probe());
+                    drop(probe_tx);
                     rank_main(runner, &config, &quiesce, &*f)
                 })
                 .expect("spawning a rank thread"),
         );
     }
+    drop(probe_tx);
+    let watchdog = config.watchdog.map(|timeout| {
+        // Every rank's probe (fewer if a rank failed to start: it panics on its own).
+        let probes: Vec<Probe> = probe_rx.iter().take(ranks as usize).collect();
+        let fired = Arc::clone(&quiesce.fired);
+        let in_flight = Arc::clone(&in_flight);
+        Watchdog::start(
+            probes,
+            timeout,
+            move || in_flight.load(Ordering::SeqCst) as u64,
+            move |probes, idle| {
+                let reports: Vec<RankReport> = probes.iter().map(Probe::report).collect();
+                let mut lines = vec![format!(
+                    "watchdog: nothing progressed for {:.1} s while requests were pending \
+                     (ClusterConfig::watchdog, STARLING_WATCHDOG_SECS); giving up",
+                    idle.as_secs_f64()
+                )];
+                lines.extend(hang::explain(ranks, &reports));
+                let text = hang::join(&lines);
+                eprintln!("[starling] {text}");
+                for p in probes {
+                    p.abandon(&text);
+                }
+                lock(&fired).extend(lines);
+            },
+        )
+    });
     let mut results = Vec::new();
     let mut leftovers = Vec::new();
     let mut panic = None;
@@ -309,6 +378,11 @@ where
             Err(p) => panic = Some(p),
         }
     }
+    if let Some(w) = watchdog {
+        w.stop();
+    }
+    // What the watchdog found comes first.
+    leftovers.splice(0..0, core::mem::take(&mut *lock(&quiesce.fired)));
     if let Some(p) = panic {
         std::panic::resume_unwind(p);
     }
@@ -340,6 +414,7 @@ where
     while !runtime.wait_until(Duration::from_millis(10), |v| v.outstanding == 0) {
         if quiesce.stuck(config.shutdown_grace) {
             stuck = true;
+            quiesce.any_stuck.store(true, Ordering::SeqCst);
             break;
         }
     }
@@ -361,6 +436,11 @@ where
             rank.0
         ));
     }
+    // Why they could not: every rank reports, one rank merges (below).
+    let explain = quiesce.any_stuck.load(Ordering::SeqCst) && lock(&quiesce.fired).is_empty();
+    if explain {
+        lock(&quiesce.reports).push(runner.probe().report());
+    }
     if config.stats || config.stats_dir.is_some() {
         let report = runner.stats_report();
         eprint!("{report}");
@@ -378,6 +458,11 @@ where
         }
     }
     quiesce.rendezvous.wait();
+    if explain && rank.0 == 0 {
+        let reports = lock(&quiesce.reports);
+        let why = hang::explain(quiesce.ranks, &reports);
+        leftovers.splice(0..0, why.into_iter().map(|w| format!("why: {w}")));
+    }
     runner.stop();
     match outcome {
         Ok(r) => (Some(r), leftovers),

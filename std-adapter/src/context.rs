@@ -46,6 +46,8 @@ pub struct Context {
     in_place_min: usize,
     /// The next free id of a split or duplicated communicator (`crate::comm`).
     pub(crate) next_split: AtomicU32,
+    /// Pending requests and collectives, for the hang explainer.
+    pub(crate) tracker: Arc<crate::hang::Tracker>,
 }
 
 impl core::fmt::Debug for Context {
@@ -227,6 +229,9 @@ impl Drop for Request {
 /// hands back to the progression thread and sleeps.
 const DRIVE_PATIENCE: core::time::Duration = core::time::Duration::from_micros(200);
 
+/// Polls in a row that moved nothing before a driving thread yields its core between polls.
+const SPIN_POLLS: u32 = 64;
+
 /// Drives the rank's progress on this thread until `ready` holds, or until nothing moved
 /// for [`DRIVE_PATIENCE`] (the wait then sleeps as usual, and the progression thread takes
 /// over). A blocking call whose message is coming thus crosses no thread.
@@ -237,18 +242,29 @@ fn drive_until<'a>(
 ) {
     let guard = guard.unwrap_or_else(|| driver.enter());
     let mut last = std::time::Instant::now();
+    let mut idle = 0u32;
     loop {
         if ready() {
             return;
         }
         match driver.try_drive() {
-            Driven::Progressed => last = std::time::Instant::now(),
+            Driven::Progressed => {
+                last = std::time::Instant::now();
+                idle = 0;
+            }
             Driven::Stopped => break,
             Driven::Idle | Driven::Busy => {
                 if last.elapsed() >= DRIVE_PATIENCE {
                     break;
                 }
-                std::thread::yield_now();
+                // Poll back to back for a while (a long message moves only while MPI is
+                // called), then let the other threads of the core run between polls.
+                idle += 1;
+                if idle < SPIN_POLLS {
+                    core::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
         }
     }
@@ -439,6 +455,7 @@ impl Context {
             pool,
             in_place_min,
             next_split: AtomicU32::new(crate::comm::FIRST_SPLIT_ID),
+            tracker: Arc::new(crate::hang::Tracker::new()),
         }
     }
 
@@ -643,6 +660,14 @@ impl Context {
         Ok(())
     }
 
+    /// Refuses the tags the runtime keeps for itself ([`crate::agreement::RESERVED_TAGS`]).
+    pub(crate) fn check_user_tag(&self, tag: Tag) -> Result<(), CommError> {
+        if crate::agreement::RESERVED_TAGS.contains(&tag.0) {
+            return Err(CommError::ReservedTag { tag });
+        }
+        Ok(())
+    }
+
     /// Posts a send of `cell` once its earlier writers are done; `done` runs on the
     /// thread driving progress (see [`drive_until`]) when the request completes.
     pub(crate) fn post_send(
@@ -668,6 +693,13 @@ impl Context {
             AccessMode::R
         };
         runtime.begin_request();
+        let ticket = self.tracker.begin(
+            crate::hang::Waiting::Send,
+            dest,
+            opts.comm,
+            tag,
+            Some(cell.id()),
+        );
         let access = vec![Access {
             cell: Arc::clone(&cell),
             mode,
@@ -701,22 +733,22 @@ impl Context {
                 args.priority = Priority(opts.priority);
                 args.sync = opts.sync;
                 let rt2 = rt.clone();
-                commands(Command::Send {
-                    args,
-                    bytes,
-                    done: Box::new(move |result| {
-                        if let Some(t) = opts.unlock {
-                            rt2.unlock_tag(t);
-                        }
-                        // Release the handle before waking the waiter, so that its next
-                        // access finds the handle free.
-                        if hold {
-                            rt2.complete(node);
-                        }
-                        done(result);
-                        rt2.end_request();
-                    }),
+                let finish: Done = Box::new(move |result| {
+                    if let Some(t) = opts.unlock {
+                        rt2.unlock_tag(t);
+                    }
+                    // Release the handle before waking the waiter, so that its next
+                    // access finds the handle free.
+                    if hold {
+                        rt2.complete(node);
+                    }
+                    done(result);
+                    rt2.end_request();
                 });
+                match ticket.start(finish) {
+                    Ok(done) => commands(Command::Send { args, bytes, done }),
+                    Err((finish, e)) => finish(Err(e)), // the rank gave up (watchdog)
+                }
                 if !hold {
                     rt.complete(node);
                 }
@@ -742,6 +774,13 @@ impl Context {
         let runtime = self.runtime.clone();
         let commands = Arc::clone(&self.commands);
         runtime.begin_request();
+        let ticket = self.tracker.begin(
+            crate::hang::Waiting::Recv,
+            source,
+            opts.comm,
+            tag,
+            Some(cell.id()),
+        );
         let access = if opts.sequential_consistency {
             vec![Access {
                 cell: Arc::clone(&cell),
@@ -756,20 +795,20 @@ impl Context {
             0,
             Box::new(move |node| {
                 let args = RecvArgs::new(opts.comm, source, tag, 0);
-                commands(Command::Recv {
-                    args,
-                    cell,
-                    done: Box::new(move |result| {
-                        if let Some(t) = opts.unlock {
-                            rt.unlock_tag(t);
-                        }
-                        // Release the handle before waking the waiter, so that its next
-                        // access finds the handle free.
-                        rt.complete(node);
-                        done(result);
-                        rt.end_request();
-                    }),
+                let finish: Done = Box::new(move |result| {
+                    if let Some(t) = opts.unlock {
+                        rt.unlock_tag(t);
+                    }
+                    // Release the handle before waking the waiter, so that its next
+                    // access finds the handle free.
+                    rt.complete(node);
+                    done(result);
+                    rt.end_request();
                 });
+                match ticket.start(finish) {
+                    Ok(done) => commands(Command::Recv { args, cell, done }),
+                    Err((finish, e)) => finish(Err(e)), // the rank gave up (watchdog)
+                }
             }),
         );
         Ok(())
@@ -811,7 +850,8 @@ impl Context {
     /// Starts a send of `h` to `dest` with `tag` and options; wait on the request.
     ///
     /// # Errors
-    /// [`CommError::RankOutOfRange`] for a destination outside the world.
+    /// [`CommError::RankOutOfRange`] for a destination outside the world;
+    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself.
     pub fn isend_with<I: Interface>(
         &self,
         h: &Handle<I>,
@@ -820,6 +860,7 @@ impl Context {
         opts: SendOpts,
     ) -> Result<Request, CommError> {
         self.check_rank(dest)?;
+        self.check_user_tag(tag)?;
         let (req, done) = self.request(ReqWhat {
             send: true,
             data: h.id(),
@@ -886,6 +927,7 @@ impl Context {
         opts: SendOpts,
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
+        self.check_user_tag(tag)?;
         let callback = self.guarded(format!("send of {} to {dest} with {tag}", h.id()), callback);
         self.post_send(h.erased(), dest, tag, opts, callback)
     }
@@ -926,15 +968,17 @@ impl Context {
     /// (`starpu_mpi_isend_array_detached_unlock_tag`).
     ///
     /// # Errors
-    /// [`CommError::RankOutOfRange`] for any destination outside the world (then nothing
+    /// [`CommError::RankOutOfRange`] for any destination outside the world, or
+    /// [`CommError::ReservedTag`] for any reserved tag (then nothing
     /// is sent).
     pub fn isend_array_detached_unlock_tag(
         &self,
         sends: &[(AnyHandle, Rank, Tag)],
         unlock: TaskTag,
     ) -> Result<(), CommError> {
-        for (_, dest, _) in sends {
+        for (_, dest, tag) in sends {
             self.check_rank(*dest)?;
+            self.check_user_tag(*tag)?;
         }
         let all = self.countdown(sends.len(), unlock);
         for (h, dest, tag) in sends {
@@ -953,7 +997,8 @@ impl Context {
     /// Starts a receive into `h` from `source` with `tag` and options.
     ///
     /// # Errors
-    /// [`CommError::RankOutOfRange`] for a source outside the world.
+    /// [`CommError::RankOutOfRange`] for a source outside the world;
+    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself.
     pub fn irecv_with<I: Interface>(
         &self,
         h: &Handle<I>,
@@ -962,6 +1007,7 @@ impl Context {
         opts: RecvOpts,
     ) -> Result<Request, CommError> {
         self.check_rank(source)?;
+        self.check_user_tag(tag)?;
         let (req, done) = self.request(ReqWhat {
             send: false,
             data: h.id(),
@@ -1014,6 +1060,7 @@ impl Context {
         opts: RecvOpts,
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
+        self.check_user_tag(tag)?;
         let callback = self.guarded(
             format!("receive into {} from {source} with {tag}", h.id()),
             callback,
@@ -1039,15 +1086,17 @@ impl Context {
     /// completed (`starpu_mpi_irecv_array_detached_unlock_tag`).
     ///
     /// # Errors
-    /// [`CommError::RankOutOfRange`] for any source outside the world (then nothing is
+    /// [`CommError::RankOutOfRange`] for any source outside the world, or
+    /// [`CommError::ReservedTag`] for any reserved tag (then nothing is
     /// received).
     pub fn irecv_array_detached_unlock_tag(
         &self,
         recvs: &[(AnyHandle, Rank, Tag)],
         unlock: TaskTag,
     ) -> Result<(), CommError> {
-        for (_, source, _) in recvs {
+        for (_, source, tag) in recvs {
             self.check_rank(*source)?;
+            self.check_user_tag(*tag)?;
         }
         let all = self.countdown(recvs.len(), unlock);
         for (h, source, tag) in recvs {
@@ -1080,18 +1129,34 @@ impl Context {
     /// Blocks until every rank called `barrier` (`starpu_mpi_barrier`). It does not wait
     /// for this rank's pending requests (call [`Context::wait_for_all`] first for that);
     /// unlike the reference's, it never blocks the progression thread.
+    ///
+    /// While the graph-agreement check is on, the ranks first compare their task flows
+    /// ([`Context::check_agreement`]); a divergence is reported at shutdown and fails
+    /// every later insert. When the watchdog gives up on the job, it returns.
     pub fn barrier(&self) {
+        self.agreement_at_barrier();
         let (tx, rx) = mpsc::channel();
-        let done = Arc::new(AtomicBool::new(false));
-        let d2 = Arc::clone(&done);
-        (self.commands)(Command::Barrier {
-            done: Box::new(move || {
-                d2.store(true, Ordering::SeqCst);
-                let _ = tx.send(());
-            }),
+        let flag = Arc::new(AtomicBool::new(false));
+        let raised = Arc::clone(&flag);
+        let ticket = self.tracker.begin(
+            crate::hang::Waiting::Barrier,
+            self.rank,
+            CommId::WORLD,
+            Tag(0),
+            None,
+        );
+        let woken: Done = Box::new(move |_| {
+            raised.store(true, Ordering::SeqCst);
+            let _ = tx.send(());
         });
+        match ticket.start(woken) {
+            Ok(done) => (self.commands)(Command::Barrier {
+                done: Box::new(move || done(Ok(()))),
+            }),
+            Err((woken, e)) => woken(Err(e)),
+        }
         if let Some(driver) = &self.driver {
-            drive_until(&**driver, None, || done.load(Ordering::SeqCst));
+            drive_until(&**driver, None, || flag.load(Ordering::SeqCst));
         }
         let _ = rx.recv();
     }

@@ -289,6 +289,11 @@ pub(crate) trait AnyCell: Send + Sync {
 static TEMPORARY_IDS: core::sync::atomic::AtomicU32 =
     core::sync::atomic::AtomicU32::new(0x8000_0000);
 
+/// A new id for a handle the runtime makes for itself, in the temporary range.
+pub(crate) fn temporary_id() -> DataId {
+    DataId(TEMPORARY_IDS.fetch_add(1, core::sync::atomic::Ordering::SeqCst))
+}
+
 impl<I: Interface> AnyCell for Cell<I> {
     fn id(&self) -> DataId {
         self.id
@@ -366,8 +371,7 @@ impl<I: Interface> AnyCell for Cell<I> {
 
     fn same_shape(&self) -> Option<Arc<dyn AnyCell>> {
         let factory = self.read().shape()?;
-        let id = DataId(TEMPORARY_IDS.fetch_add(1, core::sync::atomic::Ordering::SeqCst));
-        Some(Arc::new(Self::lazy(id, factory)))
+        Some(Arc::new(Self::lazy(temporary_id(), factory)))
     }
 }
 

@@ -57,6 +57,13 @@ pub enum InsertError {
     /// same-shaped buffer ([`Interface::shape`]).
     #[error("{0} cannot be reduced: no reduction methods or no shape")]
     NoReduction(DataId),
+    /// The graph-agreement check found that the ranks' task flows differ
+    /// ([`Context::check_agreement`]): every rank gets the same report, naming the first
+    /// insert where they differ and what each rank saw there. Every later insert and
+    /// check fails with it too: fix the flow (a branch on the rank, a tag or owner that
+    /// differs between ranks, a policy that answers differently).
+    #[error("{0}")]
+    Diverged(Box<crate::agreement::Divergence>),
 }
 
 impl From<insert::InsertError> for InsertError {
@@ -107,6 +114,8 @@ pub(crate) struct DistState {
     stamp: u64,
     /// A full cache was reported already (once per rank is enough).
     cache_full: bool,
+    /// The graph-agreement check's side of this rank.
+    pub(crate) agreement: crate::agreement::Agreement,
 }
 
 impl DistState {
@@ -132,6 +141,7 @@ impl DistState {
             lru: HashMap::new(),
             stamp: 0,
             cache_full: false,
+            agreement: crate::agreement::Agreement::new(cfg!(debug_assertions)),
         }
     }
 }
@@ -152,6 +162,8 @@ fn new_cache() -> Box<Cache<CACHE_CAPACITY>> {
 struct Item {
     cell: Option<Arc<dyn AnyCell>>,
     mode: AccessMode,
+    /// Given with `access_opt`: a datum that may be unknown on other ranks.
+    temporary: bool,
 }
 
 enum Target {
@@ -204,6 +216,7 @@ impl<'a> InsertBuilder<'a> {
         self.items.push(Item {
             cell: Some(h.erased()),
             mode,
+            temporary: false,
         });
         self
     }
@@ -215,6 +228,7 @@ impl<'a> InsertBuilder<'a> {
         self.items.push(Item {
             cell: h.map(Handle::erased),
             mode,
+            temporary: true,
         });
         self
     }
@@ -333,6 +347,9 @@ impl<'a> InsertBuilder<'a> {
         let mut dist = lock(&ctx.dist);
         let dist = &mut *dist;
         let me = ctx.rank;
+        if let Some(d) = &dist.agreement.diverged {
+            return Err(InsertError::Diverged(d.clone()));
+        }
         // Describe the accesses for the planner.
         let mut accesses: Vec<Access> = Vec::with_capacity(self.items.len());
         for item in &self.items {
@@ -408,6 +425,17 @@ impl<'a> InsertBuilder<'a> {
             &dist.cache,
             &mut dist.plan,
         )?;
+        if dist.agreement.enabled {
+            dist.agreement.record(
+                &self.codelet,
+                accesses.iter().zip(&self.items).map(|(a, i)| {
+                    let datum = (!i.temporary).then_some((a.tag, a.owner));
+                    (datum, a.mode)
+                }),
+                &options,
+                dist.plan.executor,
+            );
+        }
         let plan = &dist.plan;
         let executor = match plan.executor {
             Some(Executor::Rank(r)) => Some(r),
@@ -817,7 +845,8 @@ impl Context {
     ///
     /// # Errors
     /// [`CommError::TagInUse`] when another live handle of this rank has `tag`;
-    /// [`CommError::RankOutOfRange`] for an owner outside the world.
+    /// [`CommError::RankOutOfRange`] for an owner outside the world;
+    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself.
     pub fn mpi_register<I: Interface>(
         &self,
         h: &Handle<I>,
@@ -841,6 +870,7 @@ impl Context {
         if let Owner::Rank(r) = owner {
             self.check_rank(r)?;
         }
+        self.check_user_tag(tag)?;
         self.set_tag(h, tag)?;
         let mut dist = lock(&self.dist);
         dist.info.insert(h.id(), MpiInfo { tag, owner, comm });

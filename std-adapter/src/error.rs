@@ -33,6 +33,23 @@ pub enum CommError {
         /// The tag.
         tag: Tag,
     },
+    /// The tag is one the runtime keeps for its own messages (the negative tags
+    /// `i64::MIN ..= i64::MIN + 15`, [`crate::agreement::RESERVED_TAGS`]). Nothing was
+    /// submitted: use another tag.
+    #[error("{tag} is reserved for the runtime's own messages")]
+    ReservedTag {
+        /// The tag.
+        tag: Tag,
+    },
+    /// The watchdog gave up: nothing progressed for its timeout while this request was
+    /// pending ([`crate::hang`]). The request was abandoned (its handle is released with
+    /// its old value), and so is every later one of the rank: the job is failing. The
+    /// explanation merges every rank's pending requests.
+    #[error("the watchdog gave up on this request; {explanation}")]
+    Stalled {
+        /// Why nothing moves, one finding per line ([`crate::hang::explain`]).
+        explanation: String,
+    },
 }
 
 impl From<SubmitError> for CommError {

@@ -19,6 +19,10 @@
 //! [`serial`] carries the protocol over `std` byte streams (a socket pair, TCP): a
 //! [`Transport`] over them, and — feature `embedded-hal` — the adapters that run the
 //! core's embedded link in a thread, to talk to a board or play one.
+//! Two tools check a distributed run: [`agreement`], the graph-agreement check (do all
+//! ranks submit the same inserts? on a mismatch every rank gets the first divergent
+//! insert), and [`hang`], the hang explainer (a watchdog merges the ranks' pending requests
+//! into one explanation and fails them, so that a stuck job returns instead of hanging).
 //!
 //! [`sim`] is a different tool: a seeded, deterministic, single-threaded cluster of bare
 //! engines, for protocol tests that replay from a seed.
@@ -26,12 +30,14 @@
 //! Concurrency goes through one private `sync` module so that `loom` can replace it.
 #![forbid(unsafe_code)]
 
+pub mod agreement;
 mod cluster;
 pub mod comm;
 mod context;
 pub mod data;
 mod distributed;
 mod error;
+pub mod hang;
 pub mod interfaces;
 mod pool;
 mod progress;
@@ -42,6 +48,7 @@ mod sync;
 mod task;
 pub mod transport;
 
+pub use agreement::Divergence;
 pub use cluster::{ClusterConfig, run_fake, run_local, run_local_with};
 pub use comm::Comm;
 pub use context::{Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, TaskBuilder};

@@ -55,6 +55,11 @@ pub struct RankConfig {
     /// writes straight into it. Smaller ones are copied, and a send releases the handle at
     /// once. `STARLING_IN_PLACE_MIN=<bytes>` (default 256 KiB; `off` never).
     pub in_place_min: usize,
+    /// Fold every insert into a digest and compare the ranks' digests at
+    /// `mpi_wait_for_all` and barriers: the graph-agreement check
+    /// ([`Context::check_agreement`]). On by default in debug builds, off in release;
+    /// `STARLING_CHECK_AGREEMENT=0/1` overrides it. Every rank must use the same setting.
+    pub check_agreement: bool,
 }
 
 /// Driver mode (the reference's `STARPU_MPI_DRIVER_CALL_FREQUENCY` and
@@ -107,6 +112,7 @@ impl Default for RankConfig {
             caller_drives: true,
             driver: None,
             in_place_min: 256 << 10,
+            check_agreement: cfg!(debug_assertions),
         }
     }
 }
@@ -116,7 +122,8 @@ impl RankConfig {
     /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
     /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
     /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_CALLER_DRIVES=0`, `STARLING_IN_PLACE_MIN`,
-    /// `STARLING_MPI_DRIVER_CALL_FREQUENCY` and `STARLING_MPI_DRIVER_TASK_FREQUENCY`. A flag is on when set to anything but empty or `0`.
+    /// `STARLING_MPI_DRIVER_CALL_FREQUENCY`, `STARLING_MPI_DRIVER_TASK_FREQUENCY` and
+    /// `STARLING_CHECK_AGREEMENT`. A flag is on when set to anything but empty or `0`.
     pub fn from_env() -> Self {
         let mut c = Self {
             runtime: RuntimeConfig::from_env(),
@@ -143,6 +150,9 @@ impl RankConfig {
             .and_then(|v| v.parse().ok())
         {
             c.max_inflight_sends = n;
+        }
+        if let Ok(v) = std::env::var("STARLING_CHECK_AGREEMENT") {
+            c.check_agreement = !v.is_empty() && v != "0";
         }
         c
     }
@@ -308,6 +318,7 @@ impl RankRunner {
             config.pedantic_isend,
             config.communication_tag,
         );
+        lock(&ctx.dist).agreement.enabled = config.check_agreement;
         Ok(Self {
             ctx,
             runtime,
@@ -333,6 +344,18 @@ impl RankRunner {
 
     pub(crate) fn runtime(&self) -> &Runtime {
         &self.runtime
+    }
+
+    /// A handle on this rank for a watchdog ([`crate::hang::Watchdog`]): its activity,
+    /// its pending requests, and giving up on them.
+    pub fn probe(&self) -> crate::hang::Probe {
+        crate::hang::Probe::new(
+            self.ctx.rank,
+            self.ctx.size,
+            Arc::clone(&self.ctx.tracker),
+            self.runtime.clone(),
+            Arc::clone(&self.ctx.commands),
+        )
     }
 
     /// What the rank leaves behind, one line each: messages never received, requests

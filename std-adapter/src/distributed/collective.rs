@@ -114,8 +114,12 @@ impl Context {
     /// rank (`starpu_mpi_wait_for_all`). Collective: every rank calls it at the same point
     /// of the flow (a pending reduction moves data between ranks).
     ///
+    /// While the graph-agreement check is on, the ranks compare their task flows first
+    /// ([`Context::check_agreement`]).
+    ///
     /// # Errors
-    /// As for [`Context::redux`].
+    /// As for [`Context::redux`]; [`InsertError::Diverged`] when the ranks' flows differ
+    /// (then it does not wait: a divergent flow may never complete).
     pub fn mpi_wait_for_all(&self) -> Result<(), InsertError> {
         {
             let mut dist = lock(&self.dist);
@@ -133,6 +137,10 @@ impl Context {
             for cell in pending {
                 reduce(self, &mut dist, &cell, 2)?;
             }
+        }
+        // Before waiting: a divergent flow may never complete.
+        if lock(&self.dist).agreement.enabled {
+            self.agreement_check("mpi_wait_for_all")?;
         }
         self.wait_for_all();
         Ok(())

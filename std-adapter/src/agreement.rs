@@ -1,0 +1,815 @@
+//! The graph-agreement check: do all ranks walk the same task flow?
+//!
+//! The insert-task utility needs every rank to submit the same inserts in the same order
+//! (`docs/protocol.md` §10). When a rank's flow differs, nothing fails where the flows
+//! part: the ranks' plans stop pairing up, and the job hangs or computes garbage later.
+//! With the check on ([`crate::RankConfig::check_agreement`], `STARLING_CHECK_AGREEMENT`;
+//! on by default in debug builds), every rank folds each insert — codelet name, accesses
+//! (mode, tag and owner of each datum), options and the executor chosen — into a running
+//! digest ([`starling_core::digest`]) and keeps the last [`RING`] inserts. At
+//! [`Context::mpi_wait_for_all`], at [`Context::barrier`] and on demand
+//! ([`Context::check_agreement`]) the ranks exchange their insert count and digest; on a
+//! mismatch they exchange their kept inserts and every rank gets the same
+//! [`Divergence`]: the first insert where they differ and what each rank saw there.
+//! From then on every insert and check fails with it: the ranks stop instead of hanging.
+//!
+//! The exchange is an all-gather: on the in-process cluster through shared memory (no
+//! message, so statistics and early-data counts are untouched); over any other transport
+//! (MPI) through the runtime's own point-to-point requests on reserved negative tags
+//! ([`GATHER_TAG`], [`BCAST_TAG`]), with synchronous sends (no early data), gathered at
+//! rank 0 and broadcast back.
+
+use core::fmt::Write as _;
+use core::time::Duration;
+use std::collections::HashMap;
+use std::sync::mpsc;
+
+use starling_core::digest::{DigestAccess, chain, insert_digest};
+use starling_core::insert::{Execute, Executor, Options};
+use starling_core::{AccessMode, CommId, Owner, Rank, Tag};
+
+use crate::context::{Context, RecvOpts, SendOpts};
+use crate::data::{Cell, DataError, Interface};
+use crate::error::CommError;
+use crate::hang::{Waiting, stalled};
+use crate::sync::{Arc, Condvar, Mutex, Ordering, lock};
+use crate::task::Codelet;
+
+/// How many inserts each rank keeps to name the first divergent one.
+pub const RING: usize = 1024;
+
+/// The user tags the runtime keeps for its own messages: point-to-point calls and
+/// registrations refuse them ([`CommError::ReservedTag`]).
+pub const RESERVED_TAGS: core::ops::RangeInclusive<i64> = i64::MIN..=i64::MIN + 15;
+
+/// The tag of the agreement check's messages to rank 0 (in [`RESERVED_TAGS`]).
+pub const GATHER_TAG: Tag = Tag(i64::MIN + 1);
+/// The tag of the agreement check's messages from rank 0 (in [`RESERVED_TAGS`]).
+pub const BCAST_TAG: Tag = Tag(i64::MIN + 2);
+
+/// The longest description of an insert kept for a report.
+const DESCRIPTION_MAX: usize = 240;
+/// The largest agreement message accepted (a ring of [`RING`] described inserts fits).
+const MESSAGE_MAX: usize = 1 << 20;
+
+/// What a reserved tag is for, in a hang explanation.
+pub(crate) fn internal_tag_name(tag: Tag) -> Option<&'static str> {
+    match tag {
+        GATHER_TAG => Some("the agreement check's message to rank 0"),
+        BCAST_TAG => Some("the agreement check's answer from rank 0"),
+        _ => None,
+    }
+}
+
+/// The ranks' task flows differ: the first insert where they do, and what each saw.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Divergence {
+    /// The first insert (numbered from 1 on every rank) where the ranks' flows differ;
+    /// `None` when it is older than the last [`RING`] inserts the ranks keep.
+    pub insert: Option<u64>,
+    /// What each rank saw at that insert, indexed by rank.
+    pub seen: Vec<String>,
+    /// Where the check ran: `"barrier"`, `"mpi_wait_for_all"`, `"check_agreement"`.
+    pub at: String,
+    /// The whole report, in one paragraph.
+    pub message: String,
+}
+
+/// How many accesses of an insert are kept to describe it.
+const KEPT_ACCESSES: usize = 8;
+/// The most distinct codelet names kept to describe inserts.
+const NAMES_MAX: usize = 1 << 16;
+
+/// One kept access: its tag and mode, and its owner (`u32::MAX`: per node; `u32::MAX -
+/// 1`: a temporary datum, tag unknown).
+#[derive(Clone, Copy)]
+struct Kept {
+    tag: i64,
+    owner: u32,
+    mode: AccessMode,
+}
+
+const PER_NODE: u32 = u32::MAX;
+const TEMPORARY: u32 = u32::MAX - 1;
+
+/// One kept insert: compact and inline (the ring is written at every insert, so it is
+/// kept small and allocation-free once full).
+struct Entry {
+    index: u64,
+    digest: u64,
+    running: u64,
+    /// Index into [`Agreement::names`]; `u32::MAX` when the table was full.
+    name: u32,
+    /// The first accesses; `kept` of them are set.
+    accesses: [Kept; KEPT_ACCESSES],
+    kept: u8,
+    /// Accesses beyond the kept ones.
+    more: u32,
+    options: Options,
+    executor: Option<Executor>,
+}
+
+/// A rank's side of the check (inside the insert-task state).
+pub(crate) struct Agreement {
+    pub(crate) enabled: bool,
+    count: u64,
+    running: u64,
+    /// The insert count at the last check where every rank agreed.
+    agreed: u64,
+    ring: Vec<Entry>,
+    /// The slot the next insert overwrites once the ring is full.
+    head: usize,
+    /// Set once a check found a divergence: every later insert fails with it.
+    pub(crate) diverged: Option<Box<Divergence>>,
+    /// All-gathers done (every rank does the same ones).
+    round: u64,
+    /// The in-process cluster's shared board; `None`: point-to-point messages.
+    pub(crate) board: Option<Arc<Board>>,
+    /// Codelet names of kept inserts, and their index.
+    names: Vec<String>,
+    name_index: HashMap<String, u32>,
+    /// The name of the last insert (the common case: the same codelet again).
+    last_name: u32,
+}
+
+impl Agreement {
+    pub(crate) fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            count: 0,
+            running: 0,
+            agreed: 0,
+            ring: Vec::new(),
+            head: 0,
+            diverged: None,
+            round: 0,
+            board: None,
+            names: Vec::new(),
+            name_index: HashMap::new(),
+            last_name: u32::MAX,
+        }
+    }
+
+    /// The index of codelet name `name` in the names table.
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(n) = self.names.get(self.last_name as usize) {
+            if n == name {
+                return self.last_name;
+            }
+        }
+        let i = match self.name_index.get(name) {
+            Some(&i) => i,
+            None if self.names.len() < NAMES_MAX => {
+                let i = self.names.len() as u32;
+                self.names.push(name.to_owned());
+                self.name_index.insert(name.to_owned(), i);
+                i
+            }
+            None => return u32::MAX,
+        };
+        self.last_name = i;
+        i
+    }
+
+    /// Folds one insert into the running digest and keeps it. `accesses` are the
+    /// insert's accesses in order: `None` for a temporary datum (`access_opt`), else its
+    /// tag and owner.
+    pub(crate) fn record(
+        &mut self,
+        codelet: &Codelet,
+        accesses: impl Iterator<Item = (Option<(Tag, Owner)>, AccessMode)> + Clone,
+        options: &Options,
+        executor: Option<Executor>,
+    ) {
+        let temporary = accesses.clone().any(|(a, _)| a.is_none());
+        // Ranks that do not know a temporary datum cannot compute an executor that
+        // depends on it.
+        let executor = if temporary && options.execute == Execute::Auto {
+            None
+        } else {
+            executor
+        };
+        let digest = insert_digest(
+            codelet.name().as_bytes(),
+            accesses.clone().map(|(a, mode)| match a {
+                Some((tag, owner)) => DigestAccess::Datum { mode, tag, owner },
+                None => DigestAccess::Temporary { mode },
+            }),
+            options,
+            executor,
+        );
+        self.count += 1;
+        self.running = chain(self.running, self.count, digest);
+        let name = self.intern(codelet.name());
+        let mut kept = [Kept {
+            tag: 0,
+            owner: 0,
+            mode: AccessMode::empty(),
+        }; KEPT_ACCESSES];
+        let mut n = 0;
+        let mut more = 0;
+        for (a, mode) in accesses {
+            let (tag, owner) = match a {
+                Some((tag, Owner::Rank(r))) => (tag.0, r.0),
+                Some((tag, Owner::PerNode)) => (tag.0, PER_NODE),
+                None => (0, TEMPORARY),
+            };
+            match kept.get_mut(n) {
+                Some(k) => {
+                    *k = Kept { tag, owner, mode };
+                    n += 1;
+                }
+                None => more += 1,
+            }
+        }
+        let entry = Entry {
+            index: self.count,
+            digest,
+            running: self.running,
+            name,
+            accesses: kept,
+            kept: n as u8,
+            more,
+            options: *options,
+            executor,
+        };
+        if self.ring.len() < RING {
+            self.ring.push(entry);
+        } else {
+            self.ring[self.head] = entry;
+            self.head = (self.head + 1) % RING;
+        }
+    }
+
+    /// The kept inserts after the last agreed one, oldest first, serialised.
+    fn ring_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        put(&mut out, self.count);
+        put(&mut out, self.running);
+        put(&mut out, self.agreed);
+        let (a, b) = self.ring.split_at(self.head.min(self.ring.len()));
+        for e in b.iter().chain(a).filter(|e| e.index > self.agreed) {
+            put(&mut out, e.index);
+            put(&mut out, e.digest);
+            put(&mut out, e.running);
+            let mut d = describe(e, &self.names);
+            if d.len() > DESCRIPTION_MAX {
+                let mut cut = DESCRIPTION_MAX;
+                while !d.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                d.truncate(cut);
+                d.push('…');
+            }
+            out.extend_from_slice(&(d.len() as u32).to_le_bytes());
+            out.extend_from_slice(d.as_bytes());
+        }
+        out
+    }
+}
+
+fn put(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// A mode as the reference writes it: R, W, RW, with its extra flags.
+fn mode_text(mode: AccessMode) -> String {
+    let mut s = String::from(match (mode.reads(), mode.contains(AccessMode::W)) {
+        (true, true) => "RW",
+        (true, false) => "R",
+        (false, true) => "W",
+        (false, false) => "",
+    });
+    for (flag, name) in [
+        (AccessMode::SCRATCH, "SCRATCH"),
+        (AccessMode::REDUX, "REDUX"),
+        (AccessMode::COMMUTE, "COMMUTE"),
+        (AccessMode::SSEND, "SSEND"),
+    ] {
+        if mode.contains(flag) {
+            if !s.is_empty() {
+                s.push('|');
+            }
+            s.push_str(name);
+        }
+    }
+    s
+}
+
+/// An insert in one line: `gemm(tag 1 R of rank 0, tag 3 RW of rank 1) on rank 1`.
+fn describe(e: &Entry, names: &[String]) -> String {
+    let name = names
+        .get(e.name as usize)
+        .map_or("<codelet>", String::as_str);
+    let mut s = format!("{name}(");
+    for (i, k) in e.accesses[..usize::from(e.kept)].iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let mode = mode_text(k.mode);
+        let _ = match k.owner {
+            TEMPORARY => write!(s, "temporary {mode}"),
+            PER_NODE => write!(s, "tag {} {mode} per node", k.tag),
+            r => write!(s, "tag {} {mode} of rank {r}", k.tag),
+        };
+    }
+    if e.more > 0 {
+        let _ = write!(s, ", … {} more", e.more);
+    }
+    s.push(')');
+    match e.executor {
+        Some(Executor::Rank(r)) => {
+            let _ = write!(s, " on rank {}", r.0);
+        }
+        Some(Executor::PerNode) => s.push_str(" on every rank"),
+        None => {}
+    }
+    let mut opts = Vec::new();
+    match e.options.execute {
+        Execute::Auto => {}
+        Execute::OnNode(r) => opts.push(format!("on_node {}", r.0)),
+        Execute::OnData(i) => opts.push(format!("on_data {i}")),
+    }
+    if let Some(p) = e.options.policy {
+        opts.push(format!("policy {}", p.0));
+    }
+    if e.options.priority.0 != 0 {
+        opts.push(format!("priority {}", e.options.priority.0));
+    }
+    if e.options.ssend {
+        opts.push("ssend".to_owned());
+    }
+    if !opts.is_empty() {
+        let _ = write!(s, " [{}]", opts.join(", "));
+    }
+    s
+}
+
+// ----- what a rank sends ---------------------------------------------------------------
+
+/// A rank's kept inserts, read back from its message.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RankRing {
+    pub(crate) count: u64,
+    pub(crate) running: u64,
+    pub(crate) agreed: u64,
+    /// (index, digest, running digest, description), oldest first.
+    pub(crate) items: Vec<(u64, u64, u64, String)>,
+}
+
+/// Reads a little-endian `u64` at `*at`, advancing; `None` past the end.
+fn take_u64(b: &[u8], at: &mut usize) -> Option<u64> {
+    let s = b.get(*at..*at + 8)?;
+    *at += 8;
+    Some(u64::from_le_bytes(s.try_into().ok()?))
+}
+
+fn take_u32(b: &[u8], at: &mut usize) -> Option<u32> {
+    let s = b.get(*at..*at + 4)?;
+    *at += 4;
+    Some(u32::from_le_bytes(s.try_into().ok()?))
+}
+
+impl RankRing {
+    /// Reads a rank's message (total: `None` for anything malformed).
+    pub(crate) fn parse(b: &[u8]) -> Option<Self> {
+        let mut at = 0;
+        let mut r = Self {
+            count: take_u64(b, &mut at)?,
+            running: take_u64(b, &mut at)?,
+            agreed: take_u64(b, &mut at)?,
+            items: Vec::new(),
+        };
+        while at < b.len() {
+            let index = take_u64(b, &mut at)?;
+            let digest = take_u64(b, &mut at)?;
+            let running = take_u64(b, &mut at)?;
+            let len = take_u32(b, &mut at)? as usize;
+            let text = b.get(at..at.checked_add(len)?)?;
+            at += len;
+            r.items.push((
+                index,
+                digest,
+                running,
+                String::from_utf8_lossy(text).into_owned(),
+            ));
+        }
+        Some(r)
+    }
+}
+
+fn ranks_text(ranks: &[usize]) -> String {
+    let v: Vec<String> = ranks.iter().map(usize::to_string).collect();
+    if v.len() == 1 {
+        format!("rank {}", v[0])
+    } else {
+        format!("ranks {}", v.join(", "))
+    }
+}
+
+/// Compares the ranks' kept inserts (indexed by rank) and names the first insert where
+/// they differ. Every rank computes it from the same rings, so every rank gets the same.
+pub(crate) fn compare(at: &str, rings: &[RankRing]) -> Divergence {
+    let agreed = rings.iter().map(|r| r.agreed).max().unwrap_or(0);
+    let max_count = rings.iter().map(|r| r.count).max().unwrap_or(0);
+    let oldest = |r: &RankRing| r.items.first().map_or(r.count + 1, |i| i.0);
+    let lo = rings.iter().map(oldest).max().unwrap_or(1).max(agreed + 1);
+    fn item(r: &RankRing, i: u64) -> Option<&(u64, u64, u64, String)> {
+        r.items.iter().find(|x| x.0 == i)
+    }
+    let mut first = None;
+    let mut before_window = false;
+    for i in lo..=max_count {
+        let here: Vec<Option<&(u64, u64, u64, String)>> =
+            rings.iter().map(|r| item(r, i)).collect();
+        let digests: Vec<Option<u64>> = here.iter().map(|x| x.map(|x| x.1)).collect();
+        if digests.iter().any(|d| *d != digests[0]) {
+            first = Some(i);
+            break;
+        }
+        let runs: Vec<Option<u64>> = here.iter().map(|x| x.map(|x| x.2)).collect();
+        if runs.iter().any(|d| *d != runs[0]) {
+            // The same insert here, different histories: they parted earlier.
+            before_window = true;
+            break;
+        }
+    }
+    let counts: Vec<String> = rings
+        .iter()
+        .enumerate()
+        .map(|(r, x)| format!("rank {r}: {}", x.count))
+        .collect();
+    let Some(i) = first.filter(|_| !before_window) else {
+        let message = format!(
+            "the ranks' task flows diverged before insert #{lo} (at {at}): the ranks keep only \
+             their last {RING} inserts, and they agreed up to insert #{agreed}; inserts so far: {}",
+            counts.join(", ")
+        );
+        return Divergence {
+            insert: None,
+            seen: Vec::new(),
+            at: at.to_owned(),
+            message,
+        };
+    };
+    let seen: Vec<String> = rings
+        .iter()
+        .map(|r| match item(r, i) {
+            Some(x) => x.3.clone(),
+            None if r.count < i => format!("no insert #{i} (its flow has {} inserts)", r.count),
+            None => format!("insert #{i} not kept"),
+        })
+        .collect();
+    // Group the ranks that saw the same thing, in rank order of first appearance.
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (r, s) in seen.iter().enumerate() {
+        match groups.iter_mut().find(|g| g.0 == *s) {
+            Some(g) => g.1.push(r),
+            None => groups.push((s.clone(), vec![r])),
+        }
+    }
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|(s, rs)| {
+            let verb = if s.starts_with("no insert") || s.starts_with("insert #") {
+                "has"
+            } else {
+                "saw"
+            };
+            format!("{} {verb} {s}", ranks_text(rs))
+        })
+        .collect();
+    let message = format!(
+        "the ranks' task flows diverged at insert #{i} (found at {at}; they agreed up to insert \
+         #{agreed}): {}",
+        parts.join("; ")
+    );
+    Divergence {
+        insert: Some(i),
+        seen,
+        at: at.to_owned(),
+        message,
+    }
+}
+
+// ----- the exchange --------------------------------------------------------------------
+
+/// One all-gather on the board: each rank's bytes, and how many ranks took them.
+type Round = (Vec<Option<Arc<Vec<u8>>>>, usize);
+
+/// The in-process cluster's all-gather: every rank posts its bytes on a shared board.
+pub(crate) struct Board {
+    size: usize,
+    /// Per round: each rank's bytes, and how many ranks took the round's result.
+    rounds: Mutex<HashMap<u64, Round>>,
+    cv: Condvar,
+}
+
+impl Board {
+    pub(crate) fn new(size: u32) -> Self {
+        Self {
+            size: size as usize,
+            rounds: Mutex::new(HashMap::new()),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn all_gather(
+        &self,
+        ctx: &Context,
+        round: u64,
+        mine: Vec<u8>,
+    ) -> Result<Vec<Vec<u8>>, CommError> {
+        let me = ctx.rank.index();
+        // Tracked, so that the watchdog names a rank that never comes and can free us.
+        let ticket = ctx
+            .tracker
+            .begin(Waiting::Check, ctx.rank, CommId::WORLD, Tag(0), None);
+        let done = match ticket.start(Box::new(|_| {})) {
+            Ok(done) => done,
+            Err((_, e)) => return Err(e),
+        };
+        let mut rounds = lock(&self.rounds);
+        {
+            let slot = rounds
+                .entry(round)
+                .or_insert_with(|| (vec![None; self.size], 0));
+            slot.0[me] = Some(Arc::new(mine));
+        }
+        self.cv.notify_all();
+        let all = loop {
+            if let Some((slots, _)) = rounds.get(&round) {
+                if slots.iter().all(Option::is_some) {
+                    break slots
+                        .iter()
+                        .flatten()
+                        .map(|b| (**b).clone())
+                        .collect::<Vec<_>>();
+                }
+            }
+            if let Some(why) = ctx.tracker.abandoned() {
+                drop(rounds);
+                done(Err(stalled(&why)));
+                return Err(stalled(&why));
+            }
+            rounds = self
+                .cv
+                .wait_timeout(rounds, Duration::from_millis(50))
+                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+        };
+        if let Some(slot) = rounds.get_mut(&round) {
+            slot.1 += 1;
+            if slot.1 == self.size {
+                rounds.remove(&round);
+            }
+        }
+        drop(rounds);
+        done(Ok(()));
+        Ok(all)
+    }
+}
+
+/// Bytes of any length up to a bound: what the point-to-point exchange sends and
+/// receives (its packed size is the bound while it waits for a message).
+struct Blob {
+    bytes: Vec<u8>,
+    capacity: usize,
+}
+
+impl Interface for Blob {
+    fn packed_size(&self) -> usize {
+        self.bytes.len().max(self.capacity)
+    }
+
+    fn pack(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.bytes);
+    }
+
+    fn unpack(&mut self, bytes: &[u8]) -> Result<(), DataError> {
+        if bytes.len() > self.capacity {
+            return Err(DataError::SizeMismatch {
+                expected: self.capacity,
+                got: bytes.len(),
+            });
+        }
+        self.bytes = bytes.to_vec();
+        Ok(())
+    }
+}
+
+fn blob(bytes: Vec<u8>, capacity: usize) -> Arc<Cell<Blob>> {
+    Arc::new(Cell::new(
+        crate::data::temporary_id(),
+        Blob { bytes, capacity },
+    ))
+}
+
+/// Posts a request and returns a receiver of its outcome.
+fn outcome() -> (crate::progress::Done, mpsc::Receiver<Result<(), CommError>>) {
+    let (tx, rx) = mpsc::channel();
+    (
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+        rx,
+    )
+}
+
+fn wait(rx: &mpsc::Receiver<Result<(), CommError>>) -> Result<(), CommError> {
+    rx.recv()
+        .unwrap_or_else(|_| Err(stalled("the rank stopped")))
+}
+
+fn sync_opts() -> SendOpts {
+    SendOpts {
+        sync: true,
+        priority: i32::MAX,
+        ..SendOpts::default()
+    }
+}
+
+/// Frames several byte strings into one.
+fn frame(parts: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = (parts.len() as u32).to_le_bytes().to_vec();
+    for p in parts {
+        out.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        out.extend_from_slice(p);
+    }
+    out
+}
+
+/// Reads [`frame`]'s output (total: `None` for anything malformed).
+fn unframe(b: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut at = 0;
+    let n = take_u32(b, &mut at)? as usize;
+    let mut parts = Vec::with_capacity(n.min(4096));
+    for _ in 0..n {
+        let len = take_u32(b, &mut at)? as usize;
+        parts.push(b.get(at..at.checked_add(len)?)?.to_vec());
+        at += len;
+    }
+    (at == b.len()).then_some(parts)
+}
+
+fn malformed(from: Rank) -> CommError {
+    let _ = from; // the framing names no sender: the error is the same for all
+    CommError::Data(DataError::Malformed("a malformed agreement-check message"))
+}
+
+/// The point-to-point all-gather: every rank sends to rank 0, which answers everyone
+/// with all the parts.
+fn p2p_all_gather(ctx: &Context, mine: Vec<u8>) -> Result<Vec<Vec<u8>>, CommError> {
+    let me = ctx.rank;
+    let opts = RecvOpts::default();
+    if me.0 != 0 {
+        let answer = blob(Vec::new(), MESSAGE_MAX * ctx.size as usize + 4096);
+        let (done_r, rx_r) = outcome();
+        ctx.post_recv(answer.clone(), Rank(0), BCAST_TAG, opts, done_r)?;
+        let (done_s, rx_s) = outcome();
+        ctx.post_send(blob(mine, 0), Rank(0), GATHER_TAG, sync_opts(), done_s)?;
+        wait(&rx_s)?;
+        wait(&rx_r)?;
+        let bytes = answer.read().bytes.clone();
+        let parts = unframe(&bytes).ok_or_else(|| malformed(Rank(0)))?;
+        if parts.len() != ctx.size as usize {
+            return Err(malformed(Rank(0)));
+        }
+        return Ok(parts);
+    }
+    let mut cells = Vec::new();
+    for r in 1..ctx.size {
+        let cell = blob(Vec::new(), MESSAGE_MAX);
+        let (done, rx) = outcome();
+        ctx.post_recv(cell.clone(), Rank(r), GATHER_TAG, opts, done)?;
+        cells.push((cell, rx));
+    }
+    let mut parts = vec![mine];
+    let mut failure = None;
+    for (cell, rx) in &cells {
+        match wait(rx) {
+            Ok(()) => parts.push(cell.read().bytes.clone()),
+            Err(e) => {
+                failure.get_or_insert(e);
+                parts.push(Vec::new());
+            }
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let all = frame(&parts);
+    let mut sends = Vec::new();
+    for r in 1..ctx.size {
+        let (done, rx) = outcome();
+        ctx.post_send(blob(all.clone(), 0), Rank(r), BCAST_TAG, sync_opts(), done)?;
+        sends.push(rx);
+    }
+    for rx in &sends {
+        wait(rx)?;
+    }
+    Ok(parts)
+}
+
+impl Context {
+    fn all_gather(
+        &self,
+        board: Option<&Arc<Board>>,
+        round: u64,
+        mine: Vec<u8>,
+    ) -> Result<Vec<Vec<u8>>, CommError> {
+        match board {
+            Some(b) => b.all_gather(self, round, mine),
+            None => p2p_all_gather(self, mine),
+        }
+    }
+
+    /// Compares this rank's task flow with every other rank's (the graph-agreement
+    /// check): every rank must call it at the same point of the flow. It runs by itself at
+    /// [`Context::mpi_wait_for_all`] and [`Context::barrier`] while the check is on
+    /// ([`crate::RankConfig::check_agreement`]); called by hand it checks even when off
+    /// (only inserts made while it was on are recorded).
+    ///
+    /// # Errors
+    /// [`InsertError::Diverged`](crate::InsertError::Diverged) on every rank when the
+    /// ranks' flows differ, naming the first insert where they do and what each rank
+    /// saw there (and for every later insert and check);
+    /// [`InsertError::Comm`](crate::InsertError::Comm) when the exchange failed (a
+    /// rank never came, and the watchdog gave up: [`CommError::Stalled`]).
+    pub fn check_agreement(&self) -> Result<(), crate::InsertError> {
+        self.agreement_check("check_agreement")
+    }
+
+    /// Switches the graph-agreement check on or off from here on
+    /// ([`crate::RankConfig::check_agreement`] sets it at start). Every rank must switch
+    /// at the same point of the flow: the inserts made while it is off are not recorded.
+    pub fn set_check_agreement(&self, on: bool) {
+        lock(&self.dist).agreement.enabled = on;
+    }
+
+    /// Whether the graph-agreement check is on.
+    pub fn check_agreement_enabled(&self) -> bool {
+        lock(&self.dist).agreement.enabled
+    }
+
+    /// The check at `at`; does nothing on one rank or in a fake world.
+    pub(crate) fn agreement_check(&self, at: &str) -> Result<(), crate::InsertError> {
+        if self.size < 2 || self.fake.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let (summary, board, round, known) = {
+            let mut dist = lock(&self.dist);
+            let a = &mut dist.agreement;
+            if let Some(d) = &a.diverged {
+                return Err(crate::InsertError::Diverged(d.clone()));
+            }
+            let mut s = Vec::with_capacity(24);
+            put(&mut s, a.count);
+            put(&mut s, a.running);
+            put(&mut s, a.agreed);
+            a.round += 2;
+            (s, a.board.clone(), a.round - 2, a.count)
+        };
+        let all = self.all_gather(board.as_ref(), round, summary)?;
+        let mut summaries = Vec::with_capacity(all.len());
+        for (r, b) in all.iter().enumerate() {
+            let s = RankRing::parse(b).ok_or_else(|| malformed(Rank(r as u32)))?;
+            summaries.push((s.count, s.running));
+        }
+        if summaries.iter().all(|s| *s == summaries[0]) {
+            lock(&self.dist).agreement.agreed = known;
+            return Ok(());
+        }
+        let mine = lock(&self.dist).agreement.ring_bytes();
+        let all = self.all_gather(board.as_ref(), round + 1, mine)?;
+        let mut rings = Vec::with_capacity(all.len());
+        for (r, b) in all.iter().enumerate() {
+            rings.push(RankRing::parse(b).ok_or_else(|| malformed(Rank(r as u32)))?);
+        }
+        let d = Box::new(compare(at, &rings));
+        lock(&self.dist).agreement.diverged = Some(d.clone());
+        Err(crate::InsertError::Diverged(d))
+    }
+
+    /// The check a barrier makes while the check is on: a divergence is reported at
+    /// shutdown and makes every later insert fail (a barrier returns nothing).
+    pub(crate) fn agreement_at_barrier(&self) {
+        let known = {
+            let dist = lock(&self.dist);
+            if !dist.agreement.enabled {
+                return;
+            }
+            dist.agreement.diverged.is_some()
+        };
+        // A failed exchange (the watchdog gave up) is reported by the watchdog.
+        if let Err(e @ crate::InsertError::Diverged(_)) = self.agreement_check("barrier") {
+            if !known {
+                eprintln!("[starling][{}] {e}", self.rank.0);
+                lock(&self.reports).push(e.to_string());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,471 @@
+//! The graph-agreement check and the hang explainer on the in-process cluster: divergent
+//! task flows are reported on every rank with the first insert where they part, and a job
+//! whose requests can never complete returns an explanation instead of hanging.
+
+use core::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use starling::core::{AccessMode, Owner, Rank, Tag};
+use starling::interfaces::Variable;
+use starling::{
+    ClusterConfig, Codelet, CommError, Context, Handle, InsertError, RuntimeConfig, run_local_with,
+};
+
+fn config() -> ClusterConfig {
+    ClusterConfig {
+        runtime: RuntimeConfig {
+            workers: 1,
+            disable_kernels: false,
+            ..RuntimeConfig::default()
+        },
+        check_agreement: true,
+        ..ClusterConfig::default()
+    }
+}
+
+fn with_watchdog(ms: u64) -> ClusterConfig {
+    ClusterConfig {
+        watchdog: Some(Duration::from_millis(ms)),
+        ..config()
+    }
+}
+
+fn var(ctx: &Context, tag: i64, owner: u32) -> Handle<Variable<i64>> {
+    ctx.register_owned(Tag(tag), Owner::Rank(Rank(owner)), || Variable::new(1))
+        .unwrap()
+}
+
+/// Runs `f` on `n` ranks and returns what each rank's closure returned, by rank, even
+/// when the cluster's shutdown reports leftovers (returned too).
+fn outcomes<R: Send + 'static>(
+    n: u32,
+    config: ClusterConfig,
+    f: impl Fn(&Context) -> R + Send + Sync + 'static,
+) -> (Vec<Option<R>>, Result<(), starling::ShutdownError>) {
+    let slots: Arc<Mutex<Vec<Option<R>>>> = Arc::new(Mutex::new((0..n).map(|_| None).collect()));
+    let s = Arc::clone(&slots);
+    let shutdown = run_local_with(n, config, move |ctx| {
+        let r = f(ctx);
+        s.lock().unwrap()[ctx.rank().index()] = Some(r);
+    })
+    .map(|_| ());
+    let out = core::mem::take(&mut *slots.lock().unwrap());
+    (out, shutdown)
+}
+
+fn codelet(name: &str) -> Codelet {
+    Codelet::new(name, |b| {
+        let mut x = b.w::<Variable<i64>>(0);
+        let v = x.get();
+        x.set(v + 1);
+    })
+}
+
+// ----- the graph-agreement check ---------------------------------------------------------
+
+#[test]
+fn agreeing_flows_pass_the_check_at_every_synchronisation_point() {
+    let (out, shutdown) = outcomes(3, config(), |ctx| {
+        let x = var(ctx, 1, 0);
+        let y = var(ctx, 2, 1);
+        let tmp = (ctx.rank() == Rank(2)).then(|| ctx.register(Variable::new(0i64)));
+        if let Some(t) = &tmp {
+            ctx.mpi_register(t, Tag(3), Owner::Rank(Rank(2))).unwrap();
+        }
+        let step = codelet("step");
+        for _ in 0..5 {
+            ctx.insert(&step).rw(&x).r(&y).submit().unwrap();
+            ctx.insert(&step).rw(&y).r(&x).submit().unwrap();
+        }
+        // Temporary data: known on rank 2 only, every rank passes it with access_opt.
+        ctx.insert(&step)
+            .access_opt(tmp.as_ref(), AccessMode::RW)
+            .r(&x)
+            .on_node(Rank(2))
+            .submit()
+            .unwrap();
+        ctx.barrier();
+        let a = ctx.check_agreement();
+        let b = ctx.mpi_wait_for_all();
+        (a, b)
+    });
+    shutdown.expect("a clean shutdown");
+    for o in out {
+        assert_eq!(o, Some((Ok(()), Ok(()))));
+    }
+}
+
+#[test]
+fn a_rank_inserting_another_codelet_is_named_at_the_first_divergent_insert() {
+    let (out, _) = outcomes(3, config(), |ctx| {
+        let x = var(ctx, 1, 0);
+        let y = var(ctx, 2, 0);
+        ctx.insert(&codelet("init")).w(&x).submit().unwrap();
+        // Rank 1 takes another branch at the second insert.
+        let name = if ctx.rank() == Rank(1) {
+            "scale"
+        } else {
+            "shift"
+        };
+        ctx.insert(&codelet(name)).rw(&x).r(&y).submit().unwrap();
+        ctx.insert(&codelet("last")).rw(&y).submit().unwrap();
+        let waited = ctx.mpi_wait_for_all();
+        // Every later insert fails with the same report: the ranks stop.
+        let later = ctx.insert(&codelet("later")).rw(&y).submit();
+        (waited, later.map(|_| ()))
+    });
+    let mut messages = Vec::new();
+    for (r, o) in out.into_iter().enumerate() {
+        let (waited, later) = o.expect("every rank returns");
+        let Err(InsertError::Diverged(d)) = waited else {
+            panic!("rank {r}: expected a divergence, got {waited:?}");
+        };
+        assert_eq!(d.insert, Some(2), "rank {r}");
+        assert_eq!(d.at, "mpi_wait_for_all");
+        assert!(
+            d.seen[0].starts_with("shift(tag 1 RW of rank 0, tag 2 R of rank 0)"),
+            "{d:?}"
+        );
+        assert!(
+            d.seen[1].starts_with("scale(tag 1 RW of rank 0, tag 2 R of rank 0)"),
+            "{d:?}"
+        );
+        assert_eq!(later, Err(InsertError::Diverged(d.clone())));
+        messages.push(d.message);
+    }
+    assert!(
+        messages.windows(2).all(|w| w[0] == w[1]),
+        "every rank reports alike"
+    );
+    assert!(
+        messages[0].contains("diverged at insert #2")
+            && messages[0].contains("ranks 0, 2 saw shift(")
+            && messages[0].contains("rank 1 saw scale("),
+        "{}",
+        messages[0]
+    );
+}
+
+#[test]
+fn a_rank_that_skips_an_insert_is_found_by_the_check_on_demand() {
+    let (out, _) = outcomes(2, config(), |ctx| {
+        let x = var(ctx, 1, 0);
+        let step = codelet("step");
+        for i in 0..10 {
+            if ctx.rank() == Rank(1) && i == 7 {
+                continue; // rank 1 prunes an insert it should not
+            }
+            ctx.insert(&step).rw(&x).priority(i).submit().unwrap();
+        }
+        ctx.check_agreement()
+    });
+    for o in out {
+        let Some(Err(InsertError::Diverged(d))) = o else {
+            panic!("expected a divergence, got {o:?}");
+        };
+        assert_eq!(d.insert, Some(8), "{d:?}");
+        assert!(d.seen[0].contains("[priority 7]"), "{d:?}");
+        assert!(d.seen[1].contains("[priority 8]"), "{d:?}");
+    }
+}
+
+#[test]
+fn a_datum_registered_with_another_owner_on_one_rank_is_caught_before_it_hangs() {
+    // The ranks disagree on who owns `y`: the plans no longer pair up (a receive that no
+    // send matches). The check at mpi_wait_for_all reports it instead of waiting forever.
+    let start = Instant::now();
+    let (out, shutdown) = outcomes(2, config(), |ctx| {
+        let x = var(ctx, 1, 0);
+        // Rank 0 believes rank 1 owns `y` and waits for it; rank 1 believes rank 0 does.
+        let owner = if ctx.rank() == Rank(0) { 1 } else { 0 };
+        let y = var(ctx, 2, owner);
+        ctx.insert(&codelet("use")).rw(&x).r(&y).submit().unwrap();
+        ctx.mpi_wait_for_all()
+    });
+    for o in out {
+        let Some(Err(InsertError::Diverged(d))) = o else {
+            panic!("expected a divergence, got {o:?}");
+        };
+        assert_eq!(d.insert, Some(1));
+        assert!(d.message.contains("tag 2 R of rank 1"), "{}", d.message);
+    }
+    // The unmatched transfer is left behind and explained at shutdown, not waited for.
+    let err = shutdown.expect_err("the unmatched transfer is reported");
+    assert!(
+        err.to_string()
+            .contains("why: rank 0 waits for tag 2 from rank 1"),
+        "{err}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn a_divergence_found_at_a_barrier_is_reported_at_shutdown() {
+    let (out, shutdown) = outcomes(2, config(), |ctx| {
+        let x = var(ctx, 1, 0);
+        let name = if ctx.rank() == Rank(0) { "a" } else { "b" };
+        ctx.insert(&codelet(name)).rw(&x).submit().unwrap();
+        ctx.wait_for_all();
+        ctx.barrier(); // returns nothing: the divergence stops later inserts
+        ctx.insert(&codelet("c")).rw(&x).submit().map(|_| ())
+    });
+    for o in out {
+        assert!(
+            matches!(&o, Some(Err(InsertError::Diverged(d))) if d.at == "barrier" && d.insert == Some(1)),
+            "{o:?}"
+        );
+    }
+    let err = shutdown.expect_err("the divergence is a leftover");
+    assert_eq!(err.leftovers.len(), 2, "one line per rank: {err}");
+    assert!(
+        err.leftovers[0].starts_with("rank 0: the ranks' task flows diverged at insert #1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn with_the_check_off_nothing_is_recorded_or_exchanged() {
+    let config = ClusterConfig {
+        check_agreement: false,
+        ..config()
+    };
+    let (out, shutdown) = outcomes(2, config, |ctx| {
+        let x = var(ctx, 1, 0);
+        let name = if ctx.rank() == Rank(0) { "a" } else { "b" };
+        ctx.insert(&codelet(name)).rw(&x).submit().unwrap();
+        ctx.barrier();
+        (ctx.mpi_wait_for_all(), ctx.check_agreement())
+    });
+    shutdown.expect("a clean shutdown");
+    for o in out {
+        assert_eq!(o, Some((Ok(()), Ok(()))));
+    }
+}
+
+// ----- the hang explainer ----------------------------------------------------------------
+
+#[test]
+fn a_receive_whose_send_is_missing_returns_the_explanation_instead_of_hanging() {
+    let start = Instant::now();
+    let (out, shutdown) = outcomes(2, with_watchdog(300), |ctx| {
+        let h = ctx.register(Variable::new(0u32));
+        if ctx.rank() == Rank(0) {
+            ctx.recv(&h, Rank(1), Tag(17)) // rank 1 never sends it
+        } else {
+            Ok(())
+        }
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    let Some(Err(CommError::Stalled { explanation })) = &out[0] else {
+        panic!("expected the watchdog's explanation, got {:?}", out[0]);
+    };
+    assert!(
+        explanation.contains("rank 0 waits for tag 17 from rank 1 (into data 0, for 0.")
+            && explanation
+                .contains("rank 1 never sent it and waits for nothing: its flow has no such send"),
+        "{explanation}"
+    );
+    let err = shutdown.expect_err("the watchdog's finding is returned");
+    assert!(
+        err.leftovers[0].starts_with("watchdog: nothing progressed for 0."),
+        "{err}"
+    );
+    assert!(
+        err.leftovers[1].starts_with("rank 0 waits for tag 17 from rank 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn two_ranks_waiting_for_each_other_are_named_as_a_deadlock() {
+    let (out, shutdown) = outcomes(2, with_watchdog(1000), |ctx| {
+        let h = ctx.register(Variable::new(0u32));
+        let (from, tag) = if ctx.rank() == Rank(0) {
+            (Rank(1), Tag(17))
+        } else {
+            (Rank(0), Tag(5))
+        };
+        ctx.recv(&h, from, tag)?; // both receive first: neither sends
+        ctx.send(&h, from, tag)
+    });
+    for o in &out {
+        assert!(matches!(o, Some(Err(CommError::Stalled { .. }))), "{o:?}");
+    }
+    let err = shutdown.expect_err("the watchdog's finding is returned");
+    let text = err.leftovers.join("\n");
+    assert_eq!(
+        err.leftovers[1], "deadlock: rank 0 waits for rank 1, which waits for rank 0",
+        "{text}"
+    );
+    assert!(
+        text.contains("rank 1 never sent it: it is itself waiting for tag 5 from rank 0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_send_with_the_wrong_tag_is_pointed_at() {
+    let (out, shutdown) = outcomes(2, with_watchdog(1000), |ctx| {
+        let h = ctx.register(Variable::new(0u32));
+        if ctx.rank() == Rank(0) {
+            ctx.recv(&h, Rank(1), Tag(17))
+        } else {
+            ctx.send(&h, Rank(0), Tag(18)) // a typo
+        }
+    });
+    assert_eq!(out[1], Some(Ok(())));
+    let err = shutdown.expect_err("the watchdog's finding is returned");
+    let text = err.leftovers.join("\n");
+    assert!(
+        text.contains(
+            "rank 1 never sent it; it sent tag 18 (4 bytes) instead, which rank 0 never received"
+        ),
+        "{text}"
+    );
+    // The orphan is still reported as such at shutdown.
+    assert!(
+        text.contains("rank 0: message from rank 1 with tag 18 (4 bytes) was never received"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_rank_stuck_before_a_barrier_is_named() {
+    // With the agreement check on, the ranks wait in the barrier's check.
+    for (check, what) in [(false, "a barrier"), (true, "an agreement check")] {
+        rank_stuck_before_a_barrier(check, what);
+    }
+}
+
+fn rank_stuck_before_a_barrier(check: bool, what: &str) {
+    let config = ClusterConfig {
+        check_agreement: check,
+        ..with_watchdog(1000)
+    };
+    let (out, shutdown) = outcomes(3, config, |ctx| {
+        let h = ctx.register(Variable::new(0u32));
+        if ctx.rank() == Rank(2) {
+            // Waits for a message rank 0 sends only after the barrier.
+            ctx.recv(&h, Rank(0), Tag(1))?;
+        }
+        ctx.barrier();
+        if ctx.rank() == Rank(0) {
+            ctx.send(&h, Rank(2), Tag(1))?;
+        }
+        Ok::<(), CommError>(())
+    });
+    assert!(
+        matches!(out[2], Some(Err(CommError::Stalled { .. }))),
+        "{out:?}"
+    );
+    let err = shutdown.expect_err("the watchdog's finding is returned");
+    let text = err.leftovers.join("\n");
+    assert!(
+        text.contains(&format!(
+            "ranks 0, 1 wait in {what}; rank 2 never entered it (rank 2 waits for tag 1 from rank 0)"
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        err.leftovers.len(),
+        5,
+        "the finding, the engine's leftover, no copy per rank: {text}"
+    );
+    assert!(
+        text.contains("deadlock: rank 0 waits for rank 2, which waits for rank 0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_long_task_is_progress_not_a_hang() {
+    let (out, shutdown) = outcomes(2, with_watchdog(200), |ctx| {
+        let h = ctx.register(Variable::new(0u32));
+        if ctx.rank() == Rank(0) {
+            let slow = Codelet::new("slow", |b| {
+                std::thread::sleep(Duration::from_millis(800));
+                b.w::<Variable<u32>>(0).set(7);
+            });
+            ctx.task(&slow).rw(&h).submit();
+            ctx.send(&h, Rank(1), Tag(1))?;
+            Ok(7)
+        } else {
+            ctx.recv(&h, Rank(0), Tag(1))?;
+            Ok(ctx.acquire(&h, AccessMode::R).get().get())
+        }
+    });
+    shutdown.expect("no watchdog finding");
+    assert_eq!(out, vec![Some(Ok::<u32, CommError>(7)), Some(Ok(7))]);
+}
+
+#[test]
+fn a_peer_that_dies_leaves_an_explanation_not_a_hang() {
+    // Rank 1 panics before sending: rank 0's receive fails once the watchdog gives up,
+    // and the panic comes back from run_local_with after every rank stopped.
+    let seen = Arc::new(Mutex::new(None));
+    let s = Arc::clone(&seen);
+    let start = Instant::now();
+    let result = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+        run_local_with(2, with_watchdog(1000), move |ctx| {
+            let h = ctx.register(Variable::new(0u32));
+            if ctx.rank() == Rank(1) {
+                panic!("rank 1 dies");
+            }
+            *s.lock().unwrap() = Some(ctx.recv(&h, Rank(1), Tag(4)));
+        })
+    }));
+    assert!(result.is_err(), "the panic is resumed");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let got = seen.lock().unwrap().take();
+    assert!(
+        matches!(&got, Some(Err(CommError::Stalled { explanation }))
+            if explanation.contains("rank 0 waits for tag 4 from rank 1")),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn hang_explain_merges_a_directory_of_reports() {
+    use starling::core::CommId;
+    use starling::core::request::State;
+    use starling::hang::{Pending, RankReport, Stage, Waiting};
+    let dir = std::env::temp_dir().join(format!("starling-hang-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let waits = |rank: u32, peer: u32, tag: i64| RankReport {
+        rank: Rank(rank),
+        size: 2,
+        pending: vec![Pending {
+            kind: Waiting::Recv,
+            peer: Rank(peer),
+            comm: CommId::WORLD,
+            tag: Tag(tag),
+            data: None,
+            stage: Stage::Engine(State::AwaitingEnvelope),
+            age: Duration::from_secs(3),
+        }],
+        orphans: vec![],
+    };
+    starling::hang::write_report(&dir, &waits(0, 1, 17)).unwrap();
+    starling::hang::write_report(&dir, &waits(1, 0, 5)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hang-explain"))
+        .arg(&dir)
+        .output()
+        .expect("hang-explain runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(
+        text.lines().next(),
+        Some("deadlock: rank 0 waits for rank 1, which waits for rank 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rank 0 waits for tag 17 from rank 1 (for 3.0 s); rank 1 never sent it: it is itself waiting for tag 5 from rank 0"),
+        "{text}"
+    );
+}
