@@ -65,12 +65,18 @@
 //!
 //! * `defmt` — derives `defmt::Format` on the public types, for logging on embedded
 //!   targets.
+//! * `model` — the reference models of the matcher and the lists, for property
+//!   tests and the fuzz targets (`fuzz/`), in the `model` module. It needs `alloc` and allocates: a testing aid,
+//!   never for a build that ships.
 //!
 //! The crate builds for `thumbv7em-none-eabihf` and `riscv32imac-unknown-none-elf`
 //! (CI proves it). Minimum Rust version: 1.87.
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(any(test, feature = "model"))]
+extern crate alloc;
 
 pub mod cache;
 pub mod engine;
@@ -79,6 +85,8 @@ pub mod error;
 pub mod insert;
 pub mod lists;
 pub mod matcher;
+#[cfg(any(test, feature = "model"))]
+pub mod model;
 pub mod request;
 pub mod select;
 pub mod stats;
