@@ -96,7 +96,7 @@ fn any_flow(n: u32) -> impl Strategy<Value = (Vec<Datum>, Vec<Op>)> {
                 any_task(n, ndata),
                 prop::option::weighted(0.25, any_collective(n, ndata)),
             ),
-            1..60,
+            1..if cfg!(miri) { 8 } else { 60 },
         )
         .prop_map(|steps| {
             steps
@@ -115,7 +115,7 @@ fn check(n: u32, data: &[Datum], ops: &[Op]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(192))]
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 1 } else { 192 }))]
 
     #[test]
     fn plans_agree_on_2_ranks((data, ops) in any_flow(2)) {

@@ -171,6 +171,25 @@ impl Drop for Request {
     }
 }
 
+/// A new request and its completion: the progression thread calls the [`Done`] once with
+/// the outcome, which wakes [`Request::wait`]. A request dropped unwaited is reported in
+/// `reports`. (The hand-off the loom models of `sync/handoffs.rs` check.)
+pub(crate) fn request_pair(what: String, reports: Arc<Mutex<Vec<String>>>) -> (Request, Done) {
+    let inner = Arc::new(ReqInner {
+        result: Mutex::new(None),
+        cv: Condvar::new(),
+        waited: AtomicBool::new(false),
+        what,
+        reports,
+    });
+    let i2 = Arc::clone(&inner);
+    let done: Done = Box::new(move |result| {
+        *lock(&i2.result) = Some(result);
+        i2.cv.notify_all();
+    });
+    (Request { inner }, done)
+}
+
 /// A handle acquired by the application ([`Context::acquire`]): later accesses wait
 /// until it is dropped (the reference's `starpu_data_release`).
 pub struct Acquired<I: Interface> {
@@ -661,19 +680,7 @@ impl Context {
     }
 
     fn request(&self, what: String) -> (Request, Done) {
-        let inner = Arc::new(ReqInner {
-            result: Mutex::new(None),
-            cv: Condvar::new(),
-            waited: AtomicBool::new(false),
-            what,
-            reports: Arc::clone(&self.reports),
-        });
-        let i2 = Arc::clone(&inner);
-        let done: Done = Box::new(move |result| {
-            *lock(&i2.result) = Some(result);
-            i2.cv.notify_all();
-        });
-        (Request { inner }, done)
+        request_pair(what, Arc::clone(&self.reports))
     }
 
     /// Starts a send of `h` to `dest` with `tag` and options; wait on the request.

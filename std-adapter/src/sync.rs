@@ -32,3 +32,6 @@ pub(crate) use std::sync::{
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+#[cfg(all(test, loom))]
+mod handoffs;

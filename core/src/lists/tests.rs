@@ -6,6 +6,9 @@ use proptest::prelude::*;
 use super::*;
 use crate::model::{DetachedModel, FifoModel, ReadyModel, SyncSendsModel};
 
+/// Operations per model-test case: fewer under Miri, which interprets every step.
+const MAX_OPS: usize = if cfg!(miri) { 12 } else { 200 };
+
 const W: CommId = CommId::WORLD;
 
 fn id(n: u32) -> ReqId {
@@ -326,7 +329,7 @@ proptest! {
     /// The model ([`ReadyModel`]): a `BTreeMap` from (reversed priority, sequence) to id,
     /// whose first entry is the one that leaves next.
     #[test]
-    fn ready_list_agrees_with_model(ops in proptest::collection::vec(ready_op(), 1..200)) {
+    fn ready_list_agrees_with_model(ops in proptest::collection::vec(ready_op(), 1..MAX_OPS)) {
         const N: usize = 6;
         let mut list: ReadyList<N> = ReadyList::new();
         let mut model = ReadyModel::new(N);
@@ -380,7 +383,7 @@ fn fifo_op() -> impl Strategy<Value = FifoOp> {
 
 proptest! {
     #[test]
-    fn keyed_fifo_agrees_with_model(ops in proptest::collection::vec(fifo_op(), 1..200)) {
+    fn keyed_fifo_agrees_with_model(ops in proptest::collection::vec(fifo_op(), 1..MAX_OPS)) {
         const KEYS: usize = 4;
         const ENTRIES: usize = 6;
         let mut f: KeyedFifo<u32, KEYS, ENTRIES> = KeyedFifo::new(Table::EarlyData);
@@ -421,7 +424,7 @@ fn set_op() -> impl Strategy<Value = SetOp> {
 
 proptest! {
     #[test]
-    fn sync_sends_agree_with_model(ops in proptest::collection::vec(set_op(), 1..100)) {
+    fn sync_sends_agree_with_model(ops in proptest::collection::vec(set_op(), 1..MAX_OPS)) {
         let mut table: SyncSends<4> = SyncSends::new();
         let mut model = SyncSendsModel::new(4);
         for (n, op) in ops.into_iter().enumerate() {
@@ -443,7 +446,7 @@ proptest! {
     }
 
     #[test]
-    fn detached_set_agrees_with_model(ops in proptest::collection::vec(set_op(), 1..100)) {
+    fn detached_set_agrees_with_model(ops in proptest::collection::vec(set_op(), 1..MAX_OPS)) {
         let mut set: Detached<3> = Detached::new();
         let mut model = DetachedModel::new(3);
         for op in ops {

@@ -6,6 +6,9 @@ use super::*;
 use crate::lists::SyncSends;
 use crate::model::MatcherModel;
 
+/// Operations per model-test case: fewer under Miri, which interprets every step.
+const MAX_OPS: usize = if cfg!(miri) { 12 } else { 200 };
+
 const W: CommId = CommId::WORLD;
 
 type M = Matcher<4, 6>;
@@ -302,7 +305,7 @@ const ENTRIES: usize = 5;
 
 proptest! {
     #[test]
-    fn matcher_agrees_with_model(ops in proptest::collection::vec(op(), 1..200)) {
+    fn matcher_agrees_with_model(ops in proptest::collection::vec(op(), 1..MAX_OPS)) {
         let mut m: Matcher<KEYS, ENTRIES> = Matcher::new();
         let mut model = MatcherModel::new(KEYS, ENTRIES);
         let mut next = 0u32;
