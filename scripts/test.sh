@@ -97,10 +97,21 @@ fi
 if rustup run nightly rustc --version >/dev/null 2>&1; then
     step "miri: the core's tests (nightly)"
     if rustup component add miri rust-src --toolchain nightly; then
-        PROPTEST_CASES=1 MIRIFLAGS=-Zmiri-disable-isolation timeout 900 \
-            cargo +nightly miri test -p starling-core 2>&1 | tee -a "$log"
-        MIRIFLAGS=-Zmiri-disable-isolation timeout 600 \
-            cargo +nightly miri test -p starling-mpi --lib lent 2>&1 | tee -a "$log"
+        # About 3 minutes on an idle 2-core machine. A run cut by the timeout (a slow or
+        # busy machine) is reported, not failed; undefined behaviour or a failing test is.
+        run_miri() {
+            set +e
+            MIRIFLAGS=-Zmiri-disable-isolation timeout 600 cargo +nightly miri test "$@" 2>&1 | tee -a "$log"
+            local rc=${PIPESTATUS[0]}
+            set -e
+            if [ "$rc" -eq 124 ]; then
+                echo "miri: cut after 10 minutes (slow machine), not counted as a failure"
+            elif [ "$rc" -ne 0 ]; then
+                exit "$rc"
+            fi
+        }
+        PROPTEST_CASES=1 run_miri -p starling-core
+        run_miri -p starling-mpi --lib lent
     else
         echo "miri is not available for this nightly: skipped"
     fi
