@@ -9,12 +9,14 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
-# --- system packages (Open MPI for the MPI tests, libclang for rsmpi's bindgen) ----------
+# --- system packages (Open MPI for the MPI tests, libclang for rsmpi's bindgen, a C++
+# compiler for libFuzzer) ------------------------------------------------------------------
 missing=()
 command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
 command -v mpicc >/dev/null 2>&1 || missing+=(libopenmpi-dev)
 ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || missing+=(libclang-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+command -v c++ >/dev/null 2>&1 || missing+=(g++)   # libfuzzer-sys builds libFuzzer (fuzz/)
 if [ ${#missing[@]} -gt 0 ]; then
     step "apt-get install ${missing[*]}"
     sudo=""
