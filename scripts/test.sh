@@ -9,12 +9,14 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
-# --- system packages (Open MPI for the MPI tests, libclang for rsmpi's bindgen) ----------
+# --- system packages (Open MPI for the MPI tests, libclang for rsmpi's bindgen, a C++
+# compiler for libFuzzer) ------------------------------------------------------------------
 missing=()
 command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
 command -v mpicc >/dev/null 2>&1 || missing+=(libopenmpi-dev)
 ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || missing+=(libclang-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+command -v c++ >/dev/null 2>&1 || missing+=(g++)   # libfuzzer-sys builds libFuzzer (fuzz/)
 if [ ${#missing[@]} -gt 0 ]; then
     step "apt-get install ${missing[*]}"
     sudo=""
@@ -71,8 +73,59 @@ cargo test -p starling-core --bench core
 cargo test -p starling --bench runtime
 cargo test -p starling --bench insert
 
-step "loom: the runtime's dependency queue under every interleaving"
+step "loom: the runtime's dependency queue, request completions and lazy handles under every interleaving"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p starling-std --release --lib loom 2>&1 | tee -a "$log"
+
+# --- fuzz targets (docs/verification.md) ------------------------------------------------
+# The fuzz crate has its own workspace; its test replays every checked-in corpus file of
+# every target through the target's function: no fuzzer needed.
+step "fuzz targets over their checked-in corpus (fuzz/corpus)"
+cargo fmt --manifest-path fuzz/Cargo.toml --check
+cargo clippy --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
+cargo test --manifest-path fuzz/Cargo.toml 2>&1 | tee -a "$log"
+if command -v cargo-fuzz >/dev/null 2>&1; then
+    step "fuzz smoke: each target under libFuzzer for 15 s (cargo-fuzz is installed)"
+    smoke=$(mktemp -d)
+    cargo fuzz build -s none
+    for t in envelope matcher engine_sim planner; do
+        cp -r "fuzz/corpus/$t" "$smoke/$t"
+        if ! cargo fuzz run "$t" "$smoke/$t" -s none -- -max_total_time=15 >"$smoke/$t.log" 2>&1; then
+            tail -40 "$smoke/$t.log"
+            exit 1
+        fi
+        echo "$t: $(grep -E '^#[0-9]+.*DONE' "$smoke/$t.log")"
+    done
+    rm -rf "$smoke"
+fi
+
+# --- miri over the core (nightly only) ---------------------------------------------------
+# Every test of starling-core, property tests with one case each and short sequences
+# (the tests shrink themselves under cfg(miri)); proptest reads the working directory, so
+# isolation is off. Skipped when no nightly toolchain is installed.
+if rustup run nightly rustc --version >/dev/null 2>&1; then
+    step "miri: the core's tests (nightly)"
+    if rustup component add miri rust-src --toolchain nightly; then
+        # About 3 minutes on an idle 2-core machine. A run cut by the timeout (a slow or
+        # busy machine) is reported, not failed; undefined behaviour or a failing test is.
+        run_miri() {
+            set +e
+            MIRIFLAGS=-Zmiri-disable-isolation timeout 600 cargo +nightly miri test "$@" 2>&1 | tee -a "$log"
+            local rc=${PIPESTATUS[0]}
+            set -e
+            if [ "$rc" -eq 124 ]; then
+                echo "miri: cut after 10 minutes (slow machine), not counted as a failure"
+            elif [ "$rc" -ne 0 ]; then
+                exit "$rc"
+            fi
+        }
+        PROPTEST_CASES=1 run_miri -p starling-core
+        run_miri -p starling-mpi --lib lent
+    else
+        echo "miri is not available for this nightly: skipped"
+    fi
+else
+    echo "no nightly toolchain: miri skipped"
+fi
 
 step "the main job (README): the ring on the in-process cluster, and on the simulator"
 cargo run --quiet --example ring -- 4 200

@@ -70,12 +70,18 @@
 //!   targets.
 //! * `embedded-hal` — the `link` module: the protocol to one peer over any
 //!   `embedded-hal-nb` serial port, polling paced by an `embedded-hal` delay.
+//! * `model` — the reference models of the matcher and the lists, for property
+//!   tests and the fuzz targets (`fuzz/`), in the `model` module. It needs `alloc` and allocates: a testing aid,
+//!   never for a build that ships.
 //!
 //! The crate builds for `thumbv7em-none-eabihf` and `riscv32imac-unknown-none-elf`
 //! (CI proves it). Minimum Rust version: 1.87.
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(any(test, feature = "model"))]
+extern crate alloc;
 
 pub mod cache;
 pub mod digest;
@@ -89,6 +95,8 @@ pub mod insert;
 pub mod link;
 pub mod lists;
 pub mod matcher;
+#[cfg(any(test, feature = "model"))]
+pub mod model;
 pub mod request;
 pub mod select;
 pub mod stats;

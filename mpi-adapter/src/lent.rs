@@ -128,6 +128,34 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_or_spare_capacity_buffer_comes_back_whole() {
+        let (lent, slice) = Lent::new(Vec::new());
+        assert!(slice.is_empty());
+        // SAFETY: no request borrowed the slice; it is not used after this.
+        assert!(unsafe { lent.take() }.is_empty());
+        let mut v = Vec::with_capacity(64);
+        v.extend_from_slice(&[1u8, 2, 3]);
+        let (lent, slice) = Lent::new(v);
+        assert_eq!(slice, &[1, 2, 3]);
+        // SAFETY: as above.
+        let v = unsafe { lent.take() };
+        assert_eq!((v.as_slice(), v.capacity() >= 64), (&[1u8, 2, 3][..], true));
+    }
+
+    #[test]
+    fn chunks_of_a_lent_buffer_written_apart_come_back_in_order() {
+        // As the transport does for a long receive: the lent bytes split into chunks,
+        // each written by its own request, then the buffer taken back.
+        let (lent, slice) = Lent::new(vec![0u8; 10]);
+        for (i, chunk) in split_mut(slice, 4).into_iter().enumerate() {
+            chunk.fill(i as u8 + 1);
+        }
+        // SAFETY: the chunks (the only borrows of the slice) are gone.
+        let v = unsafe { lent.take() };
+        assert_eq!(v, [1, 1, 1, 1, 2, 2, 2, 2, 3, 3]);
+    }
+
+    #[test]
     fn messages_split_into_bounded_chunks_and_empty_ones_into_one() {
         let lens = |v: Vec<&[u8]>| v.iter().map(|c| c.len()).collect::<Vec<_>>();
         assert_eq!(lens(split(&[], 4)), vec![0]);

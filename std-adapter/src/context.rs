@@ -133,27 +133,44 @@ struct ReqInner {
 
 /// What a request is, for reports: formatted only when one is written.
 #[derive(Clone, Copy, Debug)]
-struct ReqWhat {
-    send: bool,
-    data: DataId,
-    peer: Rank,
-    tag: Tag,
-    me: Rank,
+pub(crate) enum ReqWhat {
+    /// A send or a receive of a handle.
+    Transfer {
+        send: bool,
+        data: DataId,
+        peer: Rank,
+        tag: Tag,
+        me: Rank,
+    },
+    /// A request named by a fixed text (tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Named(&'static str),
+}
+
+impl From<&'static str> for ReqWhat {
+    fn from(name: &'static str) -> Self {
+        Self::Named(name)
+    }
 }
 
 impl core::fmt::Display for ReqWhat {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let Self {
-            data,
-            peer,
-            tag,
-            me,
-            ..
-        } = self;
-        if self.send {
-            write!(f, "send of {data} to {peer} with {tag} from {me}")
-        } else {
-            write!(f, "receive into {data} from {peer} with {tag} on {me}")
+        match *self {
+            Self::Transfer {
+                send: true,
+                data,
+                peer,
+                tag,
+                me,
+            } => write!(f, "send of {data} to {peer} with {tag} from {me}"),
+            Self::Transfer {
+                data,
+                peer,
+                tag,
+                me,
+                ..
+            } => write!(f, "receive into {data} from {peer} with {tag} on {me}"),
+            Self::Named(name) => f.write_str(name),
         }
     }
 }
@@ -269,6 +286,30 @@ fn drive_until<'a>(
         }
     }
     guard.hand_back();
+}
+
+/// A new request and its completion: the progression thread calls the [`Done`] once with
+/// the outcome, which wakes [`Request::wait`]. A request dropped unwaited is reported in
+/// `reports`. (The hand-off the loom models of `sync/handoffs.rs` check.)
+pub(crate) fn request_pair(
+    what: ReqWhat,
+    reports: Arc<Mutex<Vec<String>>>,
+    driver: Option<Arc<dyn Drive>>,
+) -> (Request, Done) {
+    let inner = Arc::new(ReqInner {
+        result: Mutex::new(None),
+        cv: Condvar::new(),
+        waited: AtomicBool::new(false),
+        what,
+        reports,
+        driver,
+    });
+    let i2 = Arc::clone(&inner);
+    let done: Done = Box::new(move |result| {
+        *lock(&i2.result) = Some(result);
+        i2.cv.notify_all();
+    });
+    (Request { inner }, done)
 }
 
 /// A handle acquired by the application ([`Context::acquire`]): later accesses wait
@@ -831,20 +872,7 @@ impl Context {
     }
 
     fn request(&self, what: ReqWhat) -> (Request, Done) {
-        let inner = Arc::new(ReqInner {
-            result: Mutex::new(None),
-            cv: Condvar::new(),
-            waited: AtomicBool::new(false),
-            what,
-            reports: Arc::clone(&self.reports),
-            driver: self.driver.clone(),
-        });
-        let i2 = Arc::clone(&inner);
-        let done: Done = Box::new(move |result| {
-            *lock(&i2.result) = Some(result);
-            i2.cv.notify_all();
-        });
-        (Request { inner }, done)
+        request_pair(what, Arc::clone(&self.reports), self.driver.clone())
     }
 
     /// Starts a send of `h` to `dest` with `tag` and options; wait on the request.
@@ -861,7 +889,7 @@ impl Context {
     ) -> Result<Request, CommError> {
         self.check_rank(dest)?;
         self.check_user_tag(tag)?;
-        let (req, done) = self.request(ReqWhat {
+        let (req, done) = self.request(ReqWhat::Transfer {
             send: true,
             data: h.id(),
             peer: dest,
@@ -1008,7 +1036,7 @@ impl Context {
     ) -> Result<Request, CommError> {
         self.check_rank(source)?;
         self.check_user_tag(tag)?;
-        let (req, done) = self.request(ReqWhat {
+        let (req, done) = self.request(ReqWhat::Transfer {
             send: false,
             data: h.id(),
             peer: source,

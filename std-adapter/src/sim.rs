@@ -19,7 +19,8 @@
 use std::collections::{HashMap, VecDeque};
 
 use starling_core::engine::{
-    Arrival, Config, Engine, Event, Leftover, RecvArgs, RequestError, SendArgs, Transmit,
+    Arrival, Config, Engine, Event, Leftover, RecvArgs, RequestError, SendArgs, SubmitError,
+    Transmit,
 };
 use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
@@ -197,30 +198,65 @@ impl Cluster {
     /// `ready`.
     ///
     /// # Panics
-    /// When the engine refuses the submission (a test bug).
-    pub fn send(&mut self, rank: Rank, mut args: SendArgs, data: Vec<u8>, ready: bool) -> ReqId {
+    /// When the engine refuses the submission (a test bug); [`Cluster::try_send`] returns
+    /// the refusal instead.
+    pub fn send(&mut self, rank: Rank, args: SendArgs, data: Vec<u8>, ready: bool) -> ReqId {
+        self.try_send(rank, args, data, ready).expect("submit_send")
+    }
+
+    /// [`Cluster::send`], returning the engine's refusal instead of panicking.
+    ///
+    /// # Errors
+    /// The [`SubmitError`] of [`Engine::submit_send`]; nothing was submitted.
+    ///
+    /// # Panics
+    /// When `rank` is not a rank of the cluster.
+    pub fn try_send(
+        &mut self,
+        rank: Rank,
+        mut args: SendArgs,
+        data: Vec<u8>,
+        ready: bool,
+    ) -> Result<ReqId, SubmitError> {
         args.size = data.len() as u64;
         let node = &mut self.nodes[rank.index()];
-        let req = node.engine.submit_send(args).expect("submit_send");
+        let req = node.engine.submit_send(args)?;
         node.buffers.insert(req, data);
         if ready {
             self.data_ready(rank, req);
         }
-        req
+        Ok(req)
     }
 
     /// Submits a receive on `rank`; it waits for [`Cluster::data_ready`] unless `ready`.
     ///
     /// # Panics
-    /// When the engine refuses the submission (a test bug).
+    /// When the engine refuses the submission (a test bug); [`Cluster::try_recv`] returns
+    /// the refusal instead.
     pub fn recv(&mut self, rank: Rank, args: RecvArgs, ready: bool) -> ReqId {
+        self.try_recv(rank, args, ready).expect("submit_recv")
+    }
+
+    /// [`Cluster::recv`], returning the engine's refusal instead of panicking.
+    ///
+    /// # Errors
+    /// The [`SubmitError`] of [`Engine::submit_recv`]; nothing was submitted.
+    ///
+    /// # Panics
+    /// When `rank` is not a rank of the cluster.
+    pub fn try_recv(
+        &mut self,
+        rank: Rank,
+        args: RecvArgs,
+        ready: bool,
+    ) -> Result<ReqId, SubmitError> {
         let node = &mut self.nodes[rank.index()];
-        let req = node.engine.submit_recv(args).expect("submit_recv");
+        let req = node.engine.submit_recv(args)?;
         node.buffers.insert(req, vec![0; args.capacity as usize]);
         if ready {
             self.data_ready(rank, req);
         }
-        req
+        Ok(req)
     }
 
     /// The data of `req` on `rank` was acquired: let it go.

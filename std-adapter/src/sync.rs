@@ -99,3 +99,6 @@ pub(crate) fn data_write<T>(l: &DataLock<T>) -> DataWriteGuard<'_, T> {
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+#[cfg(all(test, loom))]
+mod handoffs;

@@ -5,6 +5,9 @@ use proptest::prelude::*;
 
 use super::*;
 
+/// Operations per model-test case: fewer under Miri, which interprets every step.
+const MAX_OPS: usize = if cfg!(miri) { 12 } else { 80 };
+
 const D0: DataId = DataId(0);
 const D1: DataId = DataId(1);
 
@@ -199,7 +202,7 @@ struct Model {
 
 proptest! {
     #[test]
-    fn cache_behaves_like_two_sets(ops in prop::collection::vec(any_op(), 0..80)) {
+    fn cache_behaves_like_two_sets(ops in prop::collection::vec(any_op(), 0..MAX_OPS)) {
         const ME: Rank = Rank(1);
         let mut c = Cache::<8>::new();
         let mut m = Model::default();

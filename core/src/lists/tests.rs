@@ -1,9 +1,13 @@
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::vec::Vec;
 
 use proptest::prelude::*;
 
 use super::*;
+use crate::model::{DetachedModel, FifoModel, ReadyModel, SyncSendsModel};
+
+/// Operations per model-test case: fewer under Miri, which interprets every step.
+const MAX_OPS: usize = if cfg!(miri) { 12 } else { 200 };
 
 const W: CommId = CommId::WORLD;
 
@@ -322,47 +326,35 @@ fn ready_op() -> impl Strategy<Value = ReadyOp> {
 }
 
 proptest! {
-    /// The model: a `BTreeMap` from (reversed priority, sequence) to id, whose first
-    /// entry is the one that leaves next.
+    /// The model ([`ReadyModel`]): a `BTreeMap` from (reversed priority, sequence) to id,
+    /// whose first entry is the one that leaves next.
     #[test]
-    fn ready_list_agrees_with_model(ops in proptest::collection::vec(ready_op(), 1..200)) {
+    fn ready_list_agrees_with_model(ops in proptest::collection::vec(ready_op(), 1..MAX_OPS)) {
         const N: usize = 6;
         let mut list: ReadyList<N> = ReadyList::new();
-        let mut model: BTreeMap<(core::cmp::Reverse<i32>, u64), ReqId> = BTreeMap::new();
-        let mut seq = 0u64;
+        let mut model = ReadyModel::new(N);
         let mut next_id = 0u32;
         for op in ops {
             match op {
                 ReadyOp::Push(p) => {
                     let r = id(next_id);
                     next_id += 1;
-                    let got = list.push(r, Priority(p));
-                    if model.len() < N {
-                        prop_assert_eq!(got, Ok(()));
-                        model.insert((core::cmp::Reverse(p), seq), r);
-                        seq += 1;
-                    } else {
-                        prop_assert_eq!(got, Err(Full::new(Table::ReadyList, r)));
-                    }
+                    prop_assert_eq!(list.push(r, Priority(p)), model.push(r, Priority(p)));
                 }
                 ReadyOp::Pop => {
-                    let want = model.pop_first().map(|(_, r)| r);
-                    prop_assert_eq!(list.pop(), want);
+                    prop_assert_eq!(list.pop(), model.pop());
                 }
                 ReadyOp::Peek => {
-                    prop_assert_eq!(list.peek(), model.values().next().copied());
+                    prop_assert_eq!(list.peek(), model.peek());
                 }
                 ReadyOp::Remove(i) => {
                     // Some existing id, or one never pushed.
                     let r = id(if next_id == 0 { 0 } else { (i % (next_id as usize + 1)) as u32 });
-                    let at = model.iter().find(|(_, v)| **v == r).map(|(k, _)| *k);
-                    let want = at.and_then(|k| model.remove(&k)).is_some();
-                    prop_assert_eq!(list.remove(r), want);
+                    prop_assert_eq!(list.contains(r), model.contains(r));
+                    prop_assert_eq!(list.remove(r), model.remove(r));
                 }
             }
-            prop_assert_eq!(list.len(), model.len());
-            prop_assert_eq!(list.is_empty(), model.is_empty());
-            prop_assert_eq!(drain(&list), model.values().copied().collect::<Vec<_>>());
+            model.check(&list).map_err(TestCaseError::fail)?;
         }
     }
 }
@@ -389,64 +381,83 @@ fn fifo_op() -> impl Strategy<Value = FifoOp> {
     ]
 }
 
-type Model<V> = BTreeMap<Key, VecDeque<V>>;
-
-fn contents<const K: usize, const E: usize>(f: &KeyedFifo<u32, K, E>) -> Model<u32> {
-    let mut m = Model::new();
-    for (k, v) in f.iter() {
-        m.entry(k).or_default().push_back(*v);
+proptest! {
+    #[test]
+    fn keyed_fifo_agrees_with_model(ops in proptest::collection::vec(fifo_op(), 1..MAX_OPS)) {
+        const KEYS: usize = 4;
+        const ENTRIES: usize = 6;
+        let mut f: KeyedFifo<u32, KEYS, ENTRIES> = KeyedFifo::new(Table::EarlyData);
+        let mut model = FifoModel::new(KEYS, ENTRIES, Table::EarlyData);
+        for op in ops {
+            match op {
+                FifoOp::Push(k, v) => {
+                    prop_assert_eq!(f.push_back(k, v), model.push_back(k, v));
+                }
+                FifoOp::Pop(k) => {
+                    prop_assert_eq!(f.pop_front(k), model.pop_front(k));
+                }
+                FifoOp::Front(k) => {
+                    prop_assert_eq!(f.front(k), model.front(k));
+                }
+                FifoOp::Remove(k, v) => {
+                    prop_assert_eq!(f.remove(k, |x| *x == v), model.remove(k, v));
+                }
+            }
+            model.check(&f).map_err(TestCaseError::fail)?;
+        }
     }
-    m
+}
+
+#[derive(Clone, Debug)]
+enum SetOp {
+    /// Sync sends: insert (dest, msg) with a fresh id; detached: insert id `msg`.
+    Insert(u32, u32),
+    Remove(u32, u32),
+}
+
+fn set_op() -> impl Strategy<Value = SetOp> {
+    prop_oneof![
+        3 => (0u32..2, 0u32..4).prop_map(|(d, m)| SetOp::Insert(d, m)),
+        2 => (0u32..2, 0u32..4).prop_map(|(d, m)| SetOp::Remove(d, m)),
+    ]
 }
 
 proptest! {
     #[test]
-    fn keyed_fifo_agrees_with_model(ops in proptest::collection::vec(fifo_op(), 1..200)) {
-        const KEYS: usize = 4;
-        const ENTRIES: usize = 6;
-        let mut f: KeyedFifo<u32, KEYS, ENTRIES> = KeyedFifo::new(Table::EarlyData);
-        let mut model: Model<u32> = Model::new();
+    fn sync_sends_agree_with_model(ops in proptest::collection::vec(set_op(), 1..MAX_OPS)) {
+        let mut table: SyncSends<4> = SyncSends::new();
+        let mut model = SyncSendsModel::new(4);
+        for (n, op) in ops.into_iter().enumerate() {
+            match op {
+                SetOp::Insert(d, m) => prop_assert_eq!(
+                    table.insert(W, Rank(d), MsgId(m), id(n as u32)),
+                    model.insert(W, Rank(d), MsgId(m), id(n as u32))
+                ),
+                SetOp::Remove(d, m) => {
+                    prop_assert_eq!(table.get(W, Rank(d), MsgId(m)), model.get(W, Rank(d), MsgId(m)));
+                    prop_assert_eq!(
+                        table.remove(W, Rank(d), MsgId(m)),
+                        model.remove(W, Rank(d), MsgId(m))
+                    );
+                }
+            }
+            model.check(&table).map_err(TestCaseError::fail)?;
+        }
+    }
+
+    #[test]
+    fn detached_set_agrees_with_model(ops in proptest::collection::vec(set_op(), 1..MAX_OPS)) {
+        let mut set: Detached<3> = Detached::new();
+        let mut model = DetachedModel::new(3);
         for op in ops {
             match op {
-                FifoOp::Push(k, v) => {
-                    let total: usize = model.values().map(VecDeque::len).sum();
-                    let want = if total >= ENTRIES {
-                        Err(Full::new(Table::EarlyData, v))
-                    } else if !model.contains_key(&k) && model.len() >= KEYS {
-                        Err(Full::new(Table::MatchKeys, v))
-                    } else {
-                        model.entry(k).or_default().push_back(v);
-                        Ok(())
-                    };
-                    prop_assert_eq!(f.push_back(k, v), want);
-                }
-                FifoOp::Pop(k) => {
-                    let want = model.get_mut(&k).and_then(VecDeque::pop_front);
-                    prop_assert_eq!(f.pop_front(k), want);
-                }
-                FifoOp::Front(k) => {
-                    let want = model.get(&k).and_then(|q| q.front());
-                    prop_assert_eq!(f.front(k), want);
-                }
-                FifoOp::Remove(k, v) => {
-                    let want = model.get_mut(&k).and_then(|q| {
-                        let at = q.iter().position(|x| *x == v)?;
-                        q.remove(at)
-                    });
-                    prop_assert_eq!(f.remove(k, |x| *x == v), want);
+                SetOp::Insert(_, m) => prop_assert_eq!(set.insert(id(m)), model.insert(id(m))),
+                SetOp::Remove(_, m) => {
+                    prop_assert_eq!(set.contains(id(m)), model.contains(id(m)));
+                    prop_assert_eq!(set.remove(id(m)), model.remove(id(m)));
                 }
             }
-            model.retain(|_, q| !q.is_empty());
-            prop_assert_eq!(&contents(&f), &model);
-            prop_assert_eq!(f.len(), model.values().map(VecDeque::len).sum::<usize>());
-            prop_assert_eq!(f.key_count(), model.len());
-            let mut keys: Vec<Key> = f.keys().collect();
-            keys.sort();
-            prop_assert_eq!(keys, model.keys().copied().collect::<Vec<_>>());
-            for (k, q) in &model {
-                prop_assert_eq!(f.len_of(*k), q.len());
-                prop_assert_eq!(f.iter_key(*k).collect::<Vec<_>>(), q.iter().collect::<Vec<_>>());
-            }
+            model.check(&set).map_err(TestCaseError::fail)?;
         }
     }
 }

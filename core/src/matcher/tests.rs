@@ -1,10 +1,13 @@
-use std::collections::{BTreeMap, VecDeque};
 use std::vec::Vec;
 
 use proptest::prelude::*;
 
 use super::*;
 use crate::lists::SyncSends;
+use crate::model::MatcherModel;
+
+/// Operations per model-test case: fewer under Miri, which interprets every step.
+const MAX_OPS: usize = if cfg!(miri) { 12 } else { 200 };
 
 const W: CommId = CommId::WORLD;
 
@@ -300,64 +303,11 @@ fn op() -> impl Strategy<Value = Op> {
 const KEYS: usize = 4;
 const ENTRIES: usize = 5;
 
-#[derive(Default)]
-struct Model {
-    recvs: BTreeMap<Key, VecDeque<ReqId>>,
-    unexpected: BTreeMap<Key, VecDeque<Unexpected>>,
-}
-
-/// What the model says a push onto `side` does: the table that is full, if any.
-fn model_full<V>(side: &BTreeMap<Key, VecDeque<V>>, k: Key, table: Table) -> Option<Table> {
-    let total: usize = side.values().map(VecDeque::len).sum();
-    if total >= ENTRIES {
-        Some(table)
-    } else if !side.contains_key(&k) && side.len() >= KEYS {
-        Some(Table::MatchKeys)
-    } else {
-        None
-    }
-}
-
-fn model_push<V>(
-    side: &mut BTreeMap<Key, VecDeque<V>>,
-    k: Key,
-    v: V,
-    table: Table,
-) -> Result<(), Full<V>> {
-    match model_full(side, k, table) {
-        Some(t) => Err(Full::new(t, v)),
-        None => {
-            side.entry(k).or_default().push_back(v);
-            Ok(())
-        }
-    }
-}
-
-fn model_pop<V>(side: &mut BTreeMap<Key, VecDeque<V>>, k: Key) -> Option<V> {
-    let v = side.get_mut(&k)?.pop_front();
-    side.retain(|_, q| !q.is_empty());
-    v
-}
-
-fn snapshot<T: Copy>(items: impl Iterator<Item = (Key, T)>) -> BTreeMap<Key, Vec<T>> {
-    let mut m: BTreeMap<Key, Vec<T>> = BTreeMap::new();
-    for (k, v) in items {
-        m.entry(k).or_default().push(v);
-    }
-    m
-}
-
-fn flatten<T: Copy>(m: &BTreeMap<Key, VecDeque<T>>) -> BTreeMap<Key, Vec<T>> {
-    m.iter()
-        .map(|(k, q)| (*k, q.iter().copied().collect()))
-        .collect()
-}
-
 proptest! {
     #[test]
-    fn matcher_agrees_with_model(ops in proptest::collection::vec(op(), 1..200)) {
+    fn matcher_agrees_with_model(ops in proptest::collection::vec(op(), 1..MAX_OPS)) {
         let mut m: Matcher<KEYS, ENTRIES> = Matcher::new();
-        let mut model = Model::default();
+        let mut model = MatcherModel::new(KEYS, ENTRIES);
         let mut next = 0u32;
         for op in ops {
             next += 1;
@@ -370,81 +320,38 @@ proptest! {
             };
             match op {
                 Op::Post(k) => {
-                    let want = match model_pop(&mut model.unexpected, k) {
-                        Some(u) => Ok(Some(u)),
-                        None => model_push(&mut model.recvs, k, fresh_id, Table::EarlyRequests)
-                            .map(|()| None),
-                    };
-                    prop_assert_eq!(m.post_recv(k, fresh_id), want);
+                    prop_assert_eq!(m.post_recv(k, fresh_id), model.post_recv(k, fresh_id));
                 }
                 Op::Arrive(k, kind) => {
                     let u = fresh_msg(kind);
-                    let want = match model_pop(&mut model.recvs, k) {
-                        Some(r) => Ok(Some(r)),
-                        None => model_push(&mut model.unexpected, k, u, Table::EarlyData)
-                            .map(|()| None),
-                    };
-                    prop_assert_eq!(m.arrive(k, u), want);
+                    prop_assert_eq!(m.arrive(k, u), model.arrive(k, u));
                 }
                 Op::Cancel(k, i) => {
                     // A waiting receive of that key, or one that is not there.
-                    let waiting: Vec<ReqId> =
-                        model.recvs.get(&k).map(|q| q.iter().copied().collect()).unwrap_or_default();
+                    let waiting = model.recvs_of(k);
                     let target = waiting.get(i % (waiting.len() + 1)).copied().unwrap_or(fresh_id);
-                    let want = match model.recvs.get_mut(&k) {
-                        Some(q) => match q.iter().position(|r| *r == target) {
-                            Some(at) => q.remove(at).is_some(),
-                            None => false,
-                        },
-                        None => false,
-                    };
-                    model.recvs.retain(|_, q| !q.is_empty());
-                    prop_assert_eq!(m.cancel_recv(k, target), want);
+                    prop_assert_eq!(m.cancel_recv(k, target), model.cancel_recv(k, target));
                 }
                 Op::TakeRecv(k) => {
-                    prop_assert_eq!(m.take_recv(k), model_pop(&mut model.recvs, k));
+                    prop_assert_eq!(m.take_recv(k), model.take_recv(k));
                 }
                 Op::TakeUnexpected(k) => {
-                    prop_assert_eq!(m.take_unexpected(k), model_pop(&mut model.unexpected, k));
+                    prop_assert_eq!(m.take_unexpected(k), model.take_unexpected(k));
                 }
                 Op::PushRecv(k) => {
-                    if !model.unexpected.contains_key(&k) {
-                        let want = model_push(&mut model.recvs, k, fresh_id, Table::EarlyRequests);
-                        prop_assert_eq!(m.push_recv(k, fresh_id), want);
+                    if !model.has_unexpected(k) {
+                        prop_assert_eq!(m.push_recv(k, fresh_id), model.push_recv(k, fresh_id));
                     }
                 }
                 Op::PushUnexpected(k, kind) => {
-                    if !model.recvs.contains_key(&k) {
+                    if !model.has_recvs(k) {
                         let u = fresh_msg(kind);
-                        let want = model_push(&mut model.unexpected, k, u, Table::EarlyData);
-                        prop_assert_eq!(m.push_unexpected(k, u), want);
+                        prop_assert_eq!(m.push_unexpected(k, u), model.push_unexpected(k, u));
                     }
                 }
             }
-            // The invariant, in the matcher and in the model.
-            prop_assert!(m.is_consistent());
-            prop_assert!(model.recvs.keys().all(|k| !model.unexpected.contains_key(k)));
-            // Full contents, per key in FIFO order.
-            prop_assert_eq!(snapshot(m.unmatched()), flatten(&model.recvs));
-            prop_assert_eq!(snapshot(m.unexpected().map(|(k, u)| (k, *u))), flatten(&model.unexpected));
-            let orphans = snapshot(m.orphans().map(|o| {
-                (Key::new(o.comm, o.source, o.tag), (o.size, o.kind))
-            }));
-            let want_orphans: BTreeMap<Key, Vec<(u64, UnexpectedKind)>> = model
-                .unexpected
-                .iter()
-                .map(|(k, q)| (*k, q.iter().map(|u| (u.size, u.kind)).collect()))
-                .collect();
-            prop_assert_eq!(orphans, want_orphans);
-            let recvs: usize = model.recvs.values().map(VecDeque::len).sum();
-            let unexpected: usize = model.unexpected.values().map(VecDeque::len).sum();
-            prop_assert_eq!(m.recv_count(), recvs);
-            prop_assert_eq!(m.unexpected_count(), unexpected);
-            prop_assert_eq!(
-                m.sync_count(),
-                model.unexpected.values().flatten().filter(|u| u.kind == UnexpectedKind::Sync).count()
-            );
-            prop_assert_eq!(m.is_empty(), recvs == 0 && unexpected == 0);
+            // The invariant and the full contents, per key in FIFO order.
+            model.check(&m).map_err(TestCaseError::fail)?;
         }
     }
 }

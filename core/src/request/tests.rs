@@ -5,6 +5,9 @@ use proptest::prelude::*;
 
 use super::*;
 
+/// Operations per model-test case: fewer under Miri, which interprets every step.
+const MAX_OPS: usize = if cfg!(miri) { 12 } else { 200 };
+
 const W: CommId = CommId::WORLD;
 
 /// The transition table of the module docs, one row per (kind, sync) it applies to.
@@ -373,7 +376,7 @@ impl SlabModel {
 
 proptest! {
     #[test]
-    fn slab_agrees_with_model(ops in proptest::collection::vec(slab_op(), 1..200)) {
+    fn slab_agrees_with_model(ops in proptest::collection::vec(slab_op(), 1..MAX_OPS)) {
         let mut slab: Slab<CAP> = Slab::new();
         let mut model = SlabModel::default();
         let mut issued: Vec<ReqId> = Vec::new();

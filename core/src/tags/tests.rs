@@ -300,7 +300,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
             3 => (0u64..30).prop_map(Op::Alloc),
             2 => (any::<usize>(), -2i64..120).prop_map(|(i, t)| Op::Free(i, t)),
         ],
-        0..60,
+        0..if cfg!(miri) { 12 } else { 60 },
     )
 }
 

@@ -1,0 +1,4 @@
+//! The `engine_sim` fuzz target: see `starling_fuzz::engine_sim`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| starling_fuzz::engine_sim::run(data));
