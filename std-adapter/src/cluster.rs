@@ -45,6 +45,13 @@ pub struct ClusterConfig {
     /// The most sends in flight per rank before ready sends wait, in priority order (the
     /// reference's `STARPU_MPI_NDETACHED_SEND`, default 10; 0 = no cap).
     pub max_inflight_sends: u32,
+    /// Write each rank's timeline trace to `<path>.rank<N>.json`, or
+    /// `<path>/rank<N>.json` for a directory (`STARLING_TRACE=<path>`); see
+    /// [`crate::trace`].
+    pub trace_file: Option<std::path::PathBuf>,
+    /// Show the ranks' tasks done / submitted on one line of stderr, refreshed at most
+    /// every 200 ms (`STARLING_PROGRESS=1`).
+    pub progress: bool,
 }
 
 impl Default for ClusterConfig {
@@ -60,6 +67,8 @@ impl Default for ClusterConfig {
             shutdown_grace: Duration::from_millis(50),
             priorities: true,
             max_inflight_sends: 10,
+            trace_file: None,
+            progress: false,
         }
     }
 }
@@ -79,6 +88,8 @@ impl ClusterConfig {
             trace: r.trace,
             priorities: r.priorities,
             max_inflight_sends: r.max_inflight_sends,
+            trace_file: r.trace_file,
+            progress: r.progress,
             ..Self::default()
         }
     }
@@ -93,6 +104,8 @@ impl ClusterConfig {
             pedantic_isend: self.pedantic_isend,
             priorities: self.priorities,
             max_inflight_sends: self.max_inflight_sends,
+            trace_file: self.trace_file.clone(),
+            progress: self.progress,
         }
     }
 }

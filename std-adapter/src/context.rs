@@ -11,6 +11,7 @@ use crate::error::CommError;
 use crate::progress::{Command, Done};
 use crate::sync::{Arc, AtomicBool, AtomicU32, Condvar, Mutex, Ordering, lock};
 use crate::task::{Access, Codelet, NodeId, Runtime, TaskTag};
+use crate::trace::{self, Recorder};
 
 /// Sends a command to this rank's progression thread.
 pub(crate) type CommandSink = Arc<dyn Fn(Command) + Send + Sync>;
@@ -116,6 +117,8 @@ struct ReqInner {
     waited: AtomicBool,
     what: String,
     reports: Arc<Mutex<Vec<String>>>,
+    /// The rank's timeline trace, when tracing (waits are recorded).
+    timeline: Option<Arc<Recorder>>,
 }
 
 /// A non-detached point-to-point request: [`Request::wait`] or [`Request::test`] it.
@@ -138,6 +141,7 @@ impl Request {
     /// # Errors
     /// The request's failure, e.g. [`CommError::Data`] for a size mismatch.
     pub fn wait(self) -> Result<(), CommError> {
+        let _wait = trace::wait(self.inner.timeline.as_ref(), "request wait");
         let mut r = lock(&self.inner.result);
         loop {
             if let Some(result) = r.clone() {
@@ -457,7 +461,10 @@ impl Context {
                 let _ = tx.send(node);
             }),
         );
-        let node = rx.recv().expect("the runtime runs every hook");
+        let node = {
+            let _wait = trace::wait(self.runtime.tracer(), "acquire");
+            rx.recv().expect("the runtime runs every hook")
+        };
         Acquired {
             runtime: self.runtime.clone(),
             node,
@@ -667,6 +674,7 @@ impl Context {
             waited: AtomicBool::new(false),
             what,
             reports: Arc::clone(&self.reports),
+            timeline: self.runtime.tracer().cloned(),
         });
         let i2 = Arc::clone(&inner);
         let done: Done = Box::new(move |result| {
@@ -940,6 +948,7 @@ impl Context {
     /// for this rank's pending requests (call [`Context::wait_for_all`] first for that);
     /// unlike the reference's, it never blocks the progression thread.
     pub fn barrier(&self) {
+        let _wait = trace::wait(self.runtime.tracer(), "barrier");
         let (tx, rx) = mpsc::channel();
         (self.commands)(Command::Barrier {
             done: Box::new(move || {

@@ -15,6 +15,10 @@
 //!   over, and [`InProcess`]: N ranks as threads of one process. [`run_local`] runs an SPMD
 //!   closure on such a cluster with no MPI installed — the embedded default.
 //!
+//! Two aids for long runs: [`trace`] writes a timeline of each rank's tasks, messages
+//! and waits that Perfetto or `chrome://tracing` opens (`STARLING_TRACE`), and
+//! `STARLING_PROGRESS=1` shows tasks done / submitted on stderr while a run goes.
+//!
 //! [`sim`] is a different tool: a seeded, deterministic, single-threaded cluster of bare
 //! engines, for protocol tests that replay from a seed.
 //!
@@ -27,11 +31,13 @@ pub mod data;
 mod distributed;
 mod error;
 pub mod interfaces;
+mod meter;
 mod progress;
 pub mod rank;
 pub mod sim;
 mod sync;
 mod task;
+pub mod trace;
 pub mod transport;
 
 pub use cluster::{ClusterConfig, run_fake, run_local, run_local_with};

@@ -23,6 +23,7 @@ use starling_core::{CommId, Rank, ReqId};
 use crate::data::{AnyCell, DataError};
 use crate::error::CommError;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
+use crate::trace::{CommTrace, Recorder};
 use crate::transport::{Completion, Transport};
 
 /// How long after its last activity a polled transport's progression thread keeps
@@ -107,6 +108,8 @@ pub(crate) struct ProgressConfig {
     pub(crate) trace: bool,
     pub(crate) priorities: bool,
     pub(crate) max_inflight_sends: u32,
+    /// The rank's timeline trace, when tracing.
+    pub(crate) timeline: Option<Arc<Recorder>>,
 }
 
 struct Progress<T: Transport> {
@@ -122,6 +125,7 @@ struct Progress<T: Transport> {
     trace: bool,
     rank: Rank,
     start: std::time::Instant,
+    timeline: CommTrace,
 }
 
 /// Runs the progression loop until [`Command::Stop`].
@@ -154,6 +158,7 @@ pub(crate) fn run<T: Transport>(
         trace: config.trace,
         rank,
         start: std::time::Instant::now(),
+        timeline: CommTrace::new(config.timeline, rank, config.tags.envelope()),
     };
     let polling = p.transport.needs_polling();
     let mut last_active = std::time::Instant::now();
@@ -220,6 +225,8 @@ impl<T: Transport> Progress<T> {
                 args.detached = true;
                 match self.engine.submit_send(args) {
                     Ok(req) => {
+                        self.timeline
+                            .request(req, true, args.dest, args.tag.0, args.size);
                         self.pending.insert(
                             req,
                             Pending::Send {
@@ -241,6 +248,8 @@ impl<T: Transport> Progress<T> {
                 args.detached = true;
                 match self.engine.submit_recv(args) {
                     Ok(req) => {
+                        self.timeline
+                            .request(req, false, args.source, args.tag.0, args.capacity);
                         self.pending.insert(
                             req,
                             Pending::Recv {
@@ -361,6 +370,7 @@ impl<T: Transport> Progress<T> {
                         bytes.extend_from_slice(b);
                     }
                 }
+                self.timeline.send(dest, comm, tag, &bytes, inline);
                 self.transport.send(dest, comm, tag, bytes, inline);
             }
             Transmit::Payload {
@@ -374,6 +384,7 @@ impl<T: Transport> Progress<T> {
                     Some(Pending::Send { bytes, .. }) => bytes.take().unwrap_or_default(),
                     _ => Vec::new(),
                 };
+                self.timeline.send(dest, comm, tag, &bytes, Some(req));
                 self.transport.send(dest, comm, tag, bytes, Some(req));
             }
             Transmit::Receive {
@@ -383,11 +394,15 @@ impl<T: Transport> Progress<T> {
                 tag,
                 size,
                 ..
-            } => self.transport.recv(source, comm, tag, size as usize, req),
+            } => {
+                self.timeline.recv(source, comm, tag, req);
+                self.transport.recv(source, comm, tag, size as usize, req);
+            }
         }
     }
 
     fn on_completion(&mut self, c: Completion) {
+        self.timeline.completion(&c);
         match c {
             Completion::Sent(req) => {
                 let _ = self.engine.handle_sent(req);
@@ -474,6 +489,7 @@ impl<T: Transport> Progress<T> {
                 len,
                 from_early,
             } => {
+                self.timeline.request_done(req, true);
                 let early = from_early.and_then(|e| self.early.remove(&e));
                 match (kind, self.pending.remove(&req)) {
                     (Kind::Send, Some(Pending::Send { done, .. })) => done(Ok(())),
@@ -493,6 +509,7 @@ impl<T: Transport> Progress<T> {
                 }
             }
             Event::Failed { req, error, .. } => {
+                self.timeline.request_done(req, false);
                 if let Some(Pending::Send { done, .. } | Pending::Recv { done, .. }) =
                     self.pending.remove(&req)
                 {

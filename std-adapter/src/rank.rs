@@ -17,6 +17,7 @@ use crate::context::{CommandSink, Context};
 use crate::progress::{self, Command, Input, ProgressConfig};
 use crate::sync::{Arc, Mutex, Ordering, lock};
 use crate::task::{Runtime, RuntimeConfig, Workers, env_flag};
+use crate::trace::Recorder;
 use crate::transport::Transport;
 
 /// How one rank is set up (what every transport shares).
@@ -38,6 +39,15 @@ pub struct RankConfig {
     /// The most sends in flight before ready sends wait, in priority order
     /// (`STARLING_MPI_NDETACHED_SEND`, default 10; 0 = no cap).
     pub max_inflight_sends: u32,
+    /// Record a timeline of the rank's tasks, messages and waits, and write it when the
+    /// rank stops to [`trace::rank_file`](crate::trace::rank_file)`(path, rank)`:
+    /// `<path>.rank<N>.json`, or `<path>/rank<N>.json` for a directory
+    /// (`STARLING_TRACE=<path>`). See [`crate::trace`].
+    pub trace_file: Option<std::path::PathBuf>,
+    /// Show tasks done / submitted on a line of stderr, refreshed at most every 200 ms
+    /// (`STARLING_PROGRESS=1`). The ranks of a process share the line; a rank started
+    /// with [`RankRunner::start`] (one per process, as under MPI) shows it only on rank 0.
+    pub progress: bool,
 }
 
 impl Default for RankConfig {
@@ -50,6 +60,8 @@ impl Default for RankConfig {
             pedantic_isend: false,
             priorities: true,
             max_inflight_sends: 10,
+            trace_file: None,
+            progress: false,
         }
     }
 }
@@ -58,12 +70,17 @@ impl RankConfig {
     /// The defaults, overridden by the environment: `STARLING_NCPU`,
     /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
     /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
-    /// `STARLING_MPI_NDETACHED_SEND`. A flag is on when set to anything but empty or `0`.
+    /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_TRACE`, `STARLING_PROGRESS`. A flag is on
+    /// when set to anything but empty or `0`.
     pub fn from_env() -> Self {
         let mut c = Self {
             runtime: RuntimeConfig::from_env(),
             stats: env_flag("STARLING_COMM_STATS") || env_flag("STARLING_MPI_STATS"),
             trace: env_flag("STARLING_MPI_COMM"),
+            trace_file: std::env::var_os("STARLING_TRACE")
+                .filter(|p| !p.is_empty())
+                .map(std::path::PathBuf::from),
+            progress: env_flag("STARLING_PROGRESS"),
             ..Self::default()
         };
         if std::env::var("STARLING_MPI_PRIORITIES").is_ok_and(|v| v == "0") {
@@ -103,6 +120,10 @@ pub struct RankRunner {
     workers: Option<Workers>,
     progression: Option<thread::JoinHandle<()>>,
     pub(crate) shared: Arc<progress::Shared>,
+    /// The timeline trace, written when the rank stops.
+    timeline: Option<Arc<Recorder>>,
+    /// The rank's place on the progress line.
+    shown: Option<crate::meter::Shown>,
 }
 
 impl core::fmt::Debug for RankRunner {
@@ -146,7 +167,7 @@ impl RankRunner {
         T: Transport,
         E: core::fmt::Display,
     {
-        Self::start_with_inbox(make, Inbox::<T::Wire>::new(), config)
+        Self::start_inner(make, Inbox::<T::Wire>::new(), config, false)
     }
 
     pub(crate) fn start_with_inbox<T, E>(
@@ -158,8 +179,25 @@ impl RankRunner {
         T: Transport,
         E: core::fmt::Display,
     {
+        Self::start_inner(make, inbox, config, true)
+    }
+
+    /// `every_rank_shows`: every rank of the process shows on the progress line (the
+    /// in-process cluster), or rank 0 alone (one rank per process).
+    fn start_inner<T, E>(
+        make: impl FnOnce() -> Result<T, E> + Send + 'static,
+        inbox: Inbox<T::Wire>,
+        config: &RankConfig,
+        every_rank_shows: bool,
+    ) -> Result<Self, StartError>
+    where
+        T: Transport,
+        E: core::fmt::Display,
+    {
         let Inbox { tx, rx, shared } = inbox;
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(Rank, u32), StartError>>();
+        type Ready = Result<(Rank, u32, Option<Arc<Recorder>>), StartError>;
+        let (ready_tx, ready_rx) = mpsc::channel::<Ready>();
+        let trace_file = config.trace_file.clone();
         let base = config.communication_tag;
         let (stats, trace) = (config.stats, config.trace);
         let (priorities, max_inflight_sends) = (config.priorities, config.max_inflight_sends);
@@ -180,18 +218,21 @@ impl RankRunner {
                     let _ = ready_tx.send(Err(StartError::Tags { tag_ub, base }));
                     return;
                 };
-                let _ = ready_tx.send(Ok((transport.rank(), transport.size())));
+                let (rank, size) = (transport.rank(), transport.size());
+                let timeline = trace_file.map(|f| Recorder::new(&f, rank, size));
+                let _ = ready_tx.send(Ok((rank, size, timeline.clone())));
                 let config = ProgressConfig {
                     tags,
                     stats,
                     trace,
                     priorities,
                     max_inflight_sends,
+                    timeline,
                 };
                 progress::run(transport, rx, config, pshared);
             })
             .expect("spawning the progression thread");
-        let (rank, size) = match ready_rx.recv() {
+        let (rank, size, timeline) = match ready_rx.recv() {
             Ok(Ok(rs)) => rs,
             Ok(Err(e)) => {
                 let _ = progression.join();
@@ -202,7 +243,13 @@ impl RankRunner {
                 return Err(StartError::Transport("the progression thread died".into()));
             }
         };
-        let (runtime, workers) = Runtime::start(&config.runtime, &format!("rank{}", rank.0));
+        let (runtime, workers) = Runtime::start_traced(
+            &config.runtime,
+            &format!("rank{}", rank.0),
+            timeline.clone(),
+        );
+        let shown = (config.progress && (every_rank_shows || rank.0 == 0))
+            .then(|| crate::meter::show(rank, runtime.clone()));
         let sink_shared = Arc::clone(&shared);
         let tx = Mutex::new(tx);
         let commands: CommandSink = Arc::new(move |c: Command| {
@@ -223,6 +270,8 @@ impl RankRunner {
             workers: Some(workers),
             progression: Some(progression),
             shared,
+            timeline,
+            shown,
         })
     }
 
@@ -312,6 +361,10 @@ impl RankRunner {
         }
         if let Some(w) = self.workers.take() {
             w.stop();
+        }
+        self.shown.take();
+        if let Some(t) = self.timeline.take() {
+            t.finish();
         }
     }
 }

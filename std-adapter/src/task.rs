@@ -24,6 +24,7 @@ use starling_core::{AccessMode, DataId};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Interface};
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard, lock};
+use crate::trace::{self, Recorder, WorkerTrace};
 
 /// A task's CPU implementation.
 pub(crate) type Kernel = dyn Fn(&mut Buffers<'_>) + Send + Sync;
@@ -223,6 +224,9 @@ struct State {
     progress_waiters: usize,
     /// Tasks whose kernel or callback panicked, reported at shutdown.
     panics: Vec<String>,
+    /// Tasks submitted and tasks run so far (the progress line).
+    tasks_submitted: u64,
+    tasks_done: u64,
 }
 
 /// How a rank's runtime is set up.
@@ -268,6 +272,8 @@ struct Shared {
     /// `wait_for_all`, tag waiters and quiescence checks wait here.
     progress: Condvar,
     disable_kernels: bool,
+    /// The rank's timeline trace, when tracing.
+    trace: Option<Arc<Recorder>>,
 }
 
 /// The task runtime of one rank. Cheap to clone (shared).
@@ -298,13 +304,24 @@ impl Workers {
 
 impl Runtime {
     /// A runtime and its started workers.
+    #[cfg(test)]
     pub(crate) fn start(config: &RuntimeConfig, name: &str) -> (Self, Workers) {
+        Self::start_traced(config, name, None)
+    }
+
+    /// A runtime and its started workers, recording what they run into `trace`.
+    pub(crate) fn start_traced(
+        config: &RuntimeConfig,
+        name: &str,
+        trace: Option<Arc<Recorder>>,
+    ) -> (Self, Workers) {
         let runtime = Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 work: Condvar::new(),
                 progress: Condvar::new(),
                 disable_kernels: config.disable_kernels,
+                trace,
             }),
         };
         let threads = (0..config.workers.max(1))
@@ -312,7 +329,7 @@ impl Runtime {
                 let rt = runtime.clone();
                 crate::sync::thread::Builder::new()
                     .name(format!("{name}-worker{w}"))
-                    .spawn(move || rt.worker_loop())
+                    .spawn(move || rt.worker_loop(w as u32))
                     .expect("spawning a worker thread")
             })
             .collect();
@@ -325,6 +342,17 @@ impl Runtime {
 
     fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.shared.state)
+    }
+
+    /// The rank's timeline trace, when tracing.
+    pub(crate) fn tracer(&self) -> Option<&Arc<Recorder>> {
+        self.shared.trace.as_ref()
+    }
+
+    /// Tasks run and tasks submitted so far.
+    pub(crate) fn task_counts(&self) -> (u64, u64) {
+        let st = self.state();
+        (st.tasks_done, st.tasks_submitted)
     }
 
     /// Submits a task.
@@ -356,6 +384,7 @@ impl Runtime {
         let id = st.next_id;
         st.next_id += 1;
         st.outstanding += 1;
+        st.tasks_submitted += u64::from(matches!(work, Work::Task { .. }));
         let mut deps = 0;
         let mut preds: Vec<NodeId> = Vec::new();
         for (i, a) in accesses.iter().enumerate() {
@@ -508,6 +537,7 @@ impl Runtime {
 
     /// Blocks until every node and request submitted so far has completed.
     pub(crate) fn wait_for_all(&self) {
+        let _wait = trace::wait(self.tracer(), "wait_for_all");
         let mut st = self.state();
         while st.outstanding > 0 {
             st = self.wait_progress(st);
@@ -560,6 +590,7 @@ impl Runtime {
 
     /// Blocks until every tag of `tags` is unlocked.
     pub(crate) fn wait_tags(&self, tags: &[TaskTag]) {
+        let _wait = trace::wait(self.tracer(), "tag_wait");
         let mut st = self.state();
         while !tags
             .iter()
@@ -574,7 +605,8 @@ impl Runtime {
         self.state().unlocked_tags.remove(&tag);
     }
 
-    fn worker_loop(&self) {
+    fn worker_loop(&self, worker: u32) {
+        let mut timeline = WorkerTrace::new(self.shared.trace.clone(), worker);
         loop {
             let mut st = self.state();
             let id = loop {
@@ -609,6 +641,7 @@ impl Runtime {
 
             // A panicking kernel or callback must not wedge the rank: the task still
             // completes (its successors run) and the panic is reported at shutdown.
+            let begin = timeline.begin();
             let ran = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
                 if !self.shared.disable_kernels {
                     if let Some(kernel) = &codelet.kernel {
@@ -622,6 +655,7 @@ impl Runtime {
                     cb();
                 }
             }));
+            timeline.end(begin, &codelet.name);
             if let Err(payload) = ran {
                 let what = payload
                     .downcast_ref::<&str>()
@@ -637,6 +671,7 @@ impl Runtime {
             }
             let mut st = self.state();
             st.running -= 1;
+            st.tasks_done += 1;
             let mut hooks = Vec::new();
             self.complete_locked(&mut st, id, &mut hooks);
             drop(st);
