@@ -48,9 +48,12 @@
 //! `STARLING_MPI_THREAD_MULTIPLE=1`, `STARLING_MPI_COMMS` (default 8),
 //! `STARLING_MPI_MAX_MESSAGE` (default `i32::MAX`; every rank must use the same) and
 //! `STARLING_COMM_STATS_DIR` (each rank writes its statistics there at shutdown, for
-//! the `comm-matrix` tool).
+//! the `comm-matrix` tool). With `STARLING_TRACE` (set on every rank: the ranks align
+//! their trace clocks at start-up, collectively) each process writes its rank's timeline;
+//! see [`starling_std::trace`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod clock;
 mod lent;
 pub mod transport;
 
@@ -209,12 +212,17 @@ pub fn init(config: MpiConfig) -> Result<MpiRank, MpiError> {
     };
     let failure: Arc<Mutex<Option<MpiError>>> = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&failure);
+    let tracing = config.rank.trace_file.is_some();
     let make = move || {
-        MpiTransport::new(settings).map_err(|e| {
+        let transport = MpiTransport::new(settings).map_err(|e| {
             let text = e.to_string();
             *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
             text
-        })
+        })?;
+        if tracing {
+            clock::sync();
+        }
+        Ok::<_, String>(transport)
     };
     let mut rank_config = config.rank.clone();
     rank_config.stats |= config.stats_dir.is_some();
