@@ -176,6 +176,7 @@ fn starling_cholesky(ranks: u32) -> Duration {
         ranks,
         n: N,
         nb: NB,
+        check: false,
     };
     let out = run_local_with(ranks, config(1, false), move |ctx| {
         let tiles = cholesky::register_tiles(ctx, &p).expect("registering the tiles");
@@ -203,6 +204,7 @@ fn sequential_cholesky() -> Duration {
         ranks: 1,
         n: N,
         nb: NB,
+        check: false,
     };
     let nt = p.nt();
     let mut t: Vec<Vec<Vec<f64>>> = (0..nt)
@@ -251,6 +253,7 @@ fn cholesky_benches(c: &mut Criterion) {
         ranks: 1,
         n: N,
         nb: NB,
+        check: false,
     }
     .flops();
     let mut group = c.benchmark_group("cholesky");

@@ -15,12 +15,16 @@
 //! ```sh
 //! cargo run --release --example lu -- [ranks] [explicit|implicit|both] [tiles] [tile_size]
 //! ```
+//!
+//! On a terminal the run shows its progress (tasks done / submitted) on stderr;
+//! `STARLING_PROGRESS=0` hides it, `=1` shows it anywhere.
 
+use std::io::IsTerminal as _;
 use std::time::Instant;
 
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Matrix;
-use starling::{Codelet, Context, Handle, run_local};
+use starling::{ClusterConfig, Codelet, Context, Handle, run_local_with};
 
 /// The problem: `nt × nt` tiles of `bs × bs`, over a `p × q` grid of ranks.
 #[derive(Clone, Copy, Debug)]
@@ -372,15 +376,15 @@ fn implicit(ctx: &Context, lu: Lu) -> Option<Vec<Vec<Matrix<f64>>>> {
     })
 }
 
-/// Runs one version (`"explicit"` or `"implicit"`) on `ranks` ranks and returns the
-/// relative residual.
+/// Runs one version (`"explicit"` or `"implicit"`) on `ranks` ranks of a cluster set up by
+/// `config` and returns the relative residual.
 ///
 /// # Errors
 /// When the cluster does not shut down cleanly or the residual is 1e-10 or more.
-pub(crate) fn run(ranks: u32, version: &str, lu: Lu) -> Result<f64, String> {
+pub(crate) fn run(ranks: u32, version: &str, lu: Lu, config: ClusterConfig) -> Result<f64, String> {
     let start = Instant::now();
     let v = version.to_owned();
-    let out = run_local(ranks, move |ctx| match v.as_str() {
+    let out = run_local_with(ranks, config, move |ctx| match v.as_str() {
         "explicit" => explicit(ctx, lu),
         _ => implicit(ctx, lu),
     })
@@ -424,8 +428,12 @@ fn main() {
         "both" => &["explicit", "implicit"],
         _ => panic!("version: explicit, implicit or both"),
     };
+    let mut config = ClusterConfig::from_env();
+    if std::env::var_os("STARLING_PROGRESS").is_none() {
+        config.progress = std::io::stderr().is_terminal();
+    }
     for v in versions {
-        if let Err(e) = run(ranks, v, Lu { nt, bs }) {
+        if let Err(e) = run(ranks, v, Lu { nt, bs }, config.clone()) {
             eprintln!("FAILED: {e}");
             std::process::exit(1);
         }

@@ -91,6 +91,58 @@ where
     run_local(ranks, f)
 }
 
+/// [`launch`], with the configuration read from the environment and then adjusted by
+/// `tune`: the in-process cluster's, or under `mpirun` this rank's
+/// ([`ClusterConfig::rank_config`] of the tuned configuration, the MPI-only settings
+/// still from the environment). Unlike [`run_local`], it does not read the fake-rank
+/// variables.
+///
+/// ```
+/// use std::io::IsTerminal;
+/// // Show the progress line on a terminal unless STARLING_PROGRESS says otherwise.
+/// let values = starling::launch_with(
+///     2,
+///     |c| {
+///         if std::env::var_os("STARLING_PROGRESS").is_none() {
+///             c.progress = std::io::stderr().is_terminal();
+///         }
+///     },
+///     |ctx| ctx.rank().0,
+/// )?;
+/// assert_eq!(values, vec![0, 1]);
+/// # Ok::<(), starling::ShutdownError>(())
+/// ```
+///
+/// # Errors
+/// As [`launch`].
+///
+/// # Panics
+/// As [`launch`].
+pub fn launch_with<R, F>(
+    ranks: u32,
+    tune: impl FnOnce(&mut ClusterConfig),
+    f: F,
+) -> Result<Vec<R>, ShutdownError>
+where
+    R: Send + 'static,
+    F: Fn(&Context) -> R + Send + Sync + 'static,
+{
+    let mut config = ClusterConfig::from_env();
+    tune(&mut config);
+    #[cfg(feature = "mpi")]
+    if mpi::under_mpirun() {
+        let mut mpi_config = mpi::MpiConfig::from_env();
+        mpi_config.rank = config.rank_config();
+        let rank = mpi::init(mpi_config).unwrap_or_else(|e| {
+            panic!("Starling cannot start over MPI: {e} (launch runs once per MPI process)")
+        });
+        let value = f(rank.context());
+        rank.shutdown()?;
+        return Ok(vec![value]);
+    }
+    run_local_with(ranks, config, f)
+}
+
 #[cfg(feature = "cuda")]
 pub use starling_gpu as gpu;
 

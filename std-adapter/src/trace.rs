@@ -676,8 +676,11 @@ fn render(rank: Rank, size: u32, mut records: Vec<Record>, offset_ns: i64) -> St
                 } else {
                     "from"
                 };
-                let kind = m.envelope.map_or("data", |(k, _)| k);
-                json_str(&mut out, &format!("{kind} {dir} {}", m.peer.0));
+                let name = match m.envelope {
+                    Some((kind, _)) => format!("{kind} envelope {dir} {}", m.peer.0),
+                    None => format!("payload {dir} {}", m.peer.0),
+                };
+                json_str(&mut out, &name);
                 out.push_str(",\"cat\":\"message\"");
             }
         }
