@@ -177,6 +177,7 @@ fn starling_cholesky(ranks: u32) -> Duration {
         n: N,
         nb: NB,
         check: false,
+        openblas: false,
     };
     let out = run_local_with(ranks, config(1, false), move |ctx| {
         let tiles = cholesky::register_tiles(ctx, &p).expect("registering the tiles");
@@ -205,6 +206,7 @@ fn sequential_cholesky() -> Duration {
         n: N,
         nb: NB,
         check: false,
+        openblas: false,
     };
     let nt = p.nt();
     let mut t: Vec<Vec<Vec<f64>>> = (0..nt)
@@ -254,6 +256,7 @@ fn cholesky_benches(c: &mut Criterion) {
         n: N,
         nb: NB,
         check: false,
+        openblas: false,
     }
     .flops();
     let mut group = c.benchmark_group("cholesky");
