@@ -222,6 +222,10 @@ pub struct Summary {
     /// Flow ids with a start and no finish, or the other way round, or more than one of
     /// either.
     pub unmatched_flows: u64,
+    /// Messages received before they were sent: the receive's slice ends before the
+    /// send's begins. Only clocks that disagree by more than a message's latency make
+    /// any.
+    pub inverted_messages: u64,
 }
 
 impl Summary {
@@ -229,6 +233,8 @@ impl Summary {
     pub fn of(trace: &Value) -> Self {
         let mut s = Self::default();
         let mut flows: BTreeMap<u64, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+        // Per message (flow id): when its send began, when its receipt ended.
+        let mut times: BTreeMap<u64, (Option<f64>, Option<f64>)> = BTreeMap::new();
         let empty = Vec::new();
         let events = trace
             .get("traceEvents")
@@ -246,7 +252,20 @@ impl Summary {
                 ("X", "task") => {
                     *s.tasks.entry((pid, field("tid").unwrap_or(0))).or_default() += 1;
                 }
-                ("X", "message") => s.messages += 1,
+                ("X", "message") => {
+                    s.messages += 1;
+                    let args = &e["args"];
+                    let ts = e.get("ts").and_then(Value::as_f64).unwrap_or(0.0);
+                    let dur = e.get("dur").and_then(Value::as_f64).unwrap_or(0.0);
+                    if let Some(flow) = args.get("flow").and_then(Value::as_u64) {
+                        let t = times.entry(flow).or_default();
+                        if args.get("source").and_then(Value::as_u64) == Some(pid) {
+                            t.0 = Some(ts);
+                        } else if args.get("dest").and_then(Value::as_u64) == Some(pid) {
+                            t.1 = Some(ts + dur);
+                        }
+                    }
+                }
                 ("X", "request") => s.requests += 1,
                 ("X", "wait") => s.waits += 1,
                 ("s", _) => flows
@@ -262,6 +281,10 @@ impl Summary {
                 _ => {}
             }
         }
+        s.inverted_messages = times
+            .values()
+            .filter(|t| matches!(t, (Some(sent), Some(received)) if received < sent))
+            .count() as u64;
         for (starts, finishes) in flows.values() {
             match (starts.as_slice(), finishes.as_slice()) {
                 ([a], [b]) if a != b => s.matched_flows += 1,

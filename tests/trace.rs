@@ -119,6 +119,7 @@ fn a_traced_stencil_merges_into_one_timeline_with_tasks_messages_and_arrows() {
     // Every message has one arrow from its send to its receipt on the other rank, and a
     // message is never received before it was sent (the ranks share a clock).
     assert_eq!(s.unmatched_flows, 0, "{s:?}");
+    assert_eq!(s.inverted_messages, 0, "{s:?}");
     let sent: BTreeMap<u64, &Value> = events(&merged)
         .iter()
         .filter(|e| e["cat"] == "message" && e["ph"] == "X" && e["args"]["source"] == e["pid"])

@@ -147,6 +147,8 @@ def main():
     print("| benchmark | raw MPI | StarPU-MPI (send/recv) | StarPU-MPI detached | Starling | Starling / StarPU | Starling / raw |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
+        if all(c == "—" for c in r[1:]):
+            continue  # not run
         print("| " + " | ".join(r) + " |")
     print()
     print("Ratios are of medians (time: Starling's time / theirs, below 1 is faster; GB/s and")
@@ -155,6 +157,8 @@ def main():
     print("| goal | test | measured | met |")
     print("| --- | --- | --- | --- |")
     for g in goals:
+        if g[2] is None:
+            continue  # not measured
         print(f"| {g[0]} | {g[1]} | {g[4]} | {'yes' if g[3] else 'NO'} |")
     if failed:
         print()

@@ -86,7 +86,7 @@ fn main() -> ExitCode {
     let tasks: u64 = s.tasks.values().sum();
     eprintln!(
         "trace-merge: {} file(s), ranks {:?}: {tasks} tasks, {} requests, {} messages, \
-         {} waits, {} message arrows ({} unmatched) -> {}",
+         {} waits, {} message arrows ({} unmatched, {} received before sent) -> {}",
         files.len(),
         s.ranks,
         s.requests,
@@ -94,6 +94,7 @@ fn main() -> ExitCode {
         s.waits,
         s.matched_flows,
         s.unmatched_flows,
+        s.inverted_messages,
         output.display()
     );
     ExitCode::SUCCESS
