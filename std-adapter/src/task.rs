@@ -16,13 +16,14 @@
 //! thread, an acquisition wakes its caller). A hook node completes when its event
 //! happens, through [`Runtime::complete`].
 
-use core::cmp::Ordering as CmpOrdering;
 use core::fmt;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
 use starling_core::{AccessMode, DataId};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Interface};
+use crate::id_hash::IdMap;
+use crate::ready::ReadyQueue;
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard, lock};
 use crate::trace::{self, Recorder, WorkerTrace};
 
@@ -177,38 +178,12 @@ struct HandleDeps {
     unordered: bool,
 }
 
-struct Ready {
-    priority: i32,
-    seq: u64,
-    id: NodeId,
-}
-
-impl PartialEq for Ready {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == CmpOrdering::Equal
-    }
-}
-impl Eq for Ready {}
-impl PartialOrd for Ready {
-    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Ready {
-    fn cmp(&self, other: &Self) -> CmpOrdering {
-        self.priority
-            .cmp(&other.priority)
-            .then_with(|| other.seq.cmp(&self.seq))
-    }
-}
-
 #[derive(Default)]
 struct State {
-    nodes: HashMap<NodeId, Node>,
-    handles: HashMap<DataId, HandleDeps>,
-    ready: BinaryHeap<Ready>,
+    nodes: IdMap<NodeId, Node>,
+    handles: IdMap<DataId, HandleDeps>,
+    ready: ReadyQueue,
     next_id: NodeId,
-    next_seq: u64,
     /// Nodes submitted and not complete, plus requests in flight: what `wait_for_all`
     /// waits to reach zero.
     outstanding: usize,
@@ -454,9 +429,7 @@ impl Runtime {
             Some(task @ Work::Task { .. }) => {
                 node.work = Some(task);
                 let priority = node.priority;
-                let seq = st.next_seq;
-                st.next_seq += 1;
-                st.ready.push(Ready { priority, seq, id });
+                st.ready.push(priority, id);
                 if st.idle_workers > 0 {
                     self.shared.work.notify_one();
                 }
@@ -610,8 +583,8 @@ impl Runtime {
         loop {
             let mut st = self.state();
             let id = loop {
-                if let Some(r) = st.ready.pop() {
-                    break r.id;
+                if let Some(id) = st.ready.pop() {
+                    break id;
                 }
                 if st.stopping {
                     return;
