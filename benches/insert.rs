@@ -199,6 +199,8 @@ fn starling_cholesky(ranks: u32) -> Duration {
         ranks,
         n: N,
         nb: NB,
+        check: false,
+        openblas: false,
     };
     let out = run_local_with(ranks, config(1, false), move |ctx| {
         let tiles = cholesky::register_tiles(ctx, &p).expect("registering the tiles");
@@ -226,6 +228,8 @@ fn sequential_cholesky() -> Duration {
         ranks: 1,
         n: N,
         nb: NB,
+        check: false,
+        openblas: false,
     };
     let nt = p.nt();
     let mut t: Vec<Vec<Vec<f64>>> = (0..nt)
@@ -274,6 +278,8 @@ fn cholesky_benches(c: &mut Criterion) {
         ranks: 1,
         n: N,
         nb: NB,
+        check: false,
+        openblas: false,
     }
     .flops();
     let mut group = c.benchmark_group("cholesky");

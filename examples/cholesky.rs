@@ -28,21 +28,33 @@
 //!
 //! The run prints the factorization's wall time and GFlop/s (`n³/3` flops), then gathers
 //! the tiles on rank 0 (`get_data_on_node`), which checks `‖A − L·Lᵀ‖_F / ‖A‖_F < 1e-10`;
-//! the example exits non-zero when the check fails (it always runs; `--check` is accepted
-//! for the reference's command line) or when the cluster shuts down with leftovers.
+//! the example exits non-zero when the check fails (it runs unless `--no-check` is given,
+//! for timing large `n`, where the sequential check costs more than the factorization;
+//! `--check` is accepted for the reference's command line) or when the cluster shuts down
+//! with leftovers.
 //!
 //! ```sh
-//! cargo run --release --example cholesky -- [ranks] [n] [nb] [--check]
+//! cargo run --release --example cholesky -- [ranks] [n] [nb] [--check | --no-check] [--openblas]
 //! cargo build --release --features mpi --example cholesky
-//! mpirun -n 4 target/release/examples/cholesky 4 [n] [nb]   # ranks = mpirun's -n
+//! mpirun -n 2 target/release/examples/cholesky 2 4096 512 --no-check   # over MPI
 //! ```
 //!
 //! Standard output holds the results only, printed by rank 0, so a run under `mpirun`
 //! prints the same lines as the in-process run; the timing goes to standard error.
 //!
-//! The worker count per rank comes from `STARLING_NCPU` (default: the machine's cores).
+//! It runs on the in-process cluster, or over MPI under `mpirun` when built with the
+//! `mpi` feature (`starling::launch_with`; the job's size then replaces `ranks`). The
+//! worker count per rank comes from `STARLING_NCPU` (default: the machine's cores). On a
+//! terminal the run shows its progress (tasks done / submitted) on stderr;
+//! `STARLING_PROGRESS=0` hides it, `=1` shows it anywhere.
+//!
+//! `--openblas` (with the `openblas` feature, which links the system's `libopenblas`,
+//! Debian's `libopenblas-dev`) runs the same tile kernels as the C comparison
+//! (`bench/compare/cholesky_starpu.c`): `dpotrf_`, `cblas_dtrsm`, `cblas_dsyrk`,
+//! `cblas_dgemm`; set `OPENBLAS_NUM_THREADS=1` for one thread per worker.
 
 use core::time::Duration;
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -54,7 +66,7 @@ use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Matrix;
-use starling::{Codelet, Context, Handle, InsertError, launch};
+use starling::{ClusterConfig, Codelet, Context, Handle, InsertError, launch_with};
 
 /// The problem: `ranks` ranks factor a matrix of order `n` in tiles of order `nb`.
 #[derive(Clone, Copy, Debug)]
@@ -62,6 +74,11 @@ pub(crate) struct Params {
     pub(crate) ranks: u32,
     pub(crate) n: usize,
     pub(crate) nb: usize,
+    /// Gather `L` on rank 0 and check it.
+    pub(crate) check: bool,
+    /// Run the tile kernels of the system's OpenBLAS instead of faer's (`--openblas`,
+    /// feature `openblas`).
+    pub(crate) openblas: bool,
 }
 
 impl Params {
@@ -172,6 +189,177 @@ pub(crate) fn gemm(a: MatRef<'_, f64>, b: MatRef<'_, f64>, c: MatMut<'_, f64>) {
     matmul(c, Accum::Add, a, b.transpose(), -1.0, Par::Seq);
 }
 
+/// The same tile kernels on the system's OpenBLAS (feature `openblas`): LAPACK's `dpotrf_`
+/// and CBLAS's `dtrsm`, `dsyrk`, `dgemm`, on the tiles' column-major storage.
+#[cfg(feature = "openblas")]
+mod openblas {
+    use core::ffi::{c_char, c_int};
+
+    use starling::interfaces::Matrix;
+
+    use super::{Codelet, Codelets};
+
+    #[link(name = "openblas")]
+    unsafe extern "C" {
+        fn dpotrf_(
+            uplo: *const c_char,
+            n: *const c_int,
+            a: *mut f64,
+            lda: *const c_int,
+            info: *mut c_int,
+        );
+        fn cblas_dtrsm(
+            layout: c_int,
+            side: c_int,
+            uplo: c_int,
+            trans: c_int,
+            diag: c_int,
+            m: c_int,
+            n: c_int,
+            alpha: f64,
+            a: *const f64,
+            lda: c_int,
+            b: *mut f64,
+            ldb: c_int,
+        );
+        fn cblas_dsyrk(
+            layout: c_int,
+            uplo: c_int,
+            trans: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: f64,
+            a: *const f64,
+            lda: c_int,
+            beta: f64,
+            c: *mut f64,
+            ldc: c_int,
+        );
+        fn cblas_dgemm(
+            layout: c_int,
+            transa: c_int,
+            transb: c_int,
+            m: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: f64,
+            a: *const f64,
+            lda: c_int,
+            b: *const f64,
+            ldb: c_int,
+            beta: f64,
+            c: *mut f64,
+            ldc: c_int,
+        );
+    }
+
+    // CBLAS's enumerations.
+    const COL_MAJOR: c_int = 102;
+    const NO_TRANS: c_int = 111;
+    const TRANS: c_int = 112;
+    const LOWER: c_int = 122;
+    const NON_UNIT: c_int = 131;
+    const RIGHT: c_int = 142;
+
+    /// A tile's order and leading dimension, as C ints.
+    fn dims(t: &Matrix<f64>) -> (c_int, c_int) {
+        assert_eq!(t.nx(), t.ny(), "a tile is square");
+        let n = c_int::try_from(t.nx()).expect("a tile's order fits a C int");
+        let ld = c_int::try_from(t.ld()).expect("a tile's leading dimension fits a C int");
+        (n, ld)
+    }
+
+    pub(super) fn codelets() -> Codelets {
+        Codelets {
+            potrf: Codelet::new("potrf", |b| {
+                let mut a = b.w::<Matrix<f64>>(0);
+                let (n, ld) = dims(&a);
+                let mut info: c_int = 0;
+                // SAFETY: `a` is an n × n column-major tile with leading dimension `ld`,
+                // held for writing for the call's duration.
+                unsafe {
+                    dpotrf_(
+                        c"L".as_ptr(),
+                        &n,
+                        a.as_mut_slice().as_mut_ptr(),
+                        &ld,
+                        &mut info,
+                    )
+                };
+                assert_eq!(info, 0, "a diagonal tile is not positive definite");
+            }),
+            trsm: Codelet::new("trsm", |b| {
+                let l = b.r::<Matrix<f64>>(0);
+                let mut x = b.w::<Matrix<f64>>(1);
+                let ((n, lda), (_, ldb)) = (dims(&l), dims(&x));
+                // SAFETY: two n × n tiles of their leading dimensions, one read, one
+                // written, distinct handles.
+                unsafe {
+                    cblas_dtrsm(
+                        COL_MAJOR,
+                        RIGHT,
+                        LOWER,
+                        TRANS,
+                        NON_UNIT,
+                        n,
+                        n,
+                        1.0,
+                        l.as_slice().as_ptr(),
+                        lda,
+                        x.as_mut_slice().as_mut_ptr(),
+                        ldb,
+                    );
+                }
+            }),
+            syrk: Codelet::new("syrk", |b| {
+                let a = b.r::<Matrix<f64>>(0);
+                let mut c = b.w::<Matrix<f64>>(1);
+                let ((n, lda), (_, ldc)) = (dims(&a), dims(&c));
+                // SAFETY: as for TRSM.
+                unsafe {
+                    cblas_dsyrk(
+                        COL_MAJOR,
+                        LOWER,
+                        NO_TRANS,
+                        n,
+                        n,
+                        -1.0,
+                        a.as_slice().as_ptr(),
+                        lda,
+                        1.0,
+                        c.as_mut_slice().as_mut_ptr(),
+                        ldc,
+                    );
+                }
+            }),
+            gemm: Codelet::new("gemm", |b| {
+                let (a, bt) = (b.r::<Matrix<f64>>(0), b.r::<Matrix<f64>>(1));
+                let mut c = b.w::<Matrix<f64>>(2);
+                let ((n, lda), (_, ldb), (_, ldc)) = (dims(&a), dims(&bt), dims(&c));
+                // SAFETY: as for TRSM, two tiles read, one written.
+                unsafe {
+                    cblas_dgemm(
+                        COL_MAJOR,
+                        NO_TRANS,
+                        TRANS,
+                        n,
+                        n,
+                        n,
+                        -1.0,
+                        a.as_slice().as_ptr(),
+                        lda,
+                        bt.as_slice().as_ptr(),
+                        ldb,
+                        1.0,
+                        c.as_mut_slice().as_mut_ptr(),
+                        ldc,
+                    );
+                }
+            }),
+        }
+    }
+}
+
 // ----- the distributed factorization ------------------------------------------------------
 
 /// The lower tiles of `A` as registered handles: `tiles[m][k]` for `k ≤ m`.
@@ -217,6 +405,16 @@ pub(crate) struct Codelets {
 }
 
 impl Codelets {
+    /// The codelets of `p`'s kernels: faer's, or OpenBLAS's with `p.openblas`.
+    pub(crate) fn of(p: &Params) -> Self {
+        #[cfg(feature = "openblas")]
+        if p.openblas {
+            return openblas::codelets();
+        }
+        debug_assert!(!p.openblas, "--openblas needs the `openblas` feature");
+        Self::new()
+    }
+
     pub(crate) fn new() -> Self {
         Self {
             potrf: Codelet::new("potrf", |b| potrf(view_mut(&mut b.w::<Matrix<f64>>(0)))),
@@ -288,8 +486,9 @@ pub(crate) fn factorize(
     Ok(())
 }
 
-/// One rank's run: register, factor (timed between two barriers), gather on rank 0.
-/// Rank 0 returns the wall time and `L` (column-major, `n × n`).
+/// One rank's run: register, factor (timed between two barriers), gather on rank 0
+/// when checking. Rank 0 returns the wall time and `L` (column-major, `n × n`; empty
+/// without the check).
 fn distributed(ctx: &Context, p: &Params) -> Result<Option<(Duration, Vec<f64>)>, InsertError> {
     // Under mpirun the job's size is mpirun's `-n`, whatever the command line said.
     let p = &Params {
@@ -299,16 +498,17 @@ fn distributed(ctx: &Context, p: &Params) -> Result<Option<(Duration, Vec<f64>)>
     if ctx.rank() == Rank(0) {
         let (gp, gq) = p.grid();
         println!(
-            "cholesky: n = {}, nb = {} ({} × {} tiles), {} rank(s) on a {gp} × {gq} grid",
+            "cholesky: n = {}, nb = {} ({} × {} tiles), {} rank(s) on a {gp} × {gq} grid, {} kernels",
             p.n,
             p.nb,
             p.nt(),
             p.nt(),
-            p.ranks
+            p.ranks,
+            if p.openblas { "OpenBLAS" } else { "faer" }
         );
     }
     let tiles = register_tiles(ctx, p)?;
-    let cl = Codelets::new();
+    let cl = Codelets::of(p);
     ctx.wait_for_all();
     ctx.barrier();
     let start = Instant::now();
@@ -316,6 +516,9 @@ fn distributed(ctx: &Context, p: &Params) -> Result<Option<(Duration, Vec<f64>)>
     ctx.wait_for_all();
     ctx.barrier();
     let elapsed = start.elapsed();
+    if !p.check {
+        return Ok((ctx.rank() == Rank(0)).then_some((elapsed, Vec::new())));
+    }
     for row in &tiles {
         for h in row {
             ctx.get_data_on_node(h, Rank(0))?;
@@ -361,9 +564,17 @@ fn residual(n: usize, l: &[f64]) -> f64 {
 }
 
 fn parse() -> Result<Params, String> {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--check")
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let check = !all.iter().any(|a| a == "--no-check");
+    let openblas = all.iter().any(|a| a == "--openblas");
+    if openblas && !cfg!(feature = "openblas") {
+        return Err(
+            "--openblas needs the `openblas` feature (cargo build --features openblas)".into(),
+        );
+    }
+    let args: Vec<String> = all
+        .into_iter()
+        .filter(|a| !matches!(a.as_str(), "--check" | "--no-check" | "--openblas"))
         .collect();
     let num = |i: usize, default: usize| -> Result<usize, String> {
         args.get(i).map_or(Ok(default), |s| {
@@ -375,6 +586,8 @@ fn parse() -> Result<Params, String> {
         ranks: u32::try_from(num(0, 2)?).map_err(|_| "too many ranks".to_string())?,
         n: num(1, 512)?,
         nb: num(2, 128)?,
+        check,
+        openblas,
     };
     if p.ranks == 0 || p.nb == 0 || p.n == 0 || !p.n.is_multiple_of(p.nb) {
         return Err("need ranks ≥ 1 and n a positive multiple of nb".into());
@@ -387,12 +600,18 @@ fn main() -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("cholesky: {e}");
-            eprintln!("usage: cholesky [ranks] [n] [nb] [--check]");
+            eprintln!("usage: cholesky [ranks] [n] [nb] [--check | --no-check] [--openblas]");
             return ExitCode::FAILURE;
         }
     };
+    let mut config = ClusterConfig::from_env();
+    if std::env::var_os("STARLING_PROGRESS").is_none() {
+        config.progress = std::io::stderr().is_terminal();
+    }
     // In-process: every rank's outcome; under mpirun: this process's rank only.
-    let out = match launch(p.ranks, move |ctx| (ctx.rank(), distributed(ctx, &p))) {
+    let out = match launch_with(p.ranks, config, move |ctx| {
+        (ctx.rank(), distributed(ctx, &p))
+    }) {
         Ok(out) => out,
         Err(e) => {
             let e: String = e.to_string().chars().take(2000).collect();
@@ -424,6 +643,9 @@ fn main() -> ExitCode {
         secs * 1e3,
         p.flops() / secs / 1e9
     );
+    if !p.check {
+        return ExitCode::SUCCESS;
+    }
     let r = residual(p.n, &l);
     if r.is_finite() && r < 1e-10 {
         println!("OK: ‖A − L·Lᵀ‖_F / ‖A‖_F = {r:.3e} < 1e-10");

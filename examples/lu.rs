@@ -22,12 +22,16 @@
 //! cargo build --release --features mpi --example lu
 //! mpirun -n 4 target/release/examples/lu 4 [explicit|implicit|both] [tiles] [tile_size]
 //! ```
+//!
+//! On a terminal the run shows its progress (tasks done / submitted) on stderr;
+//! `STARLING_PROGRESS=0` hides it, `=1` shows it anywhere.
 
+use std::io::IsTerminal as _;
 use std::time::Instant;
 
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Matrix;
-use starling::{Codelet, Context, Handle, launch};
+use starling::{ClusterConfig, Codelet, Context, Handle, launch_with};
 
 /// The problem: `nt × nt` tiles of `bs × bs`, over a `p × q` grid of ranks.
 #[derive(Clone, Copy, Debug)]
@@ -419,9 +423,14 @@ fn version_on_rank(ctx: &Context, version: &str, lu: Lu) -> Result<Option<f64>, 
 ///
 /// # Errors
 /// When the cluster does not shut down cleanly or a residual is 1e-10 or more.
-pub(crate) fn run_all(ranks: u32, versions: &[&str], lu: Lu) -> Result<Vec<f64>, String> {
+pub(crate) fn run_all(
+    ranks: u32,
+    versions: &[&str],
+    lu: Lu,
+    config: ClusterConfig,
+) -> Result<Vec<f64>, String> {
     let vs: Vec<String> = versions.iter().map(|v| (*v).to_owned()).collect();
-    let out = launch(ranks, move |ctx| {
+    let out = launch_with(ranks, config, move |ctx| {
         vs.iter()
             .map(|v| version_on_rank(ctx, v, lu))
             .collect::<Result<Vec<_>, _>>()
@@ -454,7 +463,11 @@ fn main() {
         "both" => &["explicit", "implicit"],
         _ => panic!("version: explicit, implicit or both"),
     };
-    if let Err(e) = run_all(ranks, versions, Lu { nt, bs }) {
+    let mut config = ClusterConfig::from_env();
+    if std::env::var_os("STARLING_PROGRESS").is_none() {
+        config.progress = std::io::stderr().is_terminal();
+    }
+    if let Err(e) = run_all(ranks, versions, Lu { nt, bs }, config) {
         eprintln!("FAILED: {e}");
         std::process::exit(1);
     }

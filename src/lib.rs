@@ -15,7 +15,10 @@
 //! * [`sim`]: a seeded, deterministic cluster of bare protocol engines in one thread, with
 //!   MPI's per-pair message order, for protocol tests that replay from a seed;
 //! * [`comm_matrix`]: reads the ranks' communication statistics reports back into a
-//!   rank × rank matrix (the `comm-matrix` binary, feature `comm-matrix`, draws it).
+//!   rank × rank matrix (the `comm-matrix` binary, feature `comm-matrix`, draws it);
+//! * [`trace`] and [`trace_merge`]: each rank's timeline of tasks, messages and waits
+//!   (`STARLING_TRACE=<path>`), in the Chrome / Perfetto JSON format, and its merger into
+//!   one timeline (the `trace-merge` binary).
 //!
 //! The features `mpi` and `cuda` add the MPI transport (`starling::mpi`, the `starling-mpi` crate) and the
 //! CUDA device as they are built (see the README's status table). [`launch`] runs one
@@ -29,11 +32,12 @@ pub use starling_std::{
     Context, DataError, DataMut, DataRef, DriverMode, Handle, InProcess, InsertBuilder,
     InsertError, Inserted, Interface, PostBuild, RankConfig, RankRunner, RecvOpts, Request,
     RuntimeConfig, SendOpts, ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data,
-    interfaces, rank, run_fake, run_local, run_local_with, serial, sim, transport,
+    interfaces, rank, run_fake, run_local, run_local_with, serial, sim, trace, transport,
 };
 pub use starling_std::{Divergence, agreement, hang};
 
 pub mod comm_matrix;
+pub mod trace_merge;
 
 #[cfg(feature = "mpi")]
 pub use starling_mpi as mpi;

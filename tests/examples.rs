@@ -1,6 +1,8 @@
 //! The examples' cores, run on small clusters: each example's `run` is compiled in here
 //! from `examples/` and checked as `cargo run --example` would check it.
 
+use starling::ClusterConfig;
+
 #[path = "../examples/complex.rs"]
 #[allow(
     dead_code,
@@ -42,7 +44,13 @@ mod scatter_gather;
 fn lu_explicit_and_implicit_factor_the_matrix() {
     for version in ["explicit", "implicit"] {
         for ranks in [1, 3, 4] {
-            let res = lu::run_all(ranks, &[version], lu::Lu { nt: 4, bs: 8 }).unwrap()[0];
+            let res = lu::run_all(
+                ranks,
+                &[version],
+                lu::Lu { nt: 4, bs: 8 },
+                ClusterConfig::from_env(),
+            )
+            .unwrap()[0];
             assert!(res < 1e-10, "{version} on {ranks} ranks: {res:e}");
         }
     }
@@ -91,7 +99,13 @@ fn migrated_cells_change_owner_everywhere_and_tasks_follow_them() {
 #[test]
 fn examples_hold_with_the_cache_off_and_with_a_tiny_budget() {
     if std::env::var("STARLING_EXAMPLES_CHILD").is_ok() {
-        lu::run_all(4, &["implicit"], lu::Lu { nt: 4, bs: 8 }).unwrap();
+        lu::run_all(
+            4,
+            &["implicit"],
+            lu::Lu { nt: 4, bs: 8 },
+            ClusterConfig::from_env(),
+        )
+        .unwrap();
         migration::run(4, 12, 2).unwrap();
         return;
     }

@@ -63,10 +63,13 @@
 //! `STARLING_MPI_MAX_MESSAGE` (default `i32::MAX`; every rank must use the same),
 //! `STARLING_COMM_STATS_DIR` (each rank writes its statistics there at shutdown, for
 //! the `comm-matrix` tool), `STARLING_WORKERS_GETBIND` and `STARLING_DISPLAY_BINDINGS`
-//! (workers bound to the cores the launcher gave the process: see [`bind`]).
+//! (workers bound to the cores the launcher gave the process: see [`bind`]). With
+//! `STARLING_TRACE` (set on every rank: the ranks align their trace clocks at start-up,
+//! collectively) each process writes its rank's timeline; see [`starling_std::trace`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bind;
+mod clock;
 mod lent;
 pub mod transport;
 mod watchdog;
@@ -271,12 +274,17 @@ pub fn init(config: MpiConfig) -> Result<MpiRank, MpiError> {
     };
     let failure: Arc<Mutex<Option<MpiError>>> = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&failure);
+    let tracing = config.rank.trace_file.is_some();
     let make = move || {
-        MpiTransport::new(settings).map_err(|e| {
+        let transport = MpiTransport::new(settings).map_err(|e| {
             let text = e.to_string();
             *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
             text
-        })
+        })?;
+        if tracing {
+            clock::sync();
+        }
+        Ok::<_, String>(transport)
     };
     let mut rank_config = config.rank.clone();
     rank_config.stats |= config.stats_dir.is_some();

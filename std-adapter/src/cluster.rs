@@ -64,6 +64,13 @@ pub struct ClusterConfig {
     /// returns the explanation first in its [`ShutdownError`]. A running task counts as
     /// progress. `None`: no watchdog (`STARLING_WATCHDOG_SECS`, default 60, `0` = none).
     pub watchdog: Option<Duration>,
+    /// Write each rank's timeline trace to `<path>.rank<N>.json`, or
+    /// `<path>/rank<N>.json` for a directory (`STARLING_TRACE=<path>`); see
+    /// [`crate::trace`].
+    pub trace_file: Option<std::path::PathBuf>,
+    /// Show the ranks' tasks done / submitted on one line of stderr, refreshed at most
+    /// every 200 ms (`STARLING_PROGRESS=1`).
+    pub progress: bool,
 }
 
 impl Default for ClusterConfig {
@@ -83,6 +90,8 @@ impl Default for ClusterConfig {
             driver: None,
             check_agreement: cfg!(debug_assertions),
             watchdog: Some(Duration::from_secs(60)),
+            trace_file: None,
+            progress: false,
         }
     }
 }
@@ -114,6 +123,8 @@ impl ClusterConfig {
                 Some(_) => None,
                 None => Self::default().watchdog,
             },
+            trace_file: r.trace_file,
+            progress: r.progress,
             ..Self::default()
         }
     }
@@ -133,6 +144,8 @@ impl ClusterConfig {
             // The in-process transport copies every payload anyway.
             in_place_min: usize::MAX,
             check_agreement: self.check_agreement,
+            trace_file: self.trace_file.clone(),
+            progress: self.progress,
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::pool::BufferPool;
 use crate::progress::{Command, Done, Drive, Driven, DriverGuard, Payload};
 use crate::sync::{Arc, AtomicBool, AtomicU32, Condvar, Mutex, Ordering, lock};
 use crate::task::{Access, Codelet, NodeId, Runtime, TaskTag};
+use crate::trace::{self, Recorder};
 
 /// Sends a command to this rank's progression thread.
 pub(crate) type CommandSink = Arc<dyn Fn(Command) + Send + Sync>;
@@ -129,6 +130,8 @@ struct ReqInner {
     what: ReqWhat,
     reports: Arc<Mutex<Vec<String>>>,
     driver: Option<Arc<dyn Drive>>,
+    /// The rank's timeline trace, when tracing (waits are recorded).
+    timeline: Option<Arc<Recorder>>,
 }
 
 /// What a request is, for reports: formatted only when one is written.
@@ -201,6 +204,7 @@ impl Request {
     /// [`Request::wait`], driving progress meanwhile with `guard` if the caller already
     /// entered (see [`drive_until`]).
     fn wait_driving(self, guard: Option<DriverGuard<'_>>) -> Result<(), CommError> {
+        let _wait = trace::wait(self.inner.timeline.as_ref(), "request wait");
         if let Some(driver) = &self.inner.driver {
             drive_until(&**driver, guard, || lock(&self.inner.result).is_some());
         }
@@ -295,6 +299,7 @@ pub(crate) fn request_pair(
     what: ReqWhat,
     reports: Arc<Mutex<Vec<String>>>,
     driver: Option<Arc<dyn Drive>>,
+    timeline: Option<Arc<Recorder>>,
 ) -> (Request, Done) {
     let inner = Arc::new(ReqInner {
         result: Mutex::new(None),
@@ -303,6 +308,7 @@ pub(crate) fn request_pair(
         what,
         reports,
         driver,
+        timeline,
     });
     let i2 = Arc::clone(&inner);
     let done: Done = Box::new(move |result| {
@@ -628,7 +634,10 @@ impl Context {
                 let _ = tx.send(node);
             }),
         );
-        let node = rx.recv().expect("the runtime runs every hook");
+        let node = {
+            let _wait = trace::wait(self.runtime.tracer(), "acquire");
+            rx.recv().expect("the runtime runs every hook")
+        };
         Acquired {
             runtime: self.runtime.clone(),
             node,
@@ -872,7 +881,12 @@ impl Context {
     }
 
     fn request(&self, what: ReqWhat) -> (Request, Done) {
-        request_pair(what, Arc::clone(&self.reports), self.driver.clone())
+        request_pair(
+            what,
+            Arc::clone(&self.reports),
+            self.driver.clone(),
+            self.runtime.tracer().cloned(),
+        )
     }
 
     /// Starts a send of `h` to `dest` with `tag` and options; wait on the request.
@@ -1163,6 +1177,7 @@ impl Context {
     /// every later insert. When the watchdog gives up on the job, it returns.
     pub fn barrier(&self) {
         self.agreement_at_barrier();
+        let _wait = trace::wait(self.runtime.tracer(), "barrier");
         let (tx, rx) = mpsc::channel();
         let flag = Arc::new(AtomicBool::new(false));
         let raised = Arc::clone(&flag);

@@ -26,6 +26,7 @@ use crate::data::{AnyCell, Handle, Interface};
 use crate::error::CommError;
 use crate::sync::{Arc, lock};
 use crate::task::{Access as TaskAccess, Codelet, env_flag};
+use by_id::ById;
 
 /// The communication cache's capacity (sent pairs and received copies, each).
 pub(crate) const CACHE_CAPACITY: usize = 1 << 16;
@@ -104,7 +105,9 @@ pub(crate) struct DistState {
     cache: Box<Cache<CACHE_CAPACITY>>,
     policies: Policies,
     plan: Box<Plan<PLAN_CAPACITY>>,
-    info: HashMap<DataId, MpiInfo>,
+    info: ById<MpiInfo>,
+    /// The planner's input, kept across inserts (no allocation per insert).
+    accesses: Vec<Access>,
     cells: HashMap<DataId, Arc<dyn AnyCell>>,
     redux: HashMap<DataId, Redux>,
     cache_stats: bool,
@@ -131,7 +134,8 @@ impl DistState {
             cache,
             policies: Policies::new(),
             plan: Box::new(Plan::new()),
-            info: HashMap::new(),
+            info: ById::new(),
+            accesses: Vec::new(),
             cells: HashMap::new(),
             redux: HashMap::new(),
             cache_stats: env_flag("STARLING_MPI_CACHE_STATS"),
@@ -350,8 +354,9 @@ impl<'a> InsertBuilder<'a> {
         if let Some(d) = &dist.agreement.diverged {
             return Err(InsertError::Diverged(d.clone()));
         }
-        // Describe the accesses for the planner.
-        let mut accesses: Vec<Access> = Vec::with_capacity(self.items.len());
+        // Describe the accesses for the planner (in a buffer kept across inserts).
+        let mut accesses = core::mem::take(&mut dist.accesses);
+        accesses.clear();
         for item in &self.items {
             accesses.push(match &item.cell {
                 None => Access {
@@ -529,6 +534,7 @@ impl<'a> InsertBuilder<'a> {
                 }
             }
         }
+        dist.accesses = accesses;
         Ok((
             Built {
                 task,
@@ -544,7 +550,7 @@ impl<'a> InsertBuilder<'a> {
                 updates,
                 fake,
                 keep_copies: self.keep_copies,
-                cells: self.items.iter().filter_map(|i| i.cell.clone()).collect(),
+                items: self.items,
             },
         ))
     }
@@ -651,7 +657,8 @@ pub struct PostBuild<'a> {
     after: Vec<(CommId, Arc<dyn AnyCell>, insert::Transfer)>,
     updates: Vec<insert::CacheUpdate>,
     fake: bool,
-    cells: Vec<Arc<dyn AnyCell>>,
+    /// The insert's accesses (their cells, to find a datum's).
+    items: Vec<Item>,
     keep_copies: bool,
 }
 
@@ -679,7 +686,7 @@ impl PostBuild<'_> {
             if self.keep_copies && matches!(u, insert::CacheUpdate::DropCopy { .. }) {
                 continue;
             }
-            apply_update(ctx, dist, u, &self.cells, !self.keep_copies);
+            apply_update(ctx, dist, u, &self.items, !self.keep_copies);
         }
     }
 }
@@ -689,7 +696,7 @@ fn apply_update(
     ctx: &Context,
     dist: &mut DistState,
     u: &insert::CacheUpdate,
-    cells: &[Arc<dyn AnyCell>],
+    items: &[Item],
     evictable: bool,
 ) {
     let me = ctx.rank;
@@ -699,7 +706,9 @@ fn apply_update(
         | insert::CacheUpdate::Invalidate { data }
         | insert::CacheUpdate::DropCopy { data } => data,
     };
-    let cell = cells.iter().find(|c| c.id() == data).cloned();
+    let cell = items
+        .iter()
+        .find_map(|i| i.cell.as_ref().filter(|c| c.id() == data));
     let drop_copy = match dist.cache.apply(u) {
         Ok(d) => d,
         Err(_) => {
@@ -731,12 +740,12 @@ fn apply_update(
                     me.0
                 );
             }
-            if let (Some(Owner::Rank(o)), Some(c), true) = (owner, &cell, evictable) {
+            if let (Some(Owner::Rank(o)), Some(c), true) = (owner, cell, evictable) {
                 track(ctx, dist, o, me, data, c.packed_size() as u64);
             }
         }
         insert::CacheUpdate::SentSet { dest, .. } => {
-            if let (Some(c), true) = (&cell, evictable) {
+            if let (Some(c), true) = (cell, evictable) {
                 track(ctx, dist, me, dest, data, c.packed_size() as u64);
             }
         }
@@ -748,7 +757,7 @@ fn apply_update(
             eprintln!("[starling_mpi_cache][{}] - {data}", me.0);
         }
         if let Some(c) = cell {
-            release_after_pending(ctx, c);
+            release_after_pending(ctx, Arc::clone(c));
         }
     }
 }
@@ -951,7 +960,8 @@ impl Context {
         InsertBuilder {
             ctx: self,
             codelet: codelet.clone(),
-            items: Vec::new(),
+            // The stencil's five accesses without a reallocation.
+            items: Vec::with_capacity(5),
             target: Target::Auto,
             policy: None,
             priority: 0,
@@ -1087,4 +1097,5 @@ impl Context {
     }
 }
 
+mod by_id;
 mod collective;

@@ -23,6 +23,9 @@
 //! ranks submit the same inserts? on a mismatch every rank gets the first divergent
 //! insert), and [`hang`], the hang explainer (a watchdog merges the ranks' pending requests
 //! into one explanation and fails them, so that a stuck job returns instead of hanging).
+//! Two aids for long runs: [`trace`] writes a timeline of each rank's tasks, messages
+//! and waits that Perfetto or `chrome://tracing` opens (`STARLING_TRACE`), and
+//! `STARLING_PROGRESS=1` shows tasks done / submitted on stderr while a run goes.
 //!
 //! [`sim`] is a different tool: a seeded, deterministic, single-threaded cluster of bare
 //! engines, for protocol tests that replay from a seed.
@@ -38,14 +41,18 @@ pub mod data;
 mod distributed;
 mod error;
 pub mod hang;
+mod id_hash;
 pub mod interfaces;
+mod meter;
 mod pool;
 mod progress;
 pub mod rank;
+mod ready;
 pub mod serial;
 pub mod sim;
 mod sync;
 mod task;
+pub mod trace;
 pub mod transport;
 
 pub use agreement::Divergence;

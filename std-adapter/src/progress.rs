@@ -26,6 +26,7 @@ use crate::pool::BufferPool;
 use crate::rank::DriverMode;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
 use crate::task::Runtime;
+use crate::trace::{CommTrace, Recorder};
 use crate::transport::{Completion, SendBuffer, Transport};
 
 /// How long after its last activity a polled transport's progression thread keeps
@@ -187,6 +188,8 @@ pub(crate) struct ProgressConfig {
     pub(crate) max_inflight_sends: u32,
     pub(crate) driver: Option<DriverMode>,
     pub(crate) in_place_min: usize,
+    /// The rank's timeline trace, when tracing.
+    pub(crate) timeline: Option<Arc<Recorder>>,
 }
 
 struct Progress<T: Transport> {
@@ -204,6 +207,7 @@ struct Progress<T: Transport> {
     pool: Arc<BufferPool>,
     /// Payloads from this size up are received in place when they can be.
     in_place_min: usize,
+    timeline: CommTrace,
 }
 
 /// A rank's progress, drivable by whichever thread holds its lock: the progression
@@ -379,6 +383,7 @@ pub(crate) fn start<T: Transport>(
         start: std::time::Instant::now(),
         pool: Arc::clone(&shared.pool),
         in_place_min: config.in_place_min,
+        timeline: CommTrace::new(config.timeline, rank, config.tags.envelope()),
     };
     let _ = shared.thread.set(std::thread::current());
     Arc::new(Driver {
@@ -471,6 +476,8 @@ impl<T: Transport> Progress<T> {
                 args.detached = true;
                 match self.engine.submit_send(args) {
                     Ok(req) => {
+                        self.timeline
+                            .request(req, true, args.dest, args.tag.0, args.size);
                         self.pending.insert(
                             req,
                             Pending::Send {
@@ -492,6 +499,8 @@ impl<T: Transport> Progress<T> {
                 args.detached = true;
                 match self.engine.submit_recv(args) {
                     Ok(req) => {
+                        self.timeline
+                            .request(req, false, args.source, args.tag.0, args.capacity);
                         self.pending.insert(
                             req,
                             Pending::Recv {
@@ -616,6 +625,7 @@ impl<T: Transport> Progress<T> {
                         bytes.extend_from_slice(b.bytes());
                     }
                 }
+                self.timeline.send(dest, comm, tag, &bytes, inline);
                 self.transport.send(dest, comm, tag, bytes, inline);
             }
             Transmit::Payload {
@@ -629,7 +639,10 @@ impl<T: Transport> Progress<T> {
                     Some(Pending::Send { bytes, .. }) => bytes.take(),
                     _ => None,
                 };
-                match bytes.unwrap_or(Payload::Bytes(Vec::new())) {
+                let payload = bytes.unwrap_or(Payload::Bytes(Vec::new()));
+                self.timeline
+                    .send(dest, comm, tag, payload.bytes(), Some(req));
+                match payload {
                     Payload::Bytes(b) => self.transport.send(dest, comm, tag, b, Some(req)),
                     Payload::Lent(l) => self.transport.send_lent(dest, comm, tag, l, Some(req)),
                 }
@@ -642,6 +655,7 @@ impl<T: Transport> Progress<T> {
                 size,
                 ..
             } => {
+                self.timeline.recv(source, comm, tag, req);
                 let size = size as usize;
                 // A large contiguous handle receives in place, when the transport can.
                 if size >= self.in_place_min {
@@ -667,6 +681,7 @@ impl<T: Transport> Progress<T> {
     }
 
     fn on_completion(&mut self, c: Completion) {
+        self.timeline.completion(&c);
         match c {
             Completion::Sent(req) => {
                 let _ = self.engine.handle_sent(req);
@@ -759,6 +774,7 @@ impl<T: Transport> Progress<T> {
                 len,
                 from_early,
             } => {
+                self.timeline.request_done(req, true);
                 let early = from_early.and_then(|e| self.early.remove(&e));
                 match (kind, self.pending.remove(&req)) {
                     (Kind::Send, Some(Pending::Send { done, .. })) => done(Ok(())),
@@ -803,6 +819,7 @@ impl<T: Transport> Progress<T> {
                 }
             }
             Event::Failed { req, error, .. } => {
+                self.timeline.request_done(req, false);
                 if let Some(Pending::Send { done, .. } | Pending::Recv { done, .. }) =
                     self.pending.remove(&req)
                 {

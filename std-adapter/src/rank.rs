@@ -20,6 +20,7 @@ use crate::context::{CommandSink, Context, Progression};
 use crate::progress::{self, Command, Drive, InboxTx, Input, ProgressConfig};
 use crate::sync::{Arc, Ordering, lock};
 use crate::task::{Runtime, RuntimeConfig, Workers, env_flag};
+use crate::trace::Recorder;
 use crate::transport::Transport;
 
 /// How one rank is set up (what every transport shares).
@@ -60,6 +61,15 @@ pub struct RankConfig {
     /// ([`Context::check_agreement`]). On by default in debug builds, off in release;
     /// `STARLING_CHECK_AGREEMENT=0/1` overrides it. Every rank must use the same setting.
     pub check_agreement: bool,
+    /// Record a timeline of the rank's tasks, messages and waits, and write it when the
+    /// rank stops to [`trace::rank_file`](crate::trace::rank_file)`(path, rank)`:
+    /// `<path>.rank<N>.json`, or `<path>/rank<N>.json` for a directory
+    /// (`STARLING_TRACE=<path>`). See [`crate::trace`].
+    pub trace_file: Option<std::path::PathBuf>,
+    /// Show tasks done / submitted on a line of stderr, refreshed at most every 200 ms
+    /// (`STARLING_PROGRESS=1`). The ranks of a process share the line; a rank started
+    /// with [`RankRunner::start`] (one per process, as under MPI) shows it only on rank 0.
+    pub progress: bool,
 }
 
 /// Driver mode (the reference's `STARPU_MPI_DRIVER_CALL_FREQUENCY` and
@@ -113,6 +123,8 @@ impl Default for RankConfig {
             driver: None,
             in_place_min: 256 << 10,
             check_agreement: cfg!(debug_assertions),
+            trace_file: None,
+            progress: false,
         }
     }
 }
@@ -122,14 +134,19 @@ impl RankConfig {
     /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
     /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
     /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_CALLER_DRIVES=0`, `STARLING_IN_PLACE_MIN`,
-    /// `STARLING_MPI_DRIVER_CALL_FREQUENCY`, `STARLING_MPI_DRIVER_TASK_FREQUENCY` and
-    /// `STARLING_CHECK_AGREEMENT`. A flag is on when set to anything but empty or `0`.
+    /// `STARLING_MPI_DRIVER_CALL_FREQUENCY`, `STARLING_MPI_DRIVER_TASK_FREQUENCY`,
+    /// `STARLING_CHECK_AGREEMENT`, `STARLING_TRACE` and `STARLING_PROGRESS`. A flag is on
+    /// when set to anything but empty or `0`.
     pub fn from_env() -> Self {
         let mut c = Self {
             runtime: RuntimeConfig::from_env(),
             stats: env_flag("STARLING_COMM_STATS") || env_flag("STARLING_MPI_STATS"),
             trace: env_flag("STARLING_MPI_COMM"),
             driver: DriverMode::from_env(),
+            trace_file: std::env::var_os("STARLING_TRACE")
+                .filter(|p| !p.is_empty())
+                .map(std::path::PathBuf::from),
+            progress: env_flag("STARLING_PROGRESS"),
             ..Self::default()
         };
         if std::env::var("STARLING_MPI_PRIORITIES").is_ok_and(|v| v == "0") {
@@ -182,6 +199,10 @@ pub struct RankRunner {
     workers: Option<Workers>,
     progression: Option<thread::JoinHandle<()>>,
     pub(crate) shared: Arc<progress::Shared>,
+    /// The timeline trace, written when the rank stops.
+    timeline: Option<Arc<Recorder>>,
+    /// The rank's place on the progress line.
+    shown: Option<crate::meter::Shown>,
 }
 
 impl core::fmt::Debug for RankRunner {
@@ -225,7 +246,7 @@ impl RankRunner {
         T: Transport,
         E: core::fmt::Display,
     {
-        Self::start_with_inbox(make, Inbox::<T::Wire>::new(), config)
+        Self::start_inner(make, Inbox::<T::Wire>::new(), config, false)
     }
 
     pub(crate) fn start_with_inbox<T, E>(
@@ -237,9 +258,25 @@ impl RankRunner {
         T: Transport,
         E: core::fmt::Display,
     {
+        Self::start_inner(make, inbox, config, true)
+    }
+
+    /// `every_rank_shows`: every rank of the process shows on the progress line (the
+    /// in-process cluster), or rank 0 alone (one rank per process).
+    fn start_inner<T, E>(
+        make: impl FnOnce() -> Result<T, E> + Send + 'static,
+        inbox: Inbox<T::Wire>,
+        config: &RankConfig,
+        every_rank_shows: bool,
+    ) -> Result<Self, StartError>
+    where
+        T: Transport,
+        E: core::fmt::Display,
+    {
         let Inbox { tx, rx, shared } = inbox;
-        let (ready_tx, ready_rx) =
-            mpsc::channel::<Result<(Rank, u32, Arc<dyn Drive>), StartError>>();
+        type Ready = Result<(Rank, u32, Arc<dyn Drive>, Option<Arc<Recorder>>), StartError>;
+        let (ready_tx, ready_rx) = mpsc::channel::<Ready>();
+        let trace_file = config.trace_file.clone();
         let base = config.communication_tag;
         let (stats, trace) = (config.stats, config.trace);
         let (priorities, max_inflight_sends) = (config.priorities, config.max_inflight_sends);
@@ -263,6 +300,8 @@ impl RankRunner {
                     return;
                 };
                 let (rank, size) = (transport.rank(), transport.size());
+                let timeline = trace_file.map(|f| Recorder::new(&f, rank, size));
+                let recorder = timeline.clone();
                 let config = ProgressConfig {
                     tags,
                     stats,
@@ -271,14 +310,15 @@ impl RankRunner {
                     max_inflight_sends,
                     driver: driver_mode,
                     in_place_min,
+                    timeline,
                 };
                 let driver = progress::start(transport, rx, config, pshared);
                 let erased: Arc<dyn Drive> = driver.clone();
-                let _ = ready_tx.send(Ok((rank, size, erased)));
+                let _ = ready_tx.send(Ok((rank, size, erased, recorder)));
                 progress::run(&driver);
             })
             .expect("spawning the progression thread");
-        let (rank, size, driver) = match ready_rx.recv() {
+        let (rank, size, driver, timeline) = match ready_rx.recv() {
             Ok(Ok(rs)) => rs,
             Ok(Err(e)) => {
                 let _ = progression.join();
@@ -294,14 +334,17 @@ impl RankRunner {
             // The progression thread takes one worker's place.
             Some(_) => {
                 let threads = config.runtime.workers.max(1) - 1;
-                let (runtime, workers) = Runtime::start_threads(&config.runtime, &name, threads);
+                let (runtime, workers) =
+                    Runtime::start_threads(&config.runtime, &name, threads, timeline.clone());
                 let waker = Arc::clone(&shared);
                 runtime.set_on_ready(Box::new(move || waker.wake()));
                 (runtime, workers)
             }
-            None => Runtime::start(&config.runtime, &name),
+            None => Runtime::start_traced(&config.runtime, &name, timeline.clone()),
         };
         let _ = shared.runtime.set(runtime.clone());
+        let shown = (config.progress && (every_rank_shows || rank.0 == 0))
+            .then(|| crate::meter::show(rank, runtime.clone()));
         let tx = InboxTx::new(tx, Arc::clone(&shared));
         let commands: CommandSink = Arc::new(move |c: Command| tx.send(Input::Command(c)));
         let driver = config.caller_drives.then_some(driver);
@@ -325,6 +368,8 @@ impl RankRunner {
             workers: Some(workers),
             progression: Some(progression),
             shared,
+            timeline,
+            shown,
         })
     }
 
@@ -426,6 +471,10 @@ impl RankRunner {
         }
         if let Some(w) = self.workers.take() {
             w.stop();
+        }
+        self.shown.take();
+        if let Some(t) = self.timeline.take() {
+            t.finish();
         }
     }
 }

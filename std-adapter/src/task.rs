@@ -16,14 +16,16 @@
 //! thread, an acquisition wakes its caller). A hook node completes when its event
 //! happens, through [`Runtime::complete`].
 
-use core::cmp::Ordering as CmpOrdering;
 use core::fmt;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
 use starling_core::{AccessMode, DataId};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Interface};
+use crate::id_hash::IdMap;
+use crate::ready::ReadyQueue;
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard, lock};
+use crate::trace::{self, Recorder, WorkerTrace};
 
 /// A task's CPU implementation.
 pub(crate) type Kernel = dyn Fn(&mut Buffers<'_>) + Send + Sync;
@@ -176,38 +178,12 @@ struct HandleDeps {
     unordered: bool,
 }
 
-struct Ready {
-    priority: i32,
-    seq: u64,
-    id: NodeId,
-}
-
-impl PartialEq for Ready {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == CmpOrdering::Equal
-    }
-}
-impl Eq for Ready {}
-impl PartialOrd for Ready {
-    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Ready {
-    fn cmp(&self, other: &Self) -> CmpOrdering {
-        self.priority
-            .cmp(&other.priority)
-            .then_with(|| other.seq.cmp(&self.seq))
-    }
-}
-
 #[derive(Default)]
 struct State {
-    nodes: HashMap<NodeId, Node>,
-    handles: HashMap<DataId, HandleDeps>,
-    ready: BinaryHeap<Ready>,
+    nodes: IdMap<NodeId, Node>,
+    handles: IdMap<DataId, HandleDeps>,
+    ready: ReadyQueue,
     next_id: NodeId,
-    next_seq: u64,
     /// Nodes submitted and not complete, plus requests in flight: what `wait_for_all`
     /// waits to reach zero.
     outstanding: usize,
@@ -223,6 +199,9 @@ struct State {
     progress_waiters: usize,
     /// Tasks whose kernel or callback panicked, reported at shutdown.
     panics: Vec<String>,
+    /// Tasks submitted and tasks run so far (the progress line).
+    tasks_submitted: u64,
+    tasks_done: u64,
 }
 
 /// How a rank's runtime is set up.
@@ -294,6 +273,10 @@ struct Shared {
     disable_kernels: bool,
     /// Called when a task becomes ready (driver mode wakes the progression thread).
     on_ready: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// How many worker threads run tasks.
+    threads: usize,
+    /// The rank's timeline trace, when tracing.
+    trace: Option<Arc<Recorder>>,
 }
 
 /// The task runtime of one rank. Cheap to clone (shared).
@@ -324,16 +307,28 @@ impl Workers {
 
 impl Runtime {
     /// A runtime and its started workers.
+    #[cfg(test)]
     pub(crate) fn start(config: &RuntimeConfig, name: &str) -> (Self, Workers) {
-        Self::start_threads(config, name, config.workers.max(1))
+        Self::start_threads(config, name, config.workers.max(1), None)
+    }
+
+    /// A runtime and its started workers, recording what they run into `trace`.
+    pub(crate) fn start_traced(
+        config: &RuntimeConfig,
+        name: &str,
+        trace: Option<Arc<Recorder>>,
+    ) -> (Self, Workers) {
+        Self::start_threads(config, name, config.workers.max(1), trace)
     }
 
     /// A runtime and `threads` started workers (0 in driver mode with one worker: the
-    /// progression thread runs the tasks, [`Runtime::try_run_one`]).
+    /// progression thread runs the tasks, [`Runtime::try_run_one`]), recording what they
+    /// run into `trace`.
     pub(crate) fn start_threads(
         config: &RuntimeConfig,
         name: &str,
         threads: usize,
+        trace: Option<Arc<Recorder>>,
     ) -> (Self, Workers) {
         let runtime = Self {
             shared: Arc::new(Shared {
@@ -342,6 +337,8 @@ impl Runtime {
                 progress: Condvar::new(),
                 disable_kernels: config.disable_kernels,
                 on_ready: std::sync::OnceLock::new(),
+                trace,
+                threads,
             }),
         };
         let threads = (0..threads)
@@ -354,7 +351,7 @@ impl Runtime {
                         if let Some(hook) = hook {
                             (hook.0)(w);
                         }
-                        rt.worker_loop();
+                        rt.worker_loop(w as u32);
                     })
                     .expect("spawning a worker thread")
             })
@@ -368,6 +365,17 @@ impl Runtime {
 
     fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.shared.state)
+    }
+
+    /// The rank's timeline trace, when tracing.
+    pub(crate) fn tracer(&self) -> Option<&Arc<Recorder>> {
+        self.shared.trace.as_ref()
+    }
+
+    /// Tasks run and tasks submitted so far.
+    pub(crate) fn task_counts(&self) -> (u64, u64) {
+        let st = self.state();
+        (st.tasks_done, st.tasks_submitted)
     }
 
     /// Submits a task.
@@ -399,6 +407,7 @@ impl Runtime {
         let id = st.next_id;
         st.next_id += 1;
         st.outstanding += 1;
+        st.tasks_submitted += u64::from(matches!(work, Work::Task { .. }));
         let mut deps = 0;
         let mut preds: Vec<NodeId> = Vec::new();
         for (i, a) in accesses.iter().enumerate() {
@@ -468,9 +477,7 @@ impl Runtime {
             Some(task @ Work::Task { .. }) => {
                 node.work = Some(task);
                 let priority = node.priority;
-                let seq = st.next_seq;
-                st.next_seq += 1;
-                st.ready.push(Ready { priority, seq, id });
+                st.ready.push(priority, id);
                 if st.idle_workers > 0 {
                     self.shared.work.notify_one();
                 }
@@ -554,6 +561,7 @@ impl Runtime {
 
     /// Blocks until every node and request submitted so far has completed.
     pub(crate) fn wait_for_all(&self) {
+        let _wait = trace::wait(self.tracer(), "wait_for_all");
         let mut st = self.state();
         while st.outstanding > 0 {
             st = self.wait_progress(st);
@@ -606,6 +614,7 @@ impl Runtime {
 
     /// Blocks until every tag of `tags` is unlocked.
     pub(crate) fn wait_tags(&self, tags: &[TaskTag]) {
+        let _wait = trace::wait(self.tracer(), "tag_wait");
         let mut st = self.state();
         while !tags
             .iter()
@@ -630,20 +639,24 @@ impl Runtime {
     pub(crate) fn try_run_one(&self) -> bool {
         let mut st = self.state();
         match st.ready.pop() {
-            Some(r) => {
-                self.execute(st, r.id);
+            Some(id) => {
+                // The progression thread runs it: its track comes after the workers'.
+                let worker = u32::try_from(self.shared.threads).unwrap_or(u32::MAX);
+                let mut timeline = WorkerTrace::new(self.shared.trace.clone(), worker);
+                self.execute(st, id, &mut timeline);
                 true
             }
             None => false,
         }
     }
 
-    fn worker_loop(&self) {
+    fn worker_loop(&self, worker: u32) {
+        let mut timeline = WorkerTrace::new(self.shared.trace.clone(), worker);
         loop {
             let mut st = self.state();
             let id = loop {
-                if let Some(r) = st.ready.pop() {
-                    break r.id;
+                if let Some(id) = st.ready.pop() {
+                    break id;
                 }
                 if st.stopping {
                     return;
@@ -656,12 +669,12 @@ impl Runtime {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 st.idle_workers -= 1;
             };
-            self.execute(st, id);
+            self.execute(st, id, &mut timeline);
         }
     }
 
     /// Runs task `id`, just taken off the ready queue under `st`, and completes it.
-    fn execute(&self, mut st: MutexGuard<'_, State>, id: NodeId) {
+    fn execute(&self, mut st: MutexGuard<'_, State>, id: NodeId, timeline: &mut WorkerTrace) {
         let Some(node) = st.nodes.get_mut(&id) else {
             return;
         };
@@ -679,6 +692,7 @@ impl Runtime {
 
         // A panicking kernel or callback must not wedge the rank: the task still
         // completes (its successors run) and the panic is reported at shutdown.
+        let begin = timeline.begin();
         let ran = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
             if !self.shared.disable_kernels {
                 if let Some(kernel) = &codelet.kernel {
@@ -692,6 +706,7 @@ impl Runtime {
                 cb();
             }
         }));
+        timeline.end(begin, &codelet.name);
         if let Err(payload) = ran {
             let what = payload
                 .downcast_ref::<&str>()
@@ -707,6 +722,7 @@ impl Runtime {
         }
         let mut st = self.state();
         st.running -= 1;
+        st.tasks_done += 1;
         let mut hooks = Vec::new();
         self.complete_locked(&mut st, id, &mut hooks);
         drop(st);

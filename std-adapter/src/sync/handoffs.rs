@@ -31,7 +31,7 @@ fn reports() -> Arc<Mutex<Vec<String>>> {
 fn loom_a_request_completed_on_another_thread_wakes_its_waiter() {
     loom::model(|| {
         let log = reports();
-        let (req, done) = request_pair("send".into(), Arc::clone(&log), None);
+        let (req, done) = request_pair("send".into(), Arc::clone(&log), None, None);
         let progression = thread::spawn(move || done(Ok(())));
         assert_eq!(req.wait(), Ok(()));
         progression.join().expect("the progression thread");
@@ -43,7 +43,7 @@ fn loom_a_request_completed_on_another_thread_wakes_its_waiter() {
 fn loom_a_test_racing_the_completion_sees_nothing_or_the_outcome() {
     loom::model(|| {
         let log = reports();
-        let (req, done) = request_pair("recv".into(), Arc::clone(&log), None);
+        let (req, done) = request_pair("recv".into(), Arc::clone(&log), None, None);
         let failure = CommError::TagInUse {
             tag: starling_core::Tag(3),
         };
@@ -70,7 +70,7 @@ fn loom_a_test_racing_the_completion_sees_nothing_or_the_outcome() {
 fn loom_a_request_dropped_unwaited_is_reported_once() {
     loom::model(|| {
         let log = reports();
-        let (req, done) = request_pair("send of d0".into(), Arc::clone(&log), None);
+        let (req, done) = request_pair("send of d0".into(), Arc::clone(&log), None, None);
         let progression = thread::spawn(move || done(Ok(())));
         drop(req);
         progression.join().expect("the progression thread");

@@ -1,0 +1,193 @@
+//! Starling's side of two benchmarks of the side-by-side comparison with StarPU-MPI
+//! (`bench/compare/run.sh`) that no other example measures as the C side does:
+//!
+//! * `empty-tasks [ntasks] [reps]` — one rank (the in-process cluster, one rank; workers
+//!   from `STARLING_NCPU`) submits `ntasks` tasks of an empty CPU codelet, then waits for
+//!   all: time per task, submission and execution together (the C side:
+//!   `empty_task_starpu.c`, `starpu_task_insert` of an empty codelet).
+//! * `insert [side] [niter] [reps] [pruned|unpruned]` — the handbook's stencil5 as a
+//!   measure of submission cost: this process poses as rank 2 of 1024
+//!   (`run_fake`, kernels disabled, 1 worker), registers every cell of a `side × side`
+//!   grid of `Variable<f32>` with the handbook's `my_distrib` as owner, and times `niter`
+//!   sweeps of `insert(RW c, R left, R right, R up, R down)`, with or without the
+//!   handbook's pruning `if`; per logical task (`niter · (side − 2)²` loop iterations),
+//!   the insertion loops alone (the C side: `insert_starpu.c`).
+//!
+//! Each repetition after a discarded warm-up prints `SAMPLE <bench> starling <param>
+//! <value> us`, the line format `run.sh` pools.
+//!
+//! ```sh
+//! cargo run --release --example compare -- empty-tasks 100000 5
+//! cargo run --release --example compare -- insert 256 10 3 unpruned
+//! ```
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use starling::core::{Owner, Rank, Tag};
+use starling::interfaces::Variable;
+use starling::{ClusterConfig, Codelet, InsertError, RuntimeConfig, run_fake, run_local_with};
+
+/// The handbook's distribution, verbatim (`stencil5`, "MPI Insert Task Utility"): the
+/// owner of cell (x, y) among `nodes` ranks.
+fn my_distrib(x: usize, y: usize, nodes: u32) -> u32 {
+    let s = f64::from(nodes).sqrt();
+    ((x as f64 / s + (y as f64 / s) * s) as i64 % i64::from(nodes)) as u32
+}
+
+fn empty_tasks(ntasks: usize, reps: usize) {
+    let config = ClusterConfig::from_env();
+    let out = run_local_with(1, config, move |ctx| {
+        let empty = Codelet::new("empty", |_| {});
+        let mut samples = Vec::new();
+        for rep in 0..=reps {
+            let start = Instant::now();
+            for _ in 0..ntasks {
+                ctx.task(&empty).submit();
+            }
+            ctx.wait_for_all();
+            if rep > 0 {
+                samples.push(start.elapsed().as_secs_f64() * 1e6 / ntasks as f64);
+            }
+        }
+        samples
+    })
+    .expect("a clean shutdown");
+    for s in &out[0] {
+        println!("SAMPLE empty_task starling ntasks={ntasks} {s:.6} us");
+    }
+}
+
+fn insert(side: usize, niter: usize, reps: usize, pruned: bool) -> Result<(), InsertError> {
+    const FAKE_RANK: u32 = 2;
+    const FAKE_SIZE: u32 = 1024;
+    let config = ClusterConfig {
+        runtime: RuntimeConfig {
+            workers: 1,
+            disable_kernels: true,
+            ..RuntimeConfig::default()
+        },
+        ..ClusterConfig::from_env()
+    };
+    let samples = run_fake(Rank(FAKE_RANK), FAKE_SIZE, config, |ctx| {
+        let (me, size) = (ctx.rank().0, ctx.size());
+        let mut grid = Vec::with_capacity(side * side);
+        for x in 0..side {
+            for y in 0..side {
+                let owner = Owner::Rank(Rank(my_distrib(x, y, size)));
+                let tag = Tag((x * side + y) as i64);
+                grid.push(ctx.register_owned(tag, owner, || Variable::new(0.0f32))?);
+            }
+        }
+        let at = |x: usize, y: usize| &grid[x * side + y];
+        let stencil = Codelet::new("stencil5", |b| {
+            let mut s = b.r::<Variable<f32>>(0).get();
+            for i in 1..5 {
+                s += b.r::<Variable<f32>>(i).get();
+            }
+            b.w::<Variable<f32>>(0).set(s / 5.0);
+        });
+        let logical = (niter * (side - 2) * (side - 2)) as f64;
+        let mut samples = Vec::new();
+        for rep in 0..=reps {
+            let start = Instant::now();
+            for _ in 0..niter {
+                for x in 1..side - 1 {
+                    for y in 1..side - 1 {
+                        if pruned
+                            && !(my_distrib(x, y, size) == me
+                                || my_distrib(x - 1, y, size) == me
+                                || my_distrib(x + 1, y, size) == me
+                                || my_distrib(x, y - 1, size) == me
+                                || my_distrib(x, y + 1, size) == me)
+                        {
+                            continue;
+                        }
+                        ctx.insert(&stencil)
+                            .rw(at(x, y))
+                            .r(at(x - 1, y))
+                            .r(at(x + 1, y))
+                            .r(at(x, y - 1))
+                            .r(at(x, y + 1))
+                            .submit()?;
+                    }
+                }
+            }
+            let elapsed = start.elapsed();
+            ctx.wait_for_all();
+            if rep > 0 {
+                samples.push(elapsed.as_secs_f64() * 1e6 / logical);
+            }
+        }
+        Ok::<_, InsertError>(samples)
+    })
+    .expect("a clean shutdown")?;
+    let variant = if pruned { "pruned" } else { "unpruned" };
+    for s in samples {
+        println!(
+            "SAMPLE insert starling {variant},grid={side}x{side},niter={niter},fake={FAKE_RANK}/{FAKE_SIZE} {s:.6} us"
+        );
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let num = |i: usize, default: usize| {
+        args.get(i)
+            .map_or(Some(default), |s| s.parse().ok())
+            .filter(|n| *n > 0)
+    };
+    let usage = "usage: compare empty-tasks [ntasks] [reps] | insert [side] [niter] [reps] [pruned|unpruned]";
+    match args.first().map(String::as_str) {
+        Some("empty-tasks") => {
+            let (Some(n), Some(reps)) = (num(1, 100_000), num(2, 5)) else {
+                eprintln!("{usage}");
+                return ExitCode::from(2);
+            };
+            empty_tasks(n, reps);
+        }
+        Some("insert") => {
+            let (Some(side), Some(niter), Some(reps)) = (num(1, 256), num(2, 10), num(3, 3)) else {
+                eprintln!("{usage}");
+                return ExitCode::from(2);
+            };
+            if side < 3 {
+                eprintln!("compare: the grid needs at least 3 × 3 cells");
+                return ExitCode::from(2);
+            }
+            let pruned = match args.get(4).map(String::as_str) {
+                None | Some("unpruned") => false,
+                Some("pruned") => true,
+                Some(_) => {
+                    eprintln!("{usage}");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Err(e) = insert(side, niter, reps, pruned) {
+                eprintln!("compare: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        _ => {
+            eprintln!("{usage}");
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::my_distrib;
+
+    #[test]
+    fn the_handbooks_distribution_gives_rank_2_of_1024_its_63_cells_per_sweep() {
+        // As measured for StarPU (anchor numbers §5.4: exec/sweep = 63 at 256²).
+        let mine = (1..255)
+            .flat_map(|x| (1..255).map(move |y| (x, y)))
+            .filter(|&(x, y)| my_distrib(x, y, 1024) == 2)
+            .count();
+        assert_eq!(mine, 63);
+    }
+}
