@@ -38,6 +38,7 @@
 //! | [`matcher`] | early requests and early data, matched FIFO per key |
 //! | [`engine`] | point-to-point progression: commands, `handle_*` inputs, `poll_*` outputs |
 //! | [`cache`] | which values were sent to whom, which received copies are valid |
+//! | [`coherence`] | which memory nodes (main memory, devices) hold a valid replica of a datum: the MSI protocol |
 //! | [`select`] | node-selection policies (most-R-data, registered policies) |
 //! | [`insert`] | the task-insert planner |
 //! | [`stats`] | payload bytes and messages per peer |
@@ -73,6 +74,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod cache;
+pub mod coherence;
 pub mod engine;
 pub mod envelope;
 pub mod error;
