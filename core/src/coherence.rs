@@ -29,6 +29,7 @@
 //! | `acquire(n, RW)` | nothing held, `n` invalid | `held[n] += 1`; `n` fetching from `s`; `n` becomes the owner when the copy lands | [`Fetch`] `{ from: s, to: n }` |
 //! | `acquire(n, SCRATCH)` | no write held | `held[n] += 1` | none: a scratch buffer has no value to fetch |
 //! | [`handle_transfer_done`](Replicas::handle_transfer_done)`(s → n)` | that copy was in flight | `n` valid (and, after an `RW` fetch, valid = {`n`}) | the nodes to invalidate (after an `RW` fetch) |
+//! | [`handle_transfer_failed`](Replicas::handle_transfer_failed)`(s → n)` | that copy was in flight | nothing in flight towards `n`; `n` stays invalid | none: release the acquisition, or acquire again |
 //! | [`release`](Replicas::release)`(n, mode)` | an acquisition of `mode` is held on `n`, its copy landed | `held[n] -= 1` | none |
 //! | [`evict`](Replicas::evict)`(n)` | nothing held on `n`, no copy from or to `n` in flight, another valid copy exists | `n` invalid | none (the adapter frees the buffer) |
 //! | [`before_send`](Replicas::before_send) | a valid copy exists | none (a query) | [`BeforeSend::MainRam`] or [`BeforeSend::StageFrom`]`(s)` |
@@ -522,6 +523,25 @@ impl<const NODES: usize> Replicas<NODES> {
             self.valid = self.valid.with(fetch.to);
             Ok(NodeSet::EMPTY)
         }
+    }
+
+    /// The copy `fetch` failed (a device error, out of memory): it is no longer in flight,
+    /// its destination stays invalid and its source is no longer pinned. The acquisition
+    /// that asked for it is still held: release it (or acquire again to retry).
+    ///
+    /// # Errors
+    ///
+    /// [`UnexpectedTransfer`](CoherenceError::UnexpectedTransfer) when that copy is not in
+    /// flight; [`NodeOutOfRange`](CoherenceError::NodeOutOfRange). Nothing changed.
+    pub fn handle_transfer_failed(&mut self, fetch: Fetch) -> Result<(), CoherenceError> {
+        let to = Self::check(fetch.to)?;
+        Self::check(fetch.from)?;
+        if !self.fetching.contains(fetch.to) || self.fetch_from[to] != fetch.from {
+            return Err(CoherenceError::UnexpectedTransfer(fetch));
+        }
+        self.fetching = self.fetching.without(fetch.to);
+        self.sourcing[fetch.from.index()] -= 1;
+        Ok(())
     }
 
     /// Releases an acquisition of `node` in `mode` (the reference's

@@ -281,6 +281,22 @@ fn an_unexpected_transfer_is_refused() {
 }
 
 #[test]
+fn a_failed_copy_leaves_the_destination_invalid_and_the_acquisition_held() {
+    let mut r = R3::new();
+    let f = r.acquire(GPU1, AccessMode::RW).unwrap().fetch.unwrap();
+    assert_eq!(r.evict(MAIN), Err(CoherenceError::Busy(MAIN)));
+    assert_eq!(r.handle_transfer_failed(f), Ok(()));
+    assert_eq!(r.valid(), set(&[MAIN]));
+    assert!(!r.is_fetching(GPU1));
+    assert_eq!(
+        r.handle_transfer_failed(f),
+        Err(CoherenceError::UnexpectedTransfer(f))
+    );
+    r.release(GPU1, AccessMode::RW).unwrap();
+    assert_eq!(r.held(GPU1), 0);
+}
+
+#[test]
 fn node_sets_iterate_lowest_first() {
     let s = set(&[MemNode(5), MemNode(0), MemNode(63)]);
     assert_eq!(
@@ -321,6 +337,8 @@ enum Op {
     Acquire(u8, AccessMode),
     /// Complete the k-th copy in flight (or a copy that is not in flight).
     Done(usize),
+    /// Fail the k-th copy in flight (or a copy that is not in flight).
+    Fail(usize),
     /// Release the k-th held acquisition (or one that is not held).
     Release(usize),
     Evict(u8),
@@ -344,6 +362,7 @@ fn any_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..=N as u8, any_mode()).prop_map(|(n, m)| Op::Acquire(n, m)),
         3 => (0..8usize).prop_map(Op::Done),
+        1 => (0..8usize).prop_map(Op::Fail),
         3 => (0..8usize).prop_map(Op::Release),
         2 => (0..=N as u8).prop_map(Op::Evict),
         1 => Just(Op::BeforeSend),
@@ -469,6 +488,15 @@ impl Model {
         Ok(stale)
     }
 
+    fn fail(&mut self, f: Fetch) -> Result<(), CoherenceError> {
+        let (from, to) = (f.from.index(), f.to.index());
+        if to >= N || from >= N || self.fetch_from[to] != Some(from) {
+            return Err(CoherenceError::UnexpectedTransfer(f));
+        }
+        self.fetch_from[to] = None;
+        Ok(())
+    }
+
     fn release(&mut self, n: usize, mode: AccessMode) -> Result<(), CoherenceError> {
         let node = MemNode(n as u8);
         if n >= N {
@@ -575,6 +603,19 @@ proptest! {
                             prop_assert_eq!(r.valid(), NodeSet::single(f.to));
                         }
                     }
+                }
+                Op::Fail(k) => {
+                    let flights = m.in_flight();
+                    let f = if flights.is_empty() {
+                        Fetch { from: MemNode((k % N) as u8), to: MemNode(((k + 1) % N) as u8) }
+                    } else {
+                        flights[k % flights.len()]
+                    };
+                    let valid = r.valid();
+                    let got = r.handle_transfer_failed(f);
+                    prop_assert_eq!(got, m.fail(f));
+                    // A failed copy changes no valid copy.
+                    prop_assert_eq!(r.valid(), valid);
                 }
                 Op::Release(k) => {
                     let (n, mode) = if m.held.is_empty() {
