@@ -84,6 +84,11 @@ pub enum GpuError {
         /// Elements given.
         got: usize,
     },
+    /// The task cannot run on a device: a SCRATCH access, an interface other than
+    /// `Variable`, `Vector`, `Matrix` or `Block` of `f64`, or one handle accessed twice.
+    /// Its CPU implementation runs instead, when it has one.
+    #[error("not supported on a CUDA device: {0}")]
+    Unsupported(&'static str),
     /// The replica state machine refused an input (a bug in the caller's pairing of
     /// acquisitions and releases).
     #[error("replica coherence: {0}")]

@@ -7,7 +7,9 @@ mod error;
 pub mod kernels;
 pub mod probe;
 pub mod replicas;
+pub mod runtime;
 
 pub use device::Device;
 pub use error::GpuError;
 pub use probe::{DeviceInfo, probe};
+pub use runtime::{CudaBuffers, DeviceBuf, Gpu, GpuConfig, GpuStats, Policy, Shape};

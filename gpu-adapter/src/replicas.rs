@@ -325,6 +325,22 @@ impl<T, Buf> Replicated<T, Buf> {
         Ok(())
     }
 
+    /// Lends the buffer of device node `node` out (to a kernel that needs several
+    /// buffers at once); [`give_back`](Self::give_back) must return it before the node is
+    /// released. `None` when the node has no buffer.
+    pub fn lend(&mut self, node: MemNode) -> Option<Buf> {
+        self.buffers.get_mut(node.index()).and_then(Option::take)
+    }
+
+    /// Returns a buffer [`lend`](Self::lend) took out.
+    pub fn give_back(&mut self, node: MemNode, buf: Buf) {
+        let i = node.index();
+        if self.buffers.len() <= i {
+            self.buffers.resize_with(i + 1, || None);
+        }
+        self.buffers[i] = Some(buf);
+    }
+
     /// Frees the buffer on device node `node`; returns it (for reuse) when there was one.
     ///
     /// # Errors
