@@ -32,7 +32,8 @@
 //! for the reference's command line) or when the cluster shuts down with leftovers.
 //!
 //! ```sh
-//! cargo run --release --example cholesky -- [ranks] [n] [nb] [--check]
+//! cargo run --release --example cholesky -- [ranks] [n] [nb] [--check] [--gpu]
+//! cargo run --release --features cuda --example cholesky -- 1 8192 1024 --gpu
 //! cargo build --release --features mpi --example cholesky
 //! mpirun -n 4 target/release/examples/cholesky 4 [n] [nb]   # ranks = mpirun's -n
 //! ```
@@ -41,6 +42,11 @@
 //! prints the same lines as the in-process run; the timing goes to standard error.
 //!
 //! The worker count per rank comes from `STARLING_NCPU` (default: the machine's cores).
+//!
+//! `--gpu` (with the `cuda` feature) gives the four codelets their CUDA implementations
+//! (`starling::gpu::tiles`: cuSOLVER's POTRF, cuBLAS's TRSM, SYRK and GEMM), run by the
+//! CUDA worker of each device (`STARLING_NCUDA`, `STARLING_CUDA_POLICY`); the check is the
+//! same. Without the feature, or without a CUDA device, `--gpu` fails with the reason.
 
 use core::time::Duration;
 use std::process::ExitCode;
@@ -54,7 +60,7 @@ use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Matrix;
-use starling::{Codelet, Context, Handle, InsertError, launch};
+use starling::{Buffers, Codelet, Context, Handle, InsertError, launch};
 
 /// The problem: `ranks` ranks factor a matrix of order `n` in tiles of order `nb`.
 #[derive(Clone, Copy, Debug)]
@@ -208,6 +214,50 @@ pub(crate) fn register_tiles(ctx: &Context, p: &Params) -> Result<Tiles, InsertE
     Ok(tiles)
 }
 
+/// The CPU implementations of the four codelets, on the task's tiles.
+fn potrf_task(b: &mut Buffers<'_>) {
+    potrf(view_mut(&mut b.w::<Matrix<f64>>(0)));
+}
+
+fn trsm_task(b: &mut Buffers<'_>) {
+    let l = b.r::<Matrix<f64>>(0);
+    trsm(view(&l), view_mut(&mut b.w::<Matrix<f64>>(1)));
+}
+
+fn syrk_task(b: &mut Buffers<'_>) {
+    let a = b.r::<Matrix<f64>>(0);
+    syrk(view(&a), view_mut(&mut b.w::<Matrix<f64>>(1)));
+}
+
+fn gemm_task(b: &mut Buffers<'_>) {
+    let (a, bt) = (b.r::<Matrix<f64>>(0), b.r::<Matrix<f64>>(1));
+    gemm(view(&a), view(&bt), view_mut(&mut b.w::<Matrix<f64>>(2)));
+}
+
+/// The CUDA devices of `--gpu` (the `cuda` feature).
+#[cfg(feature = "cuda")]
+pub(crate) type Gpu = std::sync::Arc<starling::gpu::Gpu>;
+
+/// Without the `cuda` feature there is no GPU to give the codelets.
+#[cfg(not(feature = "cuda"))]
+#[derive(Debug)]
+pub(crate) enum Gpu {}
+
+/// Opens the GPU for `--gpu`, or says why it cannot be used.
+pub(crate) fn open_gpu() -> Result<Gpu, String> {
+    #[cfg(feature = "cuda")]
+    {
+        starling::gpu::Gpu::from_env().map_err(|e| format!("--gpu: {e}"))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(
+            "--gpu needs the `cuda` feature (cargo run --release --features cuda --example ...)"
+                .into(),
+        )
+    }
+}
+
 /// The four tile codelets.
 pub(crate) struct Codelets {
     potrf: Codelet,
@@ -217,21 +267,33 @@ pub(crate) struct Codelets {
 }
 
 impl Codelets {
+    /// The CPU codelets.
+    #[allow(dead_code, reason = "benches/insert.rs builds the CPU codelets")]
     pub(crate) fn new() -> Self {
+        Self::on(None)
+    }
+
+    /// The codelets, with their CUDA implementations when `gpu` is given.
+    pub(crate) fn on(gpu: Option<&Gpu>) -> Self {
+        #[cfg(feature = "cuda")]
+        if let Some(gpu) = gpu {
+            use starling::gpu::tiles;
+            return Self {
+                potrf: gpu.codelet("potrf", potrf_task, tiles::potrf),
+                trsm: gpu.codelet("trsm", trsm_task, tiles::trsm),
+                syrk: gpu.codelet("syrk", syrk_task, tiles::syrk),
+                gemm: gpu.codelet("gemm", gemm_task, tiles::gemm),
+            };
+        }
+        #[cfg(not(feature = "cuda"))]
+        if let Some(never) = gpu {
+            match *never {}
+        }
         Self {
-            potrf: Codelet::new("potrf", |b| potrf(view_mut(&mut b.w::<Matrix<f64>>(0)))),
-            trsm: Codelet::new("trsm", |b| {
-                let l = b.r::<Matrix<f64>>(0);
-                trsm(view(&l), view_mut(&mut b.w::<Matrix<f64>>(1)));
-            }),
-            syrk: Codelet::new("syrk", |b| {
-                let a = b.r::<Matrix<f64>>(0);
-                syrk(view(&a), view_mut(&mut b.w::<Matrix<f64>>(1)));
-            }),
-            gemm: Codelet::new("gemm", |b| {
-                let (a, bt) = (b.r::<Matrix<f64>>(0), b.r::<Matrix<f64>>(1));
-                gemm(view(&a), view(&bt), view_mut(&mut b.w::<Matrix<f64>>(2)));
-            }),
+            potrf: Codelet::new("potrf", potrf_task),
+            trsm: Codelet::new("trsm", trsm_task),
+            syrk: Codelet::new("syrk", syrk_task),
+            gemm: Codelet::new("gemm", gemm_task),
         }
     }
 }
@@ -290,7 +352,11 @@ pub(crate) fn factorize(
 
 /// One rank's run: register, factor (timed between two barriers), gather on rank 0.
 /// Rank 0 returns the wall time and `L` (column-major, `n × n`).
-fn distributed(ctx: &Context, p: &Params) -> Result<Option<(Duration, Vec<f64>)>, InsertError> {
+fn distributed(
+    ctx: &Context,
+    p: &Params,
+    gpu: Option<&Gpu>,
+) -> Result<Option<(Duration, Vec<f64>)>, InsertError> {
     // Under mpirun the job's size is mpirun's `-n`, whatever the command line said.
     let p = &Params {
         ranks: ctx.size(),
@@ -308,7 +374,7 @@ fn distributed(ctx: &Context, p: &Params) -> Result<Option<(Duration, Vec<f64>)>
         );
     }
     let tiles = register_tiles(ctx, p)?;
-    let cl = Codelets::new();
+    let cl = Codelets::on(gpu);
     ctx.wait_for_all();
     ctx.barrier();
     let start = Instant::now();
@@ -363,7 +429,7 @@ fn residual(n: usize, l: &[f64]) -> f64 {
 fn parse() -> Result<Params, String> {
     let args: Vec<String> = std::env::args()
         .skip(1)
-        .filter(|a| a != "--check")
+        .filter(|a| a != "--check" && a != "--gpu")
         .collect();
     let num = |i: usize, default: usize| -> Result<usize, String> {
         args.get(i).map_or(Ok(default), |s| {
@@ -387,12 +453,27 @@ fn main() -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("cholesky: {e}");
-            eprintln!("usage: cholesky [ranks] [n] [nb] [--check]");
+            eprintln!("usage: cholesky [ranks] [n] [nb] [--check] [--gpu]");
             return ExitCode::FAILURE;
         }
     };
+    let gpu = if std::env::args().any(|a| a == "--gpu") {
+        match open_gpu() {
+            Ok(gpu) => Some(gpu),
+            Err(e) => {
+                eprintln!("cholesky: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    #[cfg(feature = "cuda")]
+    let devices = gpu.clone();
     // In-process: every rank's outcome; under mpirun: this process's rank only.
-    let out = match launch(p.ranks, move |ctx| (ctx.rank(), distributed(ctx, &p))) {
+    let out = match launch(p.ranks, move |ctx| {
+        (ctx.rank(), distributed(ctx, &p, gpu.as_ref()))
+    }) {
         Ok(out) => out,
         Err(e) => {
             let e: String = e.to_string().chars().take(2000).collect();
@@ -424,6 +505,18 @@ fn main() -> ExitCode {
         secs * 1e3,
         p.flops() / secs / 1e9
     );
+    #[cfg(feature = "cuda")]
+    if let Some(g) = devices {
+        let s = g.stats();
+        eprintln!(
+            "gpu: {} device(s), {} tasks on a device, {} on the CPU, {:.1} MB up, {:.1} MB down",
+            g.device_count(),
+            s.device_tasks,
+            s.cpu_tasks,
+            s.bytes_to_device as f64 / 1e6,
+            s.bytes_to_host as f64 / 1e6
+        );
+    }
     let r = residual(p.n, &l);
     if r.is_finite() && r < 1e-10 {
         println!("OK: ‖A − L·Lᵀ‖_F / ‖A‖_F = {r:.3e} < 1e-10");

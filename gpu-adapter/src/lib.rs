@@ -8,6 +8,7 @@ pub mod kernels;
 pub mod probe;
 pub mod replicas;
 pub mod runtime;
+pub mod tiles;
 
 pub use device::Device;
 pub use error::GpuError;

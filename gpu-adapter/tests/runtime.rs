@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use starling_core::AccessMode;
 use starling_gpu::runtime::GpuConfig;
-use starling_gpu::{Gpu, GpuError, Policy, probe};
+use starling_gpu::{Gpu, Policy, probe, tiles};
 use starling_std::interfaces::{Matrix, Variable};
 use starling_std::{Codelet, run_local};
 
@@ -72,44 +72,14 @@ fn cholesky_cpu(a: &[f64], n: usize) -> Vec<f64> {
     l
 }
 
-fn square(b: &starling_gpu::DeviceBuf) -> usize {
-    match b.shape {
-        starling_gpu::Shape::Matrix { nx, .. } => nx,
-        _ => 0,
-    }
-}
-
 /// The four tile codelets with only CUDA implementations.
 fn codelets(gpu: &Arc<Gpu>) -> [Codelet; 4] {
-    let potrf = gpu.cuda_codelet("potrf", |cb| {
-        let [a] = &mut *cb.data else {
-            return Err(GpuError::Unsupported("potrf takes one tile"));
-        };
-        let n = square(a);
-        cb.kernels.blas()?.potrf(n, &mut a.data)
-    });
-    let trsm = gpu.cuda_codelet("trsm", |cb| {
-        let [l, b] = &mut *cb.data else {
-            return Err(GpuError::Unsupported("trsm takes two tiles"));
-        };
-        let n = square(l);
-        cb.kernels.blas()?.trsm(n, &l.data, &mut b.data)
-    });
-    let syrk = gpu.cuda_codelet("syrk", |cb| {
-        let [a, c] = &mut *cb.data else {
-            return Err(GpuError::Unsupported("syrk takes two tiles"));
-        };
-        let n = square(a);
-        cb.kernels.blas()?.syrk(n, &a.data, &mut c.data)
-    });
-    let gemm = gpu.cuda_codelet("gemm", |cb| {
-        let [a, b, c] = &mut *cb.data else {
-            return Err(GpuError::Unsupported("gemm takes three tiles"));
-        };
-        let n = square(a);
-        cb.kernels.blas()?.gemm(n, &a.data, &b.data, &mut c.data)
-    });
-    [potrf, trsm, syrk, gemm]
+    [
+        gpu.cuda_codelet("potrf", tiles::potrf),
+        gpu.cuda_codelet("trsm", tiles::trsm),
+        gpu.cuda_codelet("syrk", tiles::syrk),
+        gpu.cuda_codelet("gemm", tiles::gemm),
+    ]
 }
 
 #[test]
@@ -195,14 +165,7 @@ fn a_host_write_between_device_tasks_is_seen_by_the_device() {
             let v: f64 = (0..5).map(|i| b.r::<Variable<f64>>(i).get()).sum::<f64>() / 5.0;
             b.w::<Variable<f64>>(0).set(v);
         };
-        let stencil = g.codelet("stencil5", cpu, |cb| {
-            let [c, l, r, u, d] = &mut *cb.data else {
-                return Err(GpuError::Unsupported("stencil5 takes five cells"));
-            };
-            cb.kernels
-                .stencil()?
-                .cell(&mut c.data, [&l.data, &r.data, &u.data, &d.data])
-        });
+        let stencil = g.codelet("stencil5", cpu, tiles::stencil5_cell);
         let add_one = Codelet::new("add_one", |b| {
             let v = b.r::<Variable<f64>>(0).get();
             b.w::<Variable<f64>>(0).set(v + 1.0);
