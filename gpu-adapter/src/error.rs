@@ -5,7 +5,7 @@ use starling_core::coherence::CoherenceError;
 
 /// Why a GPU operation could not be done.
 ///
-/// The first five variants say that something this machine lacks: [`probe`](crate::probe)
+/// The first five variants say that something this machine lacks: [`probe`](crate::probe())
 /// returns them instead of letting `cudarc` panic, and a program can fall back to its CPU
 /// implementations. The others report a failure of a call that could be made.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -1,6 +1,6 @@
 //! Memory nodes and the replicas of one datum: a host copy (node 0, main memory) and one
 //! buffer per device (node `d + 1` for device `d`), kept coherent by the core's
-//! [`coherence::Replicas`] state machine.
+//! [`coherence::Replicas`](starling_core::coherence::Replicas) state machine.
 //!
 //! [`Replicated`] holds the device buffers and the state; the host copy stays where the
 //! datum lives (a handle's contiguous data) and is passed in by each call that may read
