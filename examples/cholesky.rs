@@ -34,7 +34,8 @@
 //! with leftovers.
 //!
 //! ```sh
-//! cargo run --release --example cholesky -- [ranks] [n] [nb] [--check | --no-check] [--openblas]
+//! cargo run --release --example cholesky -- [ranks] [n] [nb] [--check | --no-check] [--openblas] [--gpu]
+//! cargo run --release --features cuda --example cholesky -- 1 8192 1024 --gpu
 //! cargo build --release --features mpi --example cholesky
 //! mpirun -n 2 target/release/examples/cholesky 2 4096 512 --no-check   # over MPI
 //! ```
@@ -52,6 +53,11 @@
 //! Debian's `libopenblas-dev`) runs the same tile kernels as the C comparison
 //! (`bench/compare/cholesky_starpu.c`): `dpotrf_`, `cblas_dtrsm`, `cblas_dsyrk`,
 //! `cblas_dgemm`; set `OPENBLAS_NUM_THREADS=1` for one thread per worker.
+//!
+//! `--gpu` (with the `cuda` feature) gives the four codelets their CUDA implementations
+//! (`starling::gpu::tiles`: cuSOLVER's POTRF, cuBLAS's TRSM, SYRK and GEMM), run by the
+//! CUDA worker of each device (`STARLING_NCUDA`, `STARLING_CUDA_POLICY`); the check is the
+//! same. Without the feature, or without a CUDA device, `--gpu` fails with the reason.
 
 use core::time::Duration;
 use std::io::IsTerminal as _;
@@ -66,7 +72,7 @@ use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Matrix;
-use starling::{ClusterConfig, Codelet, Context, Handle, InsertError, launch_with};
+use starling::{Buffers, ClusterConfig, Codelet, Context, Handle, InsertError, launch_with};
 
 /// The problem: `ranks` ranks factor a matrix of order `n` in tiles of order `nb`.
 #[derive(Clone, Copy, Debug)]
@@ -396,6 +402,50 @@ pub(crate) fn register_tiles(ctx: &Context, p: &Params) -> Result<Tiles, InsertE
     Ok(tiles)
 }
 
+/// The CPU implementations of the four codelets, on the task's tiles.
+fn potrf_task(b: &mut Buffers<'_>) {
+    potrf(view_mut(&mut b.w::<Matrix<f64>>(0)));
+}
+
+fn trsm_task(b: &mut Buffers<'_>) {
+    let l = b.r::<Matrix<f64>>(0);
+    trsm(view(&l), view_mut(&mut b.w::<Matrix<f64>>(1)));
+}
+
+fn syrk_task(b: &mut Buffers<'_>) {
+    let a = b.r::<Matrix<f64>>(0);
+    syrk(view(&a), view_mut(&mut b.w::<Matrix<f64>>(1)));
+}
+
+fn gemm_task(b: &mut Buffers<'_>) {
+    let (a, bt) = (b.r::<Matrix<f64>>(0), b.r::<Matrix<f64>>(1));
+    gemm(view(&a), view(&bt), view_mut(&mut b.w::<Matrix<f64>>(2)));
+}
+
+/// The CUDA devices of `--gpu` (the `cuda` feature).
+#[cfg(feature = "cuda")]
+pub(crate) type Gpu = std::sync::Arc<starling::gpu::Gpu>;
+
+/// Without the `cuda` feature there is no GPU to give the codelets.
+#[cfg(not(feature = "cuda"))]
+#[derive(Debug)]
+pub(crate) enum Gpu {}
+
+/// Opens the GPU for `--gpu`, or says why it cannot be used.
+pub(crate) fn open_gpu() -> Result<Gpu, String> {
+    #[cfg(feature = "cuda")]
+    {
+        starling::gpu::Gpu::from_env().map_err(|e| format!("--gpu: {e}"))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(
+            "--gpu needs the `cuda` feature (cargo run --release --features cuda --example ...)"
+                .into(),
+        )
+    }
+}
+
 /// The four tile codelets.
 pub(crate) struct Codelets {
     potrf: Codelet,
@@ -405,31 +455,44 @@ pub(crate) struct Codelets {
 }
 
 impl Codelets {
-    /// The codelets of `p`'s kernels: faer's, or OpenBLAS's with `p.openblas`.
-    pub(crate) fn of(p: &Params) -> Self {
+    /// The codelets of `p`'s kernels: faer's (with their CUDA implementations when `gpu`
+    /// is given), or OpenBLAS's with `p.openblas`.
+    pub(crate) fn of(p: &Params, gpu: Option<&Gpu>) -> Self {
         #[cfg(feature = "openblas")]
         if p.openblas {
             return openblas::codelets();
         }
         debug_assert!(!p.openblas, "--openblas needs the `openblas` feature");
-        Self::new()
+        Self::on(gpu)
     }
 
+    /// The CPU codelets.
+    #[allow(dead_code, reason = "benches/insert.rs builds the CPU codelets")]
     pub(crate) fn new() -> Self {
+        Self::on(None)
+    }
+
+    /// The codelets, with their CUDA implementations when `gpu` is given.
+    pub(crate) fn on(gpu: Option<&Gpu>) -> Self {
+        #[cfg(feature = "cuda")]
+        if let Some(gpu) = gpu {
+            use starling::gpu::tiles;
+            return Self {
+                potrf: gpu.codelet("potrf", potrf_task, tiles::potrf),
+                trsm: gpu.codelet("trsm", trsm_task, tiles::trsm),
+                syrk: gpu.codelet("syrk", syrk_task, tiles::syrk),
+                gemm: gpu.codelet("gemm", gemm_task, tiles::gemm),
+            };
+        }
+        #[cfg(not(feature = "cuda"))]
+        if let Some(never) = gpu {
+            match *never {}
+        }
         Self {
-            potrf: Codelet::new("potrf", |b| potrf(view_mut(&mut b.w::<Matrix<f64>>(0)))),
-            trsm: Codelet::new("trsm", |b| {
-                let l = b.r::<Matrix<f64>>(0);
-                trsm(view(&l), view_mut(&mut b.w::<Matrix<f64>>(1)));
-            }),
-            syrk: Codelet::new("syrk", |b| {
-                let a = b.r::<Matrix<f64>>(0);
-                syrk(view(&a), view_mut(&mut b.w::<Matrix<f64>>(1)));
-            }),
-            gemm: Codelet::new("gemm", |b| {
-                let (a, bt) = (b.r::<Matrix<f64>>(0), b.r::<Matrix<f64>>(1));
-                gemm(view(&a), view(&bt), view_mut(&mut b.w::<Matrix<f64>>(2)));
-            }),
+            potrf: Codelet::new("potrf", potrf_task),
+            trsm: Codelet::new("trsm", trsm_task),
+            syrk: Codelet::new("syrk", syrk_task),
+            gemm: Codelet::new("gemm", gemm_task),
         }
     }
 }
@@ -489,7 +552,11 @@ pub(crate) fn factorize(
 /// One rank's run: register, factor (timed between two barriers), gather on rank 0
 /// when checking. Rank 0 returns the wall time and `L` (column-major, `n × n`; empty
 /// without the check).
-fn distributed(ctx: &Context, p: &Params) -> Result<Option<(Duration, Vec<f64>)>, InsertError> {
+fn distributed(
+    ctx: &Context,
+    p: &Params,
+    gpu: Option<&Gpu>,
+) -> Result<Option<(Duration, Vec<f64>)>, InsertError> {
     // Under mpirun the job's size is mpirun's `-n`, whatever the command line said.
     let p = &Params {
         ranks: ctx.size(),
@@ -508,7 +575,7 @@ fn distributed(ctx: &Context, p: &Params) -> Result<Option<(Duration, Vec<f64>)>
         );
     }
     let tiles = register_tiles(ctx, p)?;
-    let cl = Codelets::of(p);
+    let cl = Codelets::of(p, gpu);
     ctx.wait_for_all();
     ctx.barrier();
     let start = Instant::now();
@@ -574,7 +641,12 @@ fn parse() -> Result<Params, String> {
     }
     let args: Vec<String> = all
         .into_iter()
-        .filter(|a| !matches!(a.as_str(), "--check" | "--no-check" | "--openblas"))
+        .filter(|a| {
+            !matches!(
+                a.as_str(),
+                "--check" | "--no-check" | "--openblas" | "--gpu"
+            )
+        })
         .collect();
     let num = |i: usize, default: usize| -> Result<usize, String> {
         args.get(i).map_or(Ok(default), |s| {
@@ -600,17 +672,32 @@ fn main() -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("cholesky: {e}");
-            eprintln!("usage: cholesky [ranks] [n] [nb] [--check | --no-check] [--openblas]");
+            eprintln!(
+                "usage: cholesky [ranks] [n] [nb] [--check | --no-check] [--openblas] [--gpu]"
+            );
             return ExitCode::FAILURE;
         }
     };
+    let gpu = if std::env::args().any(|a| a == "--gpu") {
+        match open_gpu() {
+            Ok(gpu) => Some(gpu),
+            Err(e) => {
+                eprintln!("cholesky: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    #[cfg(feature = "cuda")]
+    let devices = gpu.clone();
     let mut config = ClusterConfig::from_env();
     if std::env::var_os("STARLING_PROGRESS").is_none() {
         config.progress = std::io::stderr().is_terminal();
     }
     // In-process: every rank's outcome; under mpirun: this process's rank only.
     let out = match launch_with(p.ranks, config, move |ctx| {
-        (ctx.rank(), distributed(ctx, &p))
+        (ctx.rank(), distributed(ctx, &p, gpu.as_ref()))
     }) {
         Ok(out) => out,
         Err(e) => {
@@ -643,6 +730,18 @@ fn main() -> ExitCode {
         secs * 1e3,
         p.flops() / secs / 1e9
     );
+    #[cfg(feature = "cuda")]
+    if let Some(g) = devices {
+        let s = g.stats();
+        eprintln!(
+            "gpu: {} device(s), {} tasks on a device, {} on the CPU, {:.1} MB up, {:.1} MB down",
+            g.device_count(),
+            s.device_tasks,
+            s.cpu_tasks,
+            s.bytes_to_device as f64 / 1e6,
+            s.bytes_to_host as f64 / 1e6
+        );
+    }
     if !p.check {
         return ExitCode::SUCCESS;
     }

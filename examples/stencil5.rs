@@ -30,7 +30,8 @@
 //! fails, as `involved` explains.
 //!
 //! ```sh
-//! cargo run --release --example stencil5 -- [ranks] [X] [Y] [iterations] [prune|full|handbook]
+//! cargo run --release --example stencil5 -- [ranks] [X] [Y] [iterations] [prune|full|handbook] [--gpu]
+//! cargo run --release --features cuda --example stencil5 -- 4 32 32 3 --gpu
 //! cargo build --release --features mpi --example stencil5
 //! mpirun -n 4 target/release/examples/stencil5 4 [X] [Y] [iterations]   # ranks = mpirun's -n
 //! ```
@@ -38,6 +39,12 @@
 //! Standard output holds the results only, each line printed by one rank (the last rank
 //! checks the grid), so a run under `mpirun` prints the same lines as the in-process run,
 //! in some order; the timing goes to standard error.
+//!
+//! `--gpu` (with the `cuda` feature) gives the codelet its CUDA implementation
+//! (`starling::gpu::tiles::stencil5_cell`: the same sum, so the check stays bit for bit),
+//! run by the CUDA worker of each device; one task per cell makes it a correctness run,
+//! not a fast one. Without the feature, or without a CUDA device, `--gpu` fails with the
+//! reason.
 //!
 //! Each rank's progression thread currently holds at most 1024 pending message keys, so
 //! keep `Y` (the cells of a boundary row) and `X` below about 500.
@@ -47,7 +54,7 @@ use std::time::Instant;
 
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Variable;
-use starling::{Codelet, Context, Handle, InsertError, launch};
+use starling::{Buffers, Codelet, Context, Handle, InsertError, launch};
 
 /// The command line.
 #[derive(Clone, Copy, Debug)]
@@ -73,7 +80,7 @@ pub(crate) enum Pruning {
 
 impl Params {
     fn from_args() -> Result<Self, String> {
-        let args: Vec<String> = std::env::args().skip(1).collect();
+        let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--gpu").collect();
         let num = |i: usize, default: usize| -> Result<usize, String> {
             args.get(i).map_or(Ok(default), |s| {
                 s.parse()
@@ -296,18 +303,63 @@ pub(crate) fn register_grid(
     Ok(grid)
 }
 
+/// The stencil's task on the CPU: RW the cell, R its four neighbours.
+fn stencil_task(b: &mut Buffers<'_>) {
+    let v = stencil(
+        b.r::<Variable<f64>>(0).get(),
+        b.r::<Variable<f64>>(1).get(),
+        b.r::<Variable<f64>>(2).get(),
+        b.r::<Variable<f64>>(3).get(),
+        b.r::<Variable<f64>>(4).get(),
+    );
+    b.w::<Variable<f64>>(0).set(v);
+}
+
 /// The stencil's codelet: RW the cell, R its four neighbours.
 pub(crate) fn codelet() -> Codelet {
-    Codelet::new("stencil5", |b| {
-        let v = stencil(
-            b.r::<Variable<f64>>(0).get(),
-            b.r::<Variable<f64>>(1).get(),
-            b.r::<Variable<f64>>(2).get(),
-            b.r::<Variable<f64>>(3).get(),
-            b.r::<Variable<f64>>(4).get(),
+    Codelet::new("stencil5", stencil_task)
+}
+
+/// The CUDA devices of `--gpu` (the `cuda` feature).
+#[cfg(feature = "cuda")]
+pub(crate) type Gpu = std::sync::Arc<starling::gpu::Gpu>;
+
+/// Without the `cuda` feature there is no GPU to give the codelet.
+#[cfg(not(feature = "cuda"))]
+#[derive(Debug)]
+pub(crate) enum Gpu {}
+
+/// Opens the GPU for `--gpu`, or says why it cannot be used.
+fn open_gpu() -> Result<Gpu, String> {
+    #[cfg(feature = "cuda")]
+    {
+        starling::gpu::Gpu::from_env().map_err(|e| format!("--gpu: {e}"))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(
+            "--gpu needs the `cuda` feature (cargo run --release --features cuda --example ...)"
+                .into(),
+        )
+    }
+}
+
+/// The stencil's codelet, with its CUDA implementation (the same sum, bit for bit) when
+/// `gpu` is given.
+fn codelet_on(gpu: Option<&Gpu>) -> Codelet {
+    #[cfg(feature = "cuda")]
+    if let Some(gpu) = gpu {
+        return gpu.codelet(
+            "stencil5",
+            stencil_task,
+            starling::gpu::tiles::stencil5_cell,
         );
-        b.w::<Variable<f64>>(0).set(v);
-    })
+    }
+    #[cfg(not(feature = "cuda"))]
+    if let Some(never) = gpu {
+        match *never {}
+    }
+    codelet()
 }
 
 /// What one rank returns: its rank, the job's size, and its counts and (on the last rank)
@@ -316,8 +368,18 @@ type Outcome = (Rank, u32, Result<(Counts, Option<Vec<f64>>), InsertError>);
 
 /// One rank's part: the sweeps, the migrations, then the gather. The last rank returns
 /// the grid.
-fn distributed(ctx: &Context, p: &Params) -> Result<(Counts, Option<Vec<f64>>), InsertError> {
+fn distributed(
+    ctx: &Context,
+    p: &Params,
+    gpu: Option<&Gpu>,
+) -> Result<(Counts, Option<Vec<f64>>), InsertError> {
     let size = ctx.size();
+    // A pruned flow differs from rank to rank by design (each skips the inserts it has
+    // nothing to do with): the graph-agreement check compares whole flows, so it is for
+    // unpruned runs only. Every rank makes the same choice.
+    if p.pruning != Pruning::Off {
+        ctx.set_check_agreement(false);
+    }
     if ctx.rank() == Rank(0) {
         println!(
             "stencil5: {size} rank(s), {} × {} grid, 2 × {} sweeps (on rows, then on columns), {}",
@@ -332,7 +394,7 @@ fn distributed(ctx: &Context, p: &Params) -> Result<(Counts, Option<Vec<f64>>), 
         );
     }
     let grid = register_grid(ctx, p, Distribution::Rows)?;
-    let codelet = codelet();
+    let codelet = codelet_on(gpu);
     let mut counts = Counts::default();
     ctx.barrier();
     let start = Instant::now();
@@ -397,13 +459,24 @@ fn main() -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("stencil5: {e}");
-            eprintln!("usage: stencil5 [ranks] [X] [Y] [iterations] [prune|full|handbook]");
+            eprintln!("usage: stencil5 [ranks] [X] [Y] [iterations] [prune|full|handbook] [--gpu]");
             return ExitCode::FAILURE;
         }
     };
+    let gpu = if std::env::args().any(|a| a == "--gpu") {
+        match open_gpu() {
+            Ok(gpu) => Some(gpu),
+            Err(e) => {
+                eprintln!("stencil5: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     // In-process: every rank's outcome; under mpirun: this process's rank only.
     let out: Vec<Outcome> = match launch(p.ranks, move |ctx| {
-        (ctx.rank(), ctx.size(), distributed(ctx, &p))
+        (ctx.rank(), ctx.size(), distributed(ctx, &p, gpu.as_ref()))
     }) {
         Ok(out) => out,
         Err(e) => {

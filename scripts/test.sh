@@ -157,6 +157,18 @@ for t in tests/mpi/*.sh; do
     bash "$t" 2>&1 | tee -a "$log"
 done
 
+# --- CUDA ------------------------------------------------------------------------------
+# starling-gpu's own tests ran with `cargo test` above (tests that need a device print
+# "skipped: no CUDA device" without one). Here: the facade built with its `cuda` feature,
+# and stencil5/cholesky with --gpu (tests/gpu/examples.sh: their checks on a GPU, the
+# clear refusal elsewhere).
+step "CUDA: clippy with the cuda feature; the examples with --gpu"
+cargo clippy -p starling --features cuda --all-targets -- -D warnings
+for t in tests/gpu/*.sh; do
+    echo "-- $t"
+    bash "$t" 2>&1 | tee -a "$log"
+done
+
 step "all checks passed"
 # One plain closing line with the totals of every cargo test binary above.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;?$/) p += $i; if ($(i+1) ~ /^failed;?$/) f += $i } }

@@ -21,7 +21,8 @@
 //!   one timeline (the `trace-merge` binary).
 //!
 //! The features `mpi` and `cuda` add the MPI transport (`starling::mpi`, the `starling-mpi` crate) and the
-//! CUDA device as they are built (see the README's status table). [`launch`] runs one
+//! CUDA device (`starling::gpu`, the `starling-gpu` crate: codelets with CUDA
+//! implementations run by one CUDA worker per device; see the README's status table). [`launch`] runs one
 //! SPMD program either way: across the processes of an `mpirun` job when built with
 //! `mpi`, on the in-process cluster otherwise.
 #![forbid(unsafe_code)]

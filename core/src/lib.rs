@@ -38,6 +38,7 @@
 //! | [`matcher`] | early requests and early data, matched FIFO per key |
 //! | [`engine`] | point-to-point progression: commands, `handle_*` inputs, `poll_*` outputs |
 //! | [`cache`] | which values were sent to whom, which received copies are valid |
+//! | [`coherence`] | which memory nodes (main memory, devices) hold a valid replica of a datum: the MSI protocol |
 //! | [`digest`] | canonical 64-bit digests of task inserts, for the graph-agreement check |
 //! | [`select`] | node-selection policies (most-R-data, registered policies) |
 //! | [`insert`] | the task-insert planner |
@@ -84,6 +85,7 @@
 extern crate alloc;
 
 pub mod cache;
+pub mod coherence;
 pub mod digest;
 pub mod engine;
 pub mod envelope;

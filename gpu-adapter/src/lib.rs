@@ -1,11 +1,78 @@
-//! `starling-gpu`: Starling's CUDA device.
+//! `starling-gpu`: Starling's CUDA device, through `cudarc`.
 //!
-//! **Not built yet** (tracked by the GPU adapter issue). This crate will give the
-//! runtime CUDA workers through `cudarc` with dynamic loading: memory nodes and device
-//! replicas whose validity is decided by the core's coherence state machine, kernels
-//! compiled with NVRTC, cuBLAS for the dense examples, and device-to-host staging before
-//! an MPI send. With no driver or device it will return typed errors; nothing else in
-//! the workspace needs a GPU to build or to pass its tests.
+//! `cudarc` is built with **dynamic loading** and a fixed API level (`cuda-12060`):
+//! `libcuda`, `libnvrtc`, `libcublas` and `libcusolver` are opened at run time, so this
+//! crate builds with no CUDA toolkit, no driver and no GPU, and nothing else in the
+//! workspace needs one. `cudarc` panics when a library is missing; every entry point here
+//! checks first ([`probe::libraries`]) and returns a typed [`GpuError`] instead:
+//! [`GpuError::NoDriver`], [`GpuError::NoDevice`], [`GpuError::NoNvrtc`],
+//! [`GpuError::NoCublas`], [`GpuError::NoCusolver`].
 //!
-//! Today it holds no code, so that the workspace layout is final and the facade's `cuda`
-//! feature already has its crate.
+//! # What it holds
+//!
+//! | item | what it does | needs |
+//! | --- | --- | --- |
+//! | [`probe()`], [`probe::libraries`], [`probe::device_count`] | what this machine has, never panicking | nothing |
+//! | [`Device`] | a device's context and stream; [`upload`](Device::upload) / [`download`](Device::download) of `&[T]` | a device |
+//! | [`kernels`] | the stencil kernels, compiled at run time by NVRTC, or the shipped PTX when NVRTC is missing | NVRTC to compile (no GPU); a device to run |
+//! | [`blas::Blas`] | cuBLAS GEMM, SYRK, TRSM and cuSOLVER POTRF on square tiles | a device, cuBLAS, cuSOLVER |
+//! | [`replicas`] | memory nodes (main memory = node 0, device `d` = node `d + 1`) and a datum's [`Replicated`](replicas::Replicated) copies, kept coherent by the core's [`coherence`](starling_core::coherence) state machine (the reference's MSI protocol) | nothing (any [`Backend`](replicas::Backend); [`Devices`](replicas::Devices) for CUDA) |
+//! | [`runtime`] | CUDA implementations of codelets ([`Gpu::codelet`]), one CUDA worker per device, the CPU-or-device [`Policy`] | a device |
+//! | [`tiles`] | the CUDA implementations of the examples' codelets (Cholesky tiles, the stencil cell) | a device |
+//!
+//! # Running codelets on a device
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! use starling_gpu::{Gpu, GpuError, tiles};
+//! use starling_std::interfaces::Matrix;
+//! use starling_std::Codelet;
+//!
+//! // STARLING_NCUDA, STARLING_CUDA_POLICY, STARLING_CUDA_CACHE_MB.
+//! let gpu = match Gpu::from_env() {
+//!     Ok(gpu) => gpu,
+//!     Err(e) => return eprintln!("no GPU: {e}"), // a typed error, never a panic
+//! };
+//! let cpu_potrf = |b: &mut starling_std::Buffers<'_>| {
+//!     let _tile = b.w::<Matrix<f64>>(0); // ... the CPU factorization ...
+//! };
+//! let potrf: Codelet = gpu.codelet("potrf", cpu_potrf, tiles::potrf);
+//! // ctx.task(&potrf).rw(&tile).submit(); as any codelet
+//! # let _ = potrf;
+//! ```
+//!
+//! The [module docs of `runtime`](runtime) say how the CUDA workers run tasks and keep
+//! the host copy of each handle valid (write-through), so that an MPI send never stages
+//! and a receive leaves the host copy the valid one.
+//!
+//! # Tests and benchmarks
+//!
+//! `cargo test -p starling-gpu` runs everywhere. Without a GPU, the probe and error tests
+//! run, the replica layer is tested over a host-memory backend, and each test that needs a
+//! device prints `skipped: no CUDA device (<reason>)`; the kernel-source tests run where
+//! `libnvrtc` loads (no GPU needed: `pip install nvidia-cuda-nvrtc-cu12` and put its `lib`
+//! directory on `LD_LIBRARY_PATH`). On a machine with a GPU the same command runs the
+//! device tests (copies, the stencil kernels against the CPU bit for bit, the tile kernels
+//! against their definitions, a tiled Cholesky through the runtime). Then:
+//!
+//! ```sh
+//! bash tests/gpu/examples.sh                       # stencil5 and cholesky with --gpu
+//! cargo bench --features cuda --bench gpu          # Cholesky GFlop/s vs cuSOLVER, staging GB/s
+//! ```
+//!
+//! The driver must support the CUDA 12.6 API (`cuda-12060`), and the shipped PTX is
+//! ISA 8.5 (NVRTC 12.6), which needs a 12.6 driver to load.
+
+pub mod blas;
+mod device;
+mod error;
+pub mod kernels;
+pub mod probe;
+pub mod replicas;
+pub mod runtime;
+pub mod tiles;
+
+pub use device::Device;
+pub use error::GpuError;
+pub use probe::{DeviceInfo, probe};
+pub use runtime::{CudaBuffers, DeviceBuf, Gpu, GpuConfig, GpuStats, Policy, Shape};

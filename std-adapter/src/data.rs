@@ -155,6 +155,20 @@ pub(crate) struct Cell<I> {
     data: DataLock<Option<I>>,
     /// For lazy registration: how to allocate the data on first use.
     init: Mutex<Option<Init<I>>>,
+    /// Unique in the process, never reused (see [`Buffers::uid`](crate::task::Buffers::uid)).
+    uid: u64,
+    /// Changes to a fresh number whenever write access is granted (see
+    /// [`Buffers::version`](crate::task::Buffers::version)).
+    version: core::sync::atomic::AtomicU64,
+}
+
+/// Handle uids and versions: one process-wide sequence, so a number is never reused.
+// A plain atomic, not the `sync` shim: a static needs a `const` constructor, and this
+// counter is no structure the loom models check.
+static STAMPS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
+
+fn next_stamp() -> u64 {
+    STAMPS.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
 }
 
 impl<I: Interface> Cell<I> {
@@ -163,6 +177,8 @@ impl<I: Interface> Cell<I> {
             id,
             data: data_lock(Some(data)),
             init: Mutex::new(None),
+            uid: next_stamp(),
+            version: core::sync::atomic::AtomicU64::new(next_stamp()),
         }
     }
 
@@ -171,6 +187,8 @@ impl<I: Interface> Cell<I> {
             id,
             data: data_lock(None),
             init: Mutex::new(Some(Box::new(init))),
+            uid: next_stamp(),
+            version: core::sync::atomic::AtomicU64::new(next_stamp()),
         }
     }
 
@@ -187,7 +205,15 @@ impl<I: Interface> Cell<I> {
     }
 
     fn write_lock(&self) -> DataWriteGuard<'_, Option<I>> {
-        data_write(&self.data)
+        let guard = data_write(&self.data);
+        self.bump_version();
+        guard
+    }
+
+    /// The data may change: a fresh version number.
+    fn bump_version(&self) {
+        self.version
+            .store(next_stamp(), core::sync::atomic::Ordering::Release);
     }
 
     /// Reads the data, allocating it first if it was registered lazily.
@@ -268,6 +294,10 @@ pub(crate) trait AnyCell: Send + Sync {
     fn unpack(&self, bytes: &[u8]) -> Result<(), DataError>;
     /// For typed access from codelets.
     fn as_any(&self) -> &dyn Any;
+    /// Unique in the process, never reused.
+    fn uid(&self) -> u64;
+    /// Changes whenever write access to the data is granted.
+    fn version(&self) -> u64;
     /// Frees the data's memory until its next use, when the interface allows it.
     fn release(&self) -> bool;
     /// The data's bytes to send in place, locked for reading until the buffer drops:
@@ -344,6 +374,7 @@ impl<I: Interface> AnyCell for Cell<I> {
     fn lend_write(&self) -> Option<Box<dyn RecvBuffer>> {
         self.allocate();
         let mut guard = try_write_owned(&self.data)?;
+        self.bump_version();
         let data = guard.as_mut()?;
         if data.in_place() != Some(InPlace::of::<I>()) || data.as_bytes_mut().is_none() {
             return None;
@@ -363,6 +394,14 @@ impl<I: Interface> AnyCell for Cell<I> {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    fn uid(&self) -> u64 {
+        self.uid
+    }
+
+    fn version(&self) -> u64 {
+        self.version.load(core::sync::atomic::Ordering::Acquire)
     }
 
     fn release(&self) -> bool {

@@ -113,6 +113,36 @@ impl Buffers<'_> {
             .unwrap_or_else(|| panic!("access {i} is not a {}", core::any::type_name::<I>()))
     }
 
+    /// Whether access `i` is a handle of interface `I` (so that [`Buffers::r`] and
+    /// [`Buffers::w`] of `I` do not panic). `false` when `i` is out of range.
+    pub fn is<I: Interface>(&self, i: usize) -> bool {
+        self.accesses
+            .get(i)
+            .is_some_and(|a| a.cell.as_any().is::<Cell<I>>())
+    }
+
+    /// A number naming access `i`'s handle, unique in the process and never reused, even
+    /// after the handle is unregistered: device adapters key their copies of the data by
+    /// it.
+    ///
+    /// # Panics
+    /// When `i` is out of range (a bug in the codelet).
+    pub fn uid(&self, i: usize) -> u64 {
+        self.accesses[i].cell.uid()
+    }
+
+    /// The version of access `i`'s data: a number, never reused in the process, that
+    /// changes whenever write access to the data is granted (a task's [`Buffers::w`], a
+    /// receive, an acquisition for writing, a cache flush, ...). A device adapter holding
+    /// a copy made at version `v` knows the host data are unchanged while the version is
+    /// still `v`. Read it after dropping any [`DataMut`] of the access.
+    ///
+    /// # Panics
+    /// When `i` is out of range (a bug in the codelet).
+    pub fn version(&self, i: usize) -> u64 {
+        self.accesses[i].cell.version()
+    }
+
     /// Reads access `i` as interface `I`.
     ///
     /// # Panics

@@ -1032,3 +1032,30 @@ mod loom_model {
         });
     }
 }
+
+#[cfg(not(loom))]
+#[test]
+fn buffers_name_each_handle_and_version_its_writes() {
+    use crate::data::AnyCell;
+    let a = variable(0, 1);
+    // The same id, another handle (as another rank's): another uid.
+    let b = variable(0, 1);
+    let accesses = [access(&a, AccessMode::RW), access(&b, AccessMode::R)];
+    let bufs = super::Buffers {
+        accesses: &accesses,
+    };
+    assert_ne!(bufs.uid(0), bufs.uid(1));
+    assert!(bufs.is::<Variable<u64>>(0));
+    assert!(!bufs.is::<Variable<f64>>(0));
+    assert!(!bufs.is::<Variable<u64>>(2));
+    let (v0, v1) = (bufs.version(0), bufs.version(1));
+    assert_eq!(bufs.r::<Variable<u64>>(0).get(), 1);
+    assert_eq!(bufs.version(0), v0, "a read keeps the version");
+    bufs.w::<Variable<u64>>(0).set(2);
+    let written = bufs.version(0);
+    assert!(written > v0, "a write takes a fresh version");
+    assert_eq!(bufs.version(1), v1);
+    AnyCell::unpack(&*a, &5u64.to_le_bytes()).unwrap();
+    assert!(bufs.version(0) > written, "a receive takes a fresh version");
+    assert_eq!(bufs.r::<Variable<u64>>(0).get(), 5);
+}
