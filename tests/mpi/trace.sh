@@ -16,6 +16,9 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export STARLING_NCPU="${STARLING_NCPU:-1}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+# The ring's own messages only: the graph-agreement check (on in debug builds) would add
+# its barrier exchanges.
+export STARLING_CHECK_AGREEMENT=0
 export STARLING_TRACE="$dir/"
 if ! out=$(timeout 120 mpirun "${flags[@]}" -n 2 "$target/examples/ring" 2 100 2>&1); then
     printf '%s\n' "$out"
