@@ -72,17 +72,16 @@
 //! * `embedded-hal` — the `link` module: the protocol to one peer over any
 //!   `embedded-hal-nb` serial port, polling paced by an `embedded-hal` delay.
 //! * `model` — the reference models of the matcher and the lists, for property
-//!   tests and the fuzz targets (`fuzz/`), in the `model` module. It needs `alloc` and allocates: a testing aid,
+//!   tests and the fuzz targets (`fuzz/`), in the `model` module. It links `std` and allocates: a testing aid,
 //!   never for a build that ships.
 //!
 //! The crate builds for `thumbv7em-none-eabihf` and `riscv32imac-unknown-none-elf`
 //! (CI proves it). Minimum Rust version: 1.87.
-#![cfg_attr(not(test), no_std)]
+// The shipped core is `no_std` with no allocator; only its own tests and the `model`
+// testing aid (reference models for property tests and fuzzing) link `std`.
+#![cfg_attr(not(any(test, feature = "model")), no_std)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-
-#[cfg(any(test, feature = "model"))]
-extern crate alloc;
 
 pub mod cache;
 pub mod coherence;

@@ -19,11 +19,10 @@
 //! targets of the `fuzz/` crate (`starling-fuzz`) share these models, so both check the
 //! same rules.
 //!
-//! This module is compiled for the core's tests and with the `model` feature only. It
-//! uses `alloc` (never `std`), so the feature keeps the crate `no_std`, but it does
-//! allocate: **never enable `model` in a build that ships**; the allocation-free
-//! guarantee of the crate is about the other modules, and CI builds the bare-metal
-//! targets without it.
+//! This module is compiled for the core's tests and with the `model` feature only, and
+//! the feature links `std` (the crate is `no_std` without it): **never enable `model` in
+//! a build that ships**. The shipped core pulls in neither `std` nor `alloc`; CI builds
+//! the bare-metal targets without the feature.
 
 mod lists;
 mod matcher;
@@ -31,14 +30,14 @@ mod matcher;
 pub use lists::{DetachedModel, FifoModel, ReadyModel, SyncSendsModel};
 pub use matcher::MatcherModel;
 
-use alloc::string::String;
+use std::string::String;
 
 /// Returns `Err(message)` unless `got == want`: the comparison of a model's `check`.
 fn same<T: PartialEq + core::fmt::Debug>(what: &str, got: T, want: T) -> Result<(), String> {
     if got == want {
         Ok(())
     } else {
-        Err(alloc::format!(
+        Err(std::format!(
             "{what}: the table has {got:?}, the model {want:?}"
         ))
     }

@@ -311,7 +311,6 @@ fn node_sets_iterate_lowest_first() {
 
 #[test]
 fn errors_say_what_happened() {
-    extern crate std;
     use std::string::ToString;
     assert_eq!(
         CoherenceError::LastCopy(MAIN).to_string(),

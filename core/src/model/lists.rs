@@ -1,10 +1,10 @@
 //! Reference models of the [lists](crate::lists).
 
-use alloc::collections::{BTreeMap, VecDeque};
-use alloc::string::String;
-use alloc::vec::Vec;
 use core::cmp::Reverse;
 use core::fmt::Debug;
+use std::collections::{BTreeMap, VecDeque};
+use std::string::String;
+use std::vec::Vec;
 
 use super::same;
 use crate::error::{Full, Table};

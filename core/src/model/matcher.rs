@@ -1,8 +1,8 @@
 //! The reference model of the [`Matcher`].
 
-use alloc::collections::{BTreeMap, VecDeque};
-use alloc::string::String;
-use alloc::vec::Vec;
+use std::collections::{BTreeMap, VecDeque};
+use std::string::String;
+use std::vec::Vec;
 
 use super::same;
 use crate::error::{Full, Table};
