@@ -255,6 +255,22 @@ where
     F: FnOnce(&Context) -> R,
 {
     assert!(rank.0 < size, "the fake rank must be below the fake size");
+    let mut runner = solo(&config);
+    runner.fake(rank, size);
+    let r = f(runner.context());
+    runner.context().wait_for_all();
+    let leftovers = runner.leftovers();
+    runner.stop();
+    if leftovers.is_empty() {
+        Ok(r)
+    } else {
+        Err(ShutdownError { leftovers })
+    }
+}
+
+/// A world of one rank in this process, started (the fake rank's, and the application
+/// context of master-slave mode's master).
+pub(crate) fn solo(config: &ClusterConfig) -> RankRunner {
     let inbox = Inbox::<InProcessWire>::new();
     let tx = InboxTx::new(inbox.tx.clone(), Arc::clone(&inbox.shared));
     let deliver: Deliver = Arc::new(move |w| tx.send(Input::Net(w)));
@@ -268,18 +284,8 @@ where
             in_flight,
         ))
     };
-    let mut runner = RankRunner::start_with_inbox(make, inbox, &config.rank_config())
-        .expect("a fake rank starts");
-    runner.fake(rank, size);
-    let r = f(runner.context());
-    runner.context().wait_for_all();
-    let leftovers = runner.leftovers();
-    runner.stop();
-    if leftovers.is_empty() {
-        Ok(r)
-    } else {
-        Err(ShutdownError { leftovers })
-    }
+    RankRunner::start_with_inbox(make, inbox, &config.rank_config())
+        .expect("a one-rank world starts")
 }
 
 /// [`run_local`] with an explicit configuration.

@@ -595,6 +595,9 @@ impl Context {
             }
         }
         crate::distributed::forget(self, h.id());
+        if let Some(offload) = self.runtime.offload() {
+            offload.forget(&h.erased());
+        }
         // The last access is done: nothing else can be scheduled on a handle we own.
         h.cell
             .take()
@@ -636,7 +639,20 @@ impl Context {
         );
         let node = {
             let _wait = trace::wait(self.runtime.tracer(), "acquire");
-            rx.recv().expect("the runtime runs every hook")
+            let node = rx.recv().expect("the runtime runs every hook");
+            if let Some(offload) = self.runtime.offload() {
+                // Master-slave mode: the valid copy may be on a slave; bring it back.
+                let (tx, rx) = mpsc::channel();
+                offload.to_host(
+                    h.erased(),
+                    mode,
+                    Box::new(move || {
+                        let _ = tx.send(());
+                    }),
+                );
+                let _ = rx.recv();
+            }
+            node
         };
         Acquired {
             runtime: self.runtime.clone(),
@@ -667,12 +683,19 @@ impl Context {
             }],
             0,
             Box::new(move |node| {
-                f(Acquired {
+                let offload = runtime.offload().cloned();
+                let cell = handle.erased();
+                let acquired = Acquired {
                     runtime,
                     node,
                     handle,
                     mode,
-                });
+                };
+                match offload {
+                    // Master-slave mode: `f` runs once main memory's copy is valid.
+                    Some(offload) => offload.to_host(cell, mode, Box::new(move || f(acquired))),
+                    None => f(acquired),
+                }
             }),
         );
     }

@@ -294,6 +294,8 @@ pub(crate) trait AnyCell: Send + Sync {
     fn unpack(&self, bytes: &[u8]) -> Result<(), DataError>;
     /// For typed access from codelets.
     fn as_any(&self) -> &dyn Any;
+    /// The interface's type name (for errors).
+    fn interface_name(&self) -> &'static str;
     /// Unique in the process, never reused.
     fn uid(&self) -> u64;
     /// Changes whenever write access to the data is granted.
@@ -390,6 +392,10 @@ impl<I: Interface> AnyCell for Cell<I> {
     #[cfg(loom)]
     fn lend_write(&self) -> Option<Box<dyn RecvBuffer>> {
         None
+    }
+
+    fn interface_name(&self) -> &'static str {
+        core::any::type_name::<I>()
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -44,6 +44,7 @@ pub mod hang;
 mod id_hash;
 pub mod interfaces;
 mod meter;
+pub mod ms;
 mod pool;
 mod progress;
 pub mod rank;

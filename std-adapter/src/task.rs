@@ -67,6 +67,24 @@ impl Codelet {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// Whether the codelet has an implementation (not [`Codelet::empty`]).
+    pub fn has_kernel(&self) -> bool {
+        self.kernel.is_some()
+    }
+
+    /// The CPU implementation, if any.
+    pub(crate) fn kernel(&self) -> Option<&Arc<Kernel>> {
+        self.kernel.as_ref()
+    }
+
+    /// A codelet named `name` running `kernel`.
+    pub(crate) fn from_kernel(name: &str, kernel: Arc<Kernel>) -> Self {
+        Self {
+            name: Arc::from(name),
+            kernel: Some(kernel),
+        }
+    }
 }
 
 /// The data a running task accesses, in the order of the task's accesses.
@@ -181,6 +199,24 @@ pub(crate) type Hook = Box<dyn FnOnce(NodeId) + Send>;
 
 /// A task's completion callback.
 pub(crate) type Callback = Box<dyn FnOnce() + Send>;
+
+/// Called once when an offloaded task finished: `Err` names why it failed.
+pub(crate) type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// Where a runtime runs its tasks' kernels instead of its own workers (master-slave
+/// mode, [`crate::ms`]): the worker that takes a ready task hands it over and goes on at
+/// once; the task completes when `finish` is called.
+pub(crate) trait Offload: Send + Sync {
+    /// Runs a task of `codelet` on `accesses` elsewhere; calls `finish` exactly once.
+    fn start(&self, codelet: &Codelet, accesses: Vec<Access>, priority: i32, finish: Finish);
+
+    /// Makes main memory's copy of `cell` valid for an access in `mode` by this process
+    /// (an acquisition, an unregistration), then calls `then`.
+    fn to_host(&self, cell: Arc<dyn AnyCell>, mode: AccessMode, then: Box<dyn FnOnce() + Send>);
+
+    /// The handle `cell` is unregistered: forget its copies elsewhere.
+    fn forget(&self, cell: &Arc<dyn AnyCell>);
+}
 
 enum Work {
     Task {
@@ -307,6 +343,8 @@ struct Shared {
     threads: usize,
     /// The rank's timeline trace, when tracing.
     trace: Option<Arc<Recorder>>,
+    /// Where tasks with a kernel run, when not on this runtime's workers.
+    offload: std::sync::OnceLock<Arc<dyn Offload>>,
 }
 
 /// The task runtime of one rank. Cheap to clone (shared).
@@ -369,6 +407,7 @@ impl Runtime {
                 on_ready: std::sync::OnceLock::new(),
                 trace,
                 threads,
+                offload: std::sync::OnceLock::new(),
             }),
         };
         let threads = (0..threads)
@@ -664,6 +703,22 @@ impl Runtime {
         let _ = self.shared.on_ready.set(f);
     }
 
+    /// Hands every task with a kernel to `offload` from now on (once set, for the
+    /// runtime's life).
+    pub(crate) fn set_offload(&self, offload: Arc<dyn Offload>) {
+        let _ = self.shared.offload.set(offload);
+    }
+
+    /// How many worker threads run tasks.
+    pub(crate) fn threads(&self) -> usize {
+        self.shared.threads
+    }
+
+    /// Where tasks run when not here, if anywhere.
+    pub(crate) fn offload(&self) -> Option<&Arc<dyn Offload>> {
+        self.shared.offload.get()
+    }
+
     /// Runs one ready task on the calling thread, if there is one (driver mode); whether
     /// one ran.
     pub(crate) fn try_run_one(&self) -> bool {
@@ -717,8 +772,32 @@ impl Runtime {
             return;
         };
         let accesses = node.accesses.clone();
+        let priority = node.priority;
         st.running += 1;
         drop(st);
+
+        if let (Some(offload), Some(_), false) = (
+            self.shared.offload.get(),
+            &codelet.kernel,
+            self.shared.disable_kernels,
+        ) {
+            // Master-slave mode: the kernel runs elsewhere; this worker goes on at once.
+            let rt = self.clone();
+            let name = Arc::clone(&codelet.name);
+            let finish: Finish = Box::new(move |outcome| {
+                let mut failure = outcome.err();
+                if let Some(cb) = callback {
+                    if let Err(p) = std::panic::catch_unwind(core::panic::AssertUnwindSafe(cb)) {
+                        failure.get_or_insert_with(|| {
+                            format!("its callback panicked: {}", panic_text(&*p))
+                        });
+                    }
+                }
+                rt.finish_task(id, &name, failure, tag);
+            });
+            offload.start(&codelet, accesses, priority, finish);
+            return;
+        }
 
         // A panicking kernel or callback must not wedge the rank: the task still
         // completes (its successors run) and the panic is reported at shutdown.
@@ -737,15 +816,14 @@ impl Runtime {
             }
         }));
         timeline.end(begin, &codelet.name);
-        if let Err(payload) = ran {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string panic".to_owned());
-            self.state()
-                .panics
-                .push(format!("task `{}` panicked: {what}", codelet.name()));
+        let failure = ran.err().map(|p| format!("panicked: {}", panic_text(&*p)));
+        self.finish_task(id, &codelet.name, failure, tag);
+    }
+
+    /// Task `id` of codelet `name` ran (or failed, `failure` says how): completes it.
+    fn finish_task(&self, id: NodeId, name: &str, failure: Option<String>, tag: Option<TaskTag>) {
+        if let Some(what) = failure {
+            self.state().panics.push(format!("task `{name}` {what}"));
         }
         if let Some(t) = tag {
             self.unlock_tag(t);
@@ -758,6 +836,15 @@ impl Runtime {
         drop(st);
         run_hooks(hooks);
     }
+}
+
+/// The text of a panic's payload.
+fn panic_text(payload: &(dyn core::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic".to_owned())
 }
 
 /// A snapshot of a runtime's activity, for quiescence checks.
