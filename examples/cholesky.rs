@@ -34,7 +34,7 @@
 //! with leftovers.
 //!
 //! ```sh
-//! cargo run --release --example cholesky -- [ranks] [n] [nb] [--check | --no-check] [--openblas] [--gpu]
+//! cargo run --release --example cholesky -- [ranks] [n] [nb] [--check | --no-check] [--openblas] [--gpu] [--ms]
 //! cargo run --release --features cuda --example cholesky -- 1 8192 1024 --gpu
 //! cargo build --release --features mpi --example cholesky
 //! mpirun -n 2 target/release/examples/cholesky 2 4096 512 --no-check   # over MPI
@@ -54,6 +54,12 @@
 //! (`bench/compare/cholesky_starpu.c`): `dpotrf_`, `cblas_dtrsm`, `cblas_dsyrk`,
 //! `cblas_dgemm`; set `OPENBLAS_NUM_THREADS=1` for one thread per worker.
 //!
+//! `--ms` runs the same flow in master-slave mode ([`starling::launch_ms`]): rank 0 (the
+//! master) submits the whole factorization as a one-rank flow and the other ranks run its
+//! tasks, the data moving to them as the core's coherence state machine decides; the four
+//! codelets are registered by name at start-up (`starling::ms::Registry`). `ranks` counts
+//! the master: `cholesky 3 4096 512 --ms` has two slaves.
+//!
 //! `--gpu` (with the `cuda` feature) gives the four codelets their CUDA implementations
 //! (`starling::gpu::tiles`: cuSOLVER's POTRF, cuBLAS's TRSM, SYRK and GEMM), run by the
 //! CUDA worker of each device (`STARLING_NCUDA`, `STARLING_CUDA_POLICY`); the check is the
@@ -72,7 +78,10 @@ use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Matrix;
-use starling::{Buffers, ClusterConfig, Codelet, Context, Handle, InsertError, launch_with};
+use starling::ms::{MsConfig, Registry};
+use starling::{
+    Buffers, ClusterConfig, Codelet, Context, Handle, InsertError, launch_ms, launch_with,
+};
 
 /// The problem: `ranks` ranks factor a matrix of order `n` in tiles of order `nb`.
 #[derive(Clone, Copy, Debug)]
@@ -644,7 +653,7 @@ fn parse() -> Result<Params, String> {
         .filter(|a| {
             !matches!(
                 a.as_str(),
-                "--check" | "--no-check" | "--openblas" | "--gpu"
+                "--check" | "--no-check" | "--openblas" | "--gpu" | "--ms"
             )
         })
         .collect();
@@ -673,7 +682,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("cholesky: {e}");
             eprintln!(
-                "usage: cholesky [ranks] [n] [nb] [--check | --no-check] [--openblas] [--gpu]"
+                "usage: cholesky [ranks] [n] [nb] [--check | --no-check] [--openblas] [--gpu] [--ms]"
             );
             return ExitCode::FAILURE;
         }
@@ -695,6 +704,31 @@ fn main() -> ExitCode {
     if std::env::var_os("STARLING_PROGRESS").is_none() {
         config.progress = std::io::stderr().is_terminal();
     }
+    if std::env::args().any(|a| a == "--ms") {
+        if gpu.is_some() {
+            eprintln!("cholesky: --ms runs the CPU kernels on the slaves; drop --gpu");
+            return ExitCode::FAILURE;
+        }
+        let cl = Codelets::of(&p, None);
+        let registry = Registry::new()
+            .codelet(&cl.potrf)
+            .codelet(&cl.trsm)
+            .codelet(&cl.syrk)
+            .codelet(&cl.gemm);
+        let ms = MsConfig::from_env();
+        eprintln!("cholesky: master-slave mode, master rank {}", ms.master.0);
+        let out = launch_ms(p.ranks, ms, config, registry, move |ctx| {
+            distributed(ctx, &p, None)
+        });
+        return match out {
+            Ok(Some(r)) => finish(&p, vec![(Rank(0), r)]),
+            Ok(None) => ExitCode::SUCCESS, // a slave's process under mpirun
+            Err(e) => {
+                eprintln!("cholesky: FAILED: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     // In-process: every rank's outcome; under mpirun: this process's rank only.
     let out = match launch_with(p.ranks, config, move |ctx| {
         (ctx.rank(), distributed(ctx, &p, gpu.as_ref()))
@@ -706,6 +740,31 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    #[cfg(feature = "cuda")]
+    let code = finish(&p, out);
+    #[cfg(feature = "cuda")]
+    if let Some(g) = devices {
+        let s = g.stats();
+        eprintln!(
+            "gpu: {} device(s), {} tasks on a device, {} on the CPU, {:.1} MB up, {:.1} MB down",
+            g.device_count(),
+            s.device_tasks,
+            s.cpu_tasks,
+            s.bytes_to_device as f64 / 1e6,
+            s.bytes_to_host as f64 / 1e6
+        );
+    }
+    #[cfg(feature = "cuda")]
+    return code;
+    #[cfg(not(feature = "cuda"))]
+    finish(&p, out)
+}
+
+/// What a rank computed.
+type RankOutcome = Result<Option<(Duration, Vec<f64>)>, InsertError>;
+
+/// Prints the timing and checks the factor that rank 0 gathered.
+fn finish(p: &Params, out: Vec<(Rank, RankOutcome)>) -> ExitCode {
     let mut result = None;
     for (rank, r) in out {
         match r {
@@ -730,18 +789,6 @@ fn main() -> ExitCode {
         secs * 1e3,
         p.flops() / secs / 1e9
     );
-    #[cfg(feature = "cuda")]
-    if let Some(g) = devices {
-        let s = g.stats();
-        eprintln!(
-            "gpu: {} device(s), {} tasks on a device, {} on the CPU, {:.1} MB up, {:.1} MB down",
-            g.device_count(),
-            s.device_tasks,
-            s.cpu_tasks,
-            s.bytes_to_device as f64 / 1e6,
-            s.bytes_to_host as f64 / 1e6
-        );
-    }
     if !p.check {
         return ExitCode::SUCCESS;
     }

@@ -9,7 +9,11 @@
 //! * `detached` (default, the handbook's code): detached receive → increment task →
 //!   detached send; nothing waits, the implicit dependencies on the token order it all;
 //! * `async` (`ring_async`): `irecv`/`isend` returning requests, each waited on;
-//! * `sync` (`ring_sync`): synchronous sends (`issend`), waited on.
+//! * `sync` (`ring_sync`): synchronous sends (`issend`), waited on;
+//! * `ms`: the ring's task in master-slave mode ([`starling::launch_ms`]): the master
+//!   submits the `loops × (ranks − 1)` increments as an ordinary flow on one token and the
+//!   slaves run them; the code of the task is the same, the start-up registers it by
+//!   name.
 //!
 //! ```sh
 //! cargo run --release --example ring -- [ranks] [loops] [detached|async|sync]
@@ -25,7 +29,8 @@ use std::time::Instant;
 
 use starling::core::{AccessMode, Rank, Tag};
 use starling::interfaces::Vector;
-use starling::{Codelet, Context, launch};
+use starling::ms::{MsConfig, Registry};
+use starling::{ClusterConfig, Codelet, Context, launch, launch_ms};
 
 /// One rank's part: its rank, the job's size, its final token and the ring's duration.
 struct Outcome {
@@ -35,12 +40,17 @@ struct Outcome {
     elapsed: Duration,
 }
 
+/// The ring's task: the token plus one.
+fn increment() -> Codelet {
+    Codelet::new("increment_token", |b| {
+        b.w::<Vector<u32>>(0).as_mut_slice()[0] += 1;
+    })
+}
+
 fn ring(ctx: &Context, loops: u32, variant: &str) -> Outcome {
     let (rank, size) = (ctx.rank().0, ctx.size());
     let token = ctx.register(Vector::<u32>::zeros(1));
-    let increment = Codelet::new("increment_token", |b| {
-        b.w::<Vector<u32>>(0).as_mut_slice()[0] += 1;
-    });
+    let increment = increment();
     let prev = Rank((rank + size - 1) % size);
     let next = Rank((rank + 1) % size);
     ctx.barrier();
@@ -84,16 +94,53 @@ fn ring(ctx: &Context, loops: u32, variant: &str) -> Outcome {
     }
 }
 
+/// The ring in master-slave mode: the master's flow increments the token once per slave
+/// and loop; returns the token and the time the flow took.
+fn ring_ms(ranks: u32, loops: u32) -> Option<(u32, u32, Duration)> {
+    let registry = Registry::new().codelet(&increment());
+    let hops = loops * (ranks.max(2) - 1);
+    launch_ms(
+        ranks,
+        MsConfig::from_env(),
+        ClusterConfig::from_env(),
+        registry,
+        move |ctx| {
+            let increment = increment();
+            let token = ctx.register(Vector::<u32>::zeros(1));
+            let start = Instant::now();
+            for _ in 0..hops {
+                ctx.task(&increment).rw(&token).submit();
+            }
+            let value = ctx.unregister(token).as_slice()[0];
+            (value, hops, start.elapsed())
+        },
+    )
+    .expect("a clean master-slave run")
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let ranks: u32 = args.next().map_or(4, |a| a.parse().expect("ranks"));
     let loops: u32 = args.next().map_or(1000, |a| a.parse().expect("loops"));
     let variant = args.next().unwrap_or_else(|| "detached".into());
     assert!(
-        matches!(variant.as_str(), "detached" | "async" | "sync"),
-        "variant: detached, async or sync"
+        matches!(variant.as_str(), "detached" | "async" | "sync" | "ms"),
+        "variant: detached, async, sync or ms"
     );
     assert!(ranks >= 1 && loops >= 1);
+    if variant == "ms" {
+        // `None`: a slave's process under mpirun.
+        if let Some((token, hops, elapsed)) = ring_ms(ranks, loops) {
+            eprintln!("[master] token = {token} == {hops} ?");
+            assert_eq!(token, hops, "the token went astray");
+            eprintln!(
+                "ms ring: {hops} tasks in {:.1} ms, {:.2} µs per task (master-slave)",
+                elapsed.as_secs_f64() * 1e3,
+                elapsed.as_secs_f64() * 1e6 / f64::from(hops)
+            );
+        }
+        return;
+    }
     let v = variant.clone();
     let outcomes = launch(ranks, move |ctx| ring(ctx, loops, &v)).expect("a clean shutdown");
     // In-process: every rank's outcome; under mpirun: this process's rank only.

@@ -35,7 +35,7 @@ pub use starling_std::{
     RuntimeConfig, SendOpts, ShutdownError, StartError, TaskBuilder, TaskTag, Transport, data,
     interfaces, rank, run_fake, run_local, run_local_with, serial, sim, trace, transport,
 };
-pub use starling_std::{Divergence, agreement, hang};
+pub use starling_std::{Divergence, agreement, hang, ms};
 
 pub mod comm_matrix;
 pub mod trace_merge;
@@ -141,6 +141,77 @@ where
     let value = f(rank.context());
     rank.shutdown()?;
     Ok(vec![value])
+}
+
+/// Runs a master-slave job ([`ms`]): the master rank ([`ms::MsConfig::master`]) runs the
+/// ordinary task flow `f` on a one-rank [`Context`], every other rank runs its tasks.
+/// Every rank calls it with the same `registry` (all ranks run the same binary).
+///
+/// * Under `mpirun` (feature `mpi`): this process is one rank of the job. The master's
+///   process gets `Some` of `f`'s value, a slave's `None` once the master stopped it.
+/// * Otherwise: [`ms::run_local`] with `ranks` ranks in this process; `Some` of the
+///   value.
+///
+/// Slaves get [`ms::MsConfig::slave_threads`] workers (`STARLING_NMPIMSTHREADS`), the
+/// rest of each rank's settings from `config`. The hang watchdog is off: master-slave mode
+/// watches its slaves itself ([`ms::MsConfig::timeout`]).
+///
+/// ```
+/// use starling::interfaces::Variable;
+/// use starling::ms::{MsConfig, Registry};
+/// use starling::{ClusterConfig, Codelet};
+///
+/// let double = Codelet::new("double", |b| {
+///     let mut v = b.w::<Variable<u64>>(0);
+///     let x = v.get();
+///     v.set(2 * x);
+/// });
+/// let registry = Registry::new().codelet(&double);
+/// let out = starling::launch_ms(3, MsConfig::from_env(), ClusterConfig::from_env(), registry, move |ctx| {
+///     let h = ctx.register(Variable::new(1u64));
+///     for _ in 0..10 {
+///         ctx.task(&double).rw(&h).submit();
+///     }
+///     ctx.unregister(h).get()
+/// })?;
+/// assert!(out.is_none_or(|v| v == 1024)); // `None` on a slave's process under mpirun
+/// # Ok::<(), starling::ms::MsError>(())
+/// ```
+///
+/// # Errors
+/// The first [`ms::MsError`] of the job (on the master's process).
+///
+/// # Panics
+/// As [`launch`].
+pub fn launch_ms<R, F>(
+    ranks: u32,
+    ms: ms::MsConfig,
+    config: ClusterConfig,
+    registry: ms::Registry,
+    f: F,
+) -> Result<Option<R>, ms::MsError>
+where
+    R: Send + 'static,
+    F: Fn(&Context) -> R + Send + Sync + 'static,
+{
+    #[cfg(feature = "mpi")]
+    if mpi::under_mpirun() {
+        let mut mpi_config = mpi::MpiConfig::from_env();
+        mpi_config.rank = config.rank_config();
+        if let Some(n) = ms.slave_threads {
+            mpi_config.rank.runtime.workers = n;
+        }
+        mpi_config.watchdog = core::time::Duration::ZERO;
+        let rank = mpi::init(mpi_config).unwrap_or_else(|e| {
+            panic!("Starling cannot start over MPI: {e} (launch_ms runs once per MPI process)")
+        });
+        let value = ms::serve(rank.context(), &ms, &registry, |app| f(app));
+        let shutdown = rank.shutdown();
+        let value = value?;
+        shutdown.map_err(ms::MsError::Shutdown)?;
+        return Ok(value);
+    }
+    ms::run_local(ranks, ms, config, registry, f).map(Some)
 }
 
 /// Whether [`launch`] runs this process as one rank of an `mpirun` job (built with the
