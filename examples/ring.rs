@@ -131,7 +131,7 @@ fn main() {
     if variant == "ms" {
         // `None`: a slave's process under mpirun.
         if let Some((token, hops, elapsed)) = ring_ms(ranks, loops) {
-            eprintln!("[master] token = {token} == {hops} ?");
+            println!("Finished: token value {token}");
             assert_eq!(token, hops, "the token went astray");
             eprintln!(
                 "ms ring: {hops} tasks in {:.1} ms, {:.2} µs per task (master-slave)",

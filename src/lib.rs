@@ -201,7 +201,7 @@ where
         if let Some(n) = ms.slave_threads {
             mpi_config.rank.runtime.workers = n;
         }
-        mpi_config.watchdog = core::time::Duration::ZERO;
+        mpi_config.watchdog = ::core::time::Duration::ZERO;
         let rank = mpi::init(mpi_config).unwrap_or_else(|e| {
             panic!("Starling cannot start over MPI: {e} (launch_ms runs once per MPI process)")
         });

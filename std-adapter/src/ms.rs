@@ -101,6 +101,9 @@ pub struct MsConfig {
     /// Fault injection, for tests: slave `.0` stops answering after it has run `.1`
     /// tasks, as if its process had died.
     pub exit_after: Option<(Rank, u64)>,
+    /// At the end, the master writes what each slave did to stderr: workers, tasks,
+    /// bytes moved, evictions and write-backs (`STARLING_MS_STATS=1`).
+    pub stats: bool,
 }
 
 impl Default for MsConfig {
@@ -111,13 +114,14 @@ impl Default for MsConfig {
             slave_memory: None,
             timeout: Duration::from_secs(60),
             exit_after: None,
+            stats: false,
         }
     }
 }
 
 impl MsConfig {
     /// The defaults, overridden by `STARLING_MPI_MASTER_NODE`, `STARLING_NMPIMSTHREADS`,
-    /// `STARLING_MS_MEMORY` and `STARLING_MS_TIMEOUT_SECS`.
+    /// `STARLING_MS_MEMORY`, `STARLING_MS_TIMEOUT_SECS` and `STARLING_MS_STATS`.
     pub fn from_env() -> Self {
         let num = |v: &str| {
             std::env::var(v)
@@ -132,6 +136,7 @@ impl MsConfig {
             c.slave_threads = Some(usize::try_from(n).unwrap_or(usize::MAX).max(1));
         }
         c.slave_memory = num("STARLING_MS_MEMORY");
+        c.stats = crate::task::env_flag("STARLING_MS_STATS");
         if let Some(s) = num("STARLING_MS_TIMEOUT_SECS") {
             c.timeout = Duration::from_secs(s.max(1));
         }

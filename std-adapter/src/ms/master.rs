@@ -103,6 +103,21 @@ struct Slave {
     bye: bool,
     seq: u64,
     ops: Vec<Op>,
+    stats: SlaveStats,
+}
+
+/// What one slave did, for the report (`STARLING_MS_STATS=1`).
+#[derive(Clone, Copy, Default)]
+struct SlaveStats {
+    tasks: u64,
+    /// Bytes sent to it (by the master or another slave).
+    bytes_in: u64,
+    /// Bytes it sent the master.
+    bytes_home: u64,
+    /// Copies it freed to make room.
+    evictions: u64,
+    /// Of those, copies written back to the master first.
+    write_backs: u64,
 }
 
 /// One datum of the application that has been to a slave.
@@ -194,6 +209,7 @@ where
             bye: false,
             seq: 0,
             ops: Vec::new(),
+            stats: SlaveStats::default(),
         })
         .collect();
     let mut m = Master {
@@ -306,6 +322,9 @@ where
         m.flush();
     }
 
+    if config.stats {
+        m.report();
+    }
     let value = match value {
         Ok(v) => v,
         Err(panic) => std::panic::resume_unwind(panic),
@@ -320,6 +339,24 @@ where
 }
 
 impl Master<'_> {
+    /// Writes what each slave did to stderr.
+    fn report(&self) {
+        for s in &self.slaves {
+            let st = s.stats;
+            eprintln!(
+                "[starling ms] slave {}: {} worker(s), {} task(s), {} bytes in, {} bytes back to the master, {} eviction(s) ({} written back){}",
+                s.rank.0,
+                s.threads,
+                st.tasks,
+                st.bytes_in,
+                st.bytes_home,
+                st.evictions,
+                st.write_backs,
+                if s.dead { ", dead" } else { "" }
+            );
+        }
+    }
+
     fn master_rank(&self) -> Rank {
         self.config.master
     }
@@ -462,6 +499,14 @@ impl Master<'_> {
                 self.fail(p, MsError::NoSlave { codelet, ranks });
                 continue;
             }
+            // A datum on its way back to the master (a write-back, an acquisition) is
+            // held there until it lands: the task waits for it.
+            if distinct(&p.accesses)
+                .iter()
+                .any(|(uid, _)| self.homeward.contains_key(uid))
+            {
+                return;
+            }
             let Some(s) = self.choose(p) else {
                 return;
             };
@@ -582,9 +627,15 @@ impl Master<'_> {
                 continue;
             };
             match d.replicas.evict(node) {
-                Ok(_) => self.forget_copy(s, uid),
+                Ok(_) => {
+                    self.slaves[s].stats.evictions += 1;
+                    self.forget_copy(s, uid);
+                }
                 Err(starling_core::coherence::CoherenceError::LastCopy(_)) => {
                     if let Ok(acq) = d.replicas.acquire(MemNode::MAIN_RAM, AccessMode::R) {
+                        let st = &mut self.slaves[s].stats;
+                        st.evictions += 1;
+                        st.write_backs += 1;
                         if let Some(fetch) = acq.fetch {
                             self.fetch_home(uid, fetch);
                         }
@@ -625,7 +676,9 @@ impl Master<'_> {
         }
         self.homeward.insert(uid, fetch);
         let master = self.master_rank();
+        let bytes = self.data[&uid].bytes;
         let slave = &mut self.slaves[src];
+        slave.stats.bytes_home += bytes;
         slave.sending_home += 1;
         slave.ops.push(Op::SendTo {
             uid,
@@ -694,6 +747,7 @@ impl Master<'_> {
                     self.slaves[src].rank
                 };
                 self.slaves[s].ops.push(Op::Recv { uid, from, tag });
+                self.slaves[s].stats.bytes_in += bytes;
                 fetches.push((uid, fetch));
             }
             self.drop_copies(uid, acq.invalidate);
@@ -716,6 +770,7 @@ impl Master<'_> {
             accesses,
         });
         slave.in_flight += 1;
+        slave.stats.tasks += 1;
         self.running.insert(
             task,
             Running {
