@@ -162,15 +162,15 @@ fn a_traced_stencil_merges_into_one_timeline_with_tasks_messages_and_arrows() {
         .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
         .filter_map(|e| e["args"]["name"].as_str())
         .collect();
-    for want in [
-        "application",
-        "worker 0",
-        "worker 1",
-        "sends 0",
-        "receives 0",
-    ] {
+    for want in ["application", "sends 0", "receives 0"] {
         assert!(names.contains(&want), "no track {want}: {names:?}");
     }
+    // Which of a rank's two workers ran tasks is the scheduler's business (on a loaded
+    // machine one worker may take them all); at least one did, on its own track.
+    assert!(
+        names.iter().any(|n| n.starts_with("worker ")),
+        "no worker track: {names:?}"
+    );
 
     // The command-line merger writes the same trace next to the prefix.
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_trace-merge"))
