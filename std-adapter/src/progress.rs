@@ -9,7 +9,6 @@
 
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
-use std::sync::mpsc::{Receiver, Sender};
 
 use starling_core::engine::{
     Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RequestError, SendArgs,
@@ -24,7 +23,10 @@ use crate::data::{AnyCell, DataError};
 use crate::error::CommError;
 use crate::pool::BufferPool;
 use crate::rank::DriverMode;
-use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{
+    Arc, AtomicU64, AtomicUsize, InboxReceiver, InboxSender, Mutex, Ordering, lock, park_timeout,
+    spin_wait, thread,
+};
 use crate::task::Runtime;
 use crate::trace::{CommTrace, Recorder};
 use crate::transport::{Completion, SendBuffer, Transport};
@@ -123,7 +125,7 @@ pub(crate) struct Shared {
     /// thread stands back while there are any.
     drivers: AtomicUsize,
     /// The progression thread, to wake when an input arrives.
-    thread: std::sync::OnceLock<std::thread::Thread>,
+    thread: std::sync::OnceLock<thread::Thread>,
     /// The rank's recycled transfer buffers.
     pub(crate) pool: Arc<BufferPool>,
     /// The rank's task runtime, once started: in driver mode the progression thread runs
@@ -149,17 +151,27 @@ impl Shared {
             t.unpark();
         }
     }
+
+    /// The rank's quiescence witness: `None` while an input is queued, else the progress
+    /// epoch. Two equal witnesses taken apart mean that no input was queued at the first
+    /// and none was taken in between.
+    pub(crate) fn settled(&self) -> Option<u64> {
+        if self.queued.load(Ordering::SeqCst) != 0 {
+            return None;
+        }
+        Some(self.epoch.load(Ordering::SeqCst))
+    }
 }
 
 /// The sending end of a progression thread's inbox: counts the input, queues it and
 /// wakes the thread.
 pub(crate) struct InboxTx<W> {
-    tx: Sender<Input<W>>,
+    tx: InboxSender<Input<W>>,
     shared: Arc<Shared>,
 }
 
 impl<W> InboxTx<W> {
-    pub(crate) fn new(tx: Sender<Input<W>>, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(tx: InboxSender<Input<W>>, shared: Arc<Shared>) -> Self {
         Self { tx, shared }
     }
 
@@ -216,7 +228,7 @@ struct Progress<T: Transport> {
 /// thread that initialized it); in between every MPI call is made under this lock, one
 /// at a time (`MPI_THREAD_SERIALIZED`).
 pub(crate) struct Driver<T: Transport> {
-    state: std::sync::Mutex<State<T>>,
+    state: Mutex<State<T>>,
     shared: Arc<Shared>,
     polling: bool,
     driver_mode: Option<DriverMode>,
@@ -225,7 +237,7 @@ pub(crate) struct Driver<T: Transport> {
 struct State<T: Transport> {
     /// `None` once stopped.
     progress: Option<Progress<T>>,
-    inbox: Receiver<Input<T::Wire>>,
+    inbox: InboxReceiver<Input<T::Wire>>,
     /// When anything last happened.
     last_active: std::time::Instant,
     /// A [`Command::Stop`] was taken: the progression thread drops the transport.
@@ -354,7 +366,7 @@ impl<T: Transport> Driver<T> {
 /// Makes the progression thread's state and hands out its driver; [`run`] then drives it.
 pub(crate) fn start<T: Transport>(
     mut transport: T,
-    inbox: Receiver<Input<T::Wire>>,
+    inbox: InboxReceiver<Input<T::Wire>>,
     config: ProgressConfig,
     shared: Arc<Shared>,
 ) -> Arc<Driver<T>> {
@@ -385,9 +397,9 @@ pub(crate) fn start<T: Transport>(
         in_place_min: config.in_place_min,
         timeline: CommTrace::new(config.timeline, rank, config.tags.envelope()),
     };
-    let _ = shared.thread.set(std::thread::current());
+    let _ = shared.thread.set(thread::current());
     Arc::new(Driver {
-        state: std::sync::Mutex::new(State {
+        state: Mutex::new(State {
             progress: Some(progress),
             inbox,
             last_active: std::time::Instant::now(),
@@ -408,13 +420,10 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
         if d.shared.drivers.load(Ordering::SeqCst) > 0 {
             // A waiting thread drives: stand back (it wakes this one when it leaves
             // inputs behind).
-            std::thread::park_timeout(Duration::from_millis(1));
+            park_timeout(Duration::from_millis(1));
             continue;
         }
-        let mut st = d
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut st = lock(&d.state);
         let driven = if st.stopping {
             Driven::Stopped
         } else {
@@ -451,15 +460,19 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
             }
         }
         if hot {
-            std::thread::yield_now();
+            thread::yield_now();
         } else if d.shared.queued.load(Ordering::SeqCst) == 0 {
             // Idle: a polled transport is looked at every 50 µs; an input wakes the
             // thread at once.
-            std::thread::park_timeout(if d.polling {
+            park_timeout(if d.polling {
                 Duration::from_micros(50)
             } else {
                 Duration::from_millis(100)
             });
+        } else {
+            // An input is counted and not yet taken (its sender is between counting and
+            // queueing it): drive again at once.
+            spin_wait();
         }
     }
 }
@@ -840,3 +853,6 @@ impl<T: Transport> Progress<T> {
         }
     }
 }
+
+#[cfg(all(test, loom))]
+mod models;

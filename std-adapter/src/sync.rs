@@ -21,6 +21,43 @@ pub(crate) use std::thread;
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// The progression thread's inbox (`progress::InboxTx`, `rank::Inbox`): an unbounded
+/// multi-producer channel that the thread drains with `try_recv`, parking in between.
+#[cfg(not(loom))]
+pub(crate) use std::sync::mpsc::{
+    Receiver as InboxReceiver, Sender as InboxSender, channel as inbox,
+};
+/// Under `loom`, its channel, whose every send and receive the models schedule.
+#[cfg(loom)]
+pub(crate) use loom::sync::mpsc::{
+    Receiver as InboxReceiver, Sender as InboxSender, channel as inbox,
+};
+
+/// Parks the calling thread until another unparks it ([`thread::Thread::unpark`]) or
+/// `timeout` passes.
+#[cfg(not(loom))]
+pub(crate) fn park_timeout(timeout: core::time::Duration) {
+    thread::park_timeout(timeout);
+}
+/// Under `loom`, parks without a timeout: the models require every wake-up to come from
+/// an unpark, so that a lost one is a deadlock that `loom` reports rather than a delay.
+#[cfg(loom)]
+pub(crate) fn park_timeout(_timeout: core::time::Duration) {
+    thread::park();
+}
+
+/// Called by a thread that loops on a condition another thread will change, without
+/// blocking: nothing outside `loom`; under `loom` a yield, so that the models schedule the
+/// other thread rather than explore the loop.
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) fn spin_wait() {}
+/// Under `loom`, a yield (see the `std` version).
+#[cfg(loom)]
+pub(crate) fn spin_wait() {
+    thread::yield_now();
+}
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
