@@ -338,8 +338,10 @@ impl<T: Transport> Driver<T> {
         if moved {
             *last_active = std::time::Instant::now();
         }
-        self.shared.queued.fetch_sub(taken, Ordering::SeqCst);
+        // The epoch moves before the inputs stop counting as queued: a witness
+        // (`Shared::settled`) that finds them gone finds the epoch moved too.
         self.shared.epoch.fetch_add(1, Ordering::SeqCst);
+        self.shared.queued.fetch_sub(taken, Ordering::SeqCst);
         if stop {
             // The transport is dropped by the progression thread (see `run`).
             *stopping = true;

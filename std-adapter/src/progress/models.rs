@@ -137,7 +137,6 @@ fn loom_an_input_sent_as_the_progression_thread_parks_is_taken() {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(3);
     model.check(|| {
-        ITER.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         let (delivered, arrivals) = mpsc::channel();
         let rank = rank0(delivered, None);
         // Sent at any point of the thread's start, drive or park: it must be taken (a
@@ -147,6 +146,96 @@ fn loom_an_input_sent_as_the_progression_thread_parks_is_taken() {
         rank.stop();
     });
 }
-static ITER: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// How a thread that drove progress stops.
+#[derive(Clone, Copy)]
+enum Leave {
+    /// Drops its guard (`Request::test`): it wakes the progression thread only if inputs
+    /// are queued.
+    Drop,
+    /// Hands back (`context::drive_until`): it always wakes the progression thread.
+    HandBack,
+}
+
+/// A thread drives the rank's progress once (as `Request::test` does, or a wait before it
+/// sleeps) while a peer delivers an input: the input is taken, by the driving thread or by
+/// the progression thread, and never by both at once (`Probe` checks the transport is
+/// entered by one thread at a time).
+fn a_driver_and_the_progression_thread_take_turns(leave: Leave) {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(move || {
+        let (delivered, arrivals) = mpsc::channel();
+        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))));
+        let peer = {
+            let tx = Arc::clone(&rank.tx);
+            thread::spawn(move || tx.send(Input::Net(())))
+        };
+        let d = rank.driver.recv().expect("the driver");
+        let guard = d.enter();
+        d.try_drive();
+        match leave {
+            Leave::Drop => drop(guard),
+            Leave::HandBack => guard.hand_back(),
+        }
+        // Whoever took it: it arrives (left behind by the driver with the progression
+        // thread parked, it never would: a deadlock).
+        arrivals.recv().expect("the input is taken");
+        peer.join().expect("the peer");
+        drop(d);
+        rank.stop();
+    });
+}
+
 #[test]
-fn loom_zz(){ std::thread::sleep(core::time::Duration::from_secs(3)); eprintln!("ITER {}", ITER.load(core::sync::atomic::Ordering::Relaxed)); }
+fn loom_an_input_queued_as_a_driver_drops_its_guard_is_taken() {
+    a_driver_and_the_progression_thread_take_turns(Leave::Drop);
+}
+
+#[test]
+fn loom_an_input_queued_as_a_driver_hands_back_is_taken() {
+    a_driver_and_the_progression_thread_take_turns(Leave::HandBack);
+}
+
+/// The cluster's shutdown reads each rank's [`Shared::settled`] twice, a grace period
+/// apart, and takes two equal witnesses for "nothing can move". An input is counted in
+/// `queued` from before it can be taken until after it is handled, and handling it
+/// changes the witness: an observer never sees equal witnesses around its handling.
+#[test]
+fn loom_an_input_handled_between_two_witnesses_changes_them() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let (delivered, _arrivals) = mpsc::channel();
+        let rank = rank0(delivered, None);
+        let handled = Arc::new(AtomicBool::new(false));
+        let (done_tx, done) = mpsc::channel();
+        let sender = {
+            let tx = Arc::clone(&rank.tx);
+            let shared = Arc::clone(&rank.shared);
+            let handled = Arc::clone(&handled);
+            thread::spawn(move || {
+                let reply = move |_: u64| {
+                    assert_ne!(
+                        shared.queued.load(Ordering::SeqCst),
+                        0,
+                        "an input is handled while not counted as queued"
+                    );
+                    handled.store(true, Ordering::SeqCst);
+                    let _ = done_tx.send(());
+                };
+                tx.send(Input::Command(Command::EarlyMessages(Box::new(reply))));
+            })
+        };
+        let first = rank.shared.settled();
+        let before = handled.load(Ordering::SeqCst);
+        let after = handled.load(Ordering::SeqCst);
+        let second = rank.shared.settled();
+        if first.is_some() && !before && after {
+            assert_ne!(first, second, "equal witnesses around the input's handling");
+        }
+        done.recv().expect("the input is handled");
+        sender.join().expect("the sender");
+        rank.stop();
+    });
+}
