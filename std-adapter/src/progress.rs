@@ -24,8 +24,8 @@ use crate::error::CommError;
 use crate::pool::BufferPool;
 use crate::rank::DriverMode;
 use crate::sync::{
-    Arc, AtomicU64, AtomicUsize, InboxReceiver, InboxSender, Mutex, Ordering, lock, park_timeout,
-    spin_wait, thread,
+    self, Arc, AtomicU64, AtomicUsize, DriveLock, InboxReceiver, InboxSender, Ordering,
+    park_timeout, spin_wait, store_load_order, thread,
 };
 use crate::task::Runtime;
 use crate::trace::{CommTrace, Recorder};
@@ -185,6 +185,7 @@ impl<W> InboxTx<W> {
         }
         // A thread driving progress takes the input; if it stops driving before, it sees
         // `queued` and wakes the progression thread (see `DriverGuard`'s drop).
+        store_load_order();
         if self.shared.drivers.load(Ordering::SeqCst) == 0 {
             self.shared.wake();
         }
@@ -228,7 +229,7 @@ struct Progress<T: Transport> {
 /// thread that initialized it); in between every MPI call is made under this lock, one
 /// at a time (`MPI_THREAD_SERIALIZED`).
 pub(crate) struct Driver<T: Transport> {
-    state: Mutex<State<T>>,
+    state: DriveLock<State<T>>,
     shared: Arc<Shared>,
     polling: bool,
     driver_mode: Option<DriverMode>,
@@ -282,9 +283,11 @@ impl DriverGuard<'_> {
 
 impl Drop for DriverGuard<'_> {
     fn drop(&mut self) {
-        if self.shared.drivers.fetch_sub(1, Ordering::SeqCst) == 1
-            && self.shared.queued.load(Ordering::SeqCst) != 0
-        {
+        // Stops driving, then reads `queued`; `InboxTx::send` counts, then reads
+        // `drivers`: one of the two sees the other.
+        let last = self.shared.drivers.fetch_sub(1, Ordering::SeqCst) == 1;
+        store_load_order();
+        if last && self.shared.queued.load(Ordering::SeqCst) != 0 {
             // Inputs came in after the last drive: the progression thread takes over.
             self.shared.wake();
         }
@@ -293,10 +296,9 @@ impl Drop for DriverGuard<'_> {
 
 impl<T: Transport> Drive for Driver<T> {
     fn try_drive(&self) -> Driven {
-        match self.state.try_lock() {
-            Ok(mut st) => self.drive(&mut st),
-            Err(std::sync::TryLockError::Poisoned(p)) => self.drive(&mut p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => Driven::Busy,
+        match sync::try_drive(&self.state) {
+            Some(mut st) => self.drive(&mut st),
+            None => Driven::Busy,
         }
     }
 
@@ -401,7 +403,7 @@ pub(crate) fn start<T: Transport>(
     };
     let _ = shared.thread.set(thread::current());
     Arc::new(Driver {
-        state: Mutex::new(State {
+        state: sync::drive_lock(State {
             progress: Some(progress),
             inbox,
             last_active: std::time::Instant::now(),
@@ -425,7 +427,7 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
             park_timeout(Duration::from_millis(1));
             continue;
         }
-        let mut st = lock(&d.state);
+        let mut st = sync::drive(&d.state);
         let driven = if st.stopping {
             Driven::Stopped
         } else {

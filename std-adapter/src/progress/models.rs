@@ -132,11 +132,27 @@ impl Rank0 {
     }
 }
 
+/// Runs `f` under every interleaving with at most `preemptions` preemptions each, and
+/// says how many it ran (seen with `--nocapture`).
+fn explore(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(preemptions);
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    model.check(move || {
+        counted.fetch_add(1, Ordering::Relaxed);
+        f();
+    });
+    eprintln!(
+        "{}: {} interleavings (at most {preemptions} preemptions)",
+        std::thread::current().name().unwrap_or("model"),
+        runs.load(Ordering::Relaxed)
+    );
+}
+
 #[test]
 fn loom_an_input_sent_as_the_progression_thread_parks_is_taken() {
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(3);
-    model.check(|| {
+    explore(3, || {
         let (delivered, arrivals) = mpsc::channel();
         let rank = rank0(delivered, None);
         // Sent at any point of the thread's start, drive or park: it must be taken (a
@@ -162,9 +178,7 @@ enum Leave {
 /// the progression thread, and never by both at once (`Probe` checks the transport is
 /// entered by one thread at a time).
 fn a_driver_and_the_progression_thread_take_turns(leave: Leave) {
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(2);
-    model.check(move || {
+    explore(3, move || {
         let (delivered, arrivals) = mpsc::channel();
         let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))));
         let peer = {
@@ -203,9 +217,7 @@ fn loom_an_input_queued_as_a_driver_hands_back_is_taken() {
 /// changes the witness: an observer never sees equal witnesses around its handling.
 #[test]
 fn loom_an_input_handled_between_two_witnesses_changes_them() {
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(2);
-    model.check(|| {
+    explore(3, || {
         let (delivered, _arrivals) = mpsc::channel();
         let rank = rank0(delivered, None);
         let handled = Arc::new(AtomicBool::new(false));
