@@ -22,15 +22,15 @@ pub(crate) use std::thread;
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+/// Under `loom`, its channel, whose every send and receive the models schedule.
+#[cfg(loom)]
+pub(crate) use loom::sync::mpsc::{
+    Receiver as InboxReceiver, Sender as InboxSender, channel as inbox,
+};
 /// The progression thread's inbox (`progress::InboxTx`, `rank::Inbox`): an unbounded
 /// multi-producer channel that the thread drains with `try_recv`, parking in between.
 #[cfg(not(loom))]
 pub(crate) use std::sync::mpsc::{
-    Receiver as InboxReceiver, Sender as InboxSender, channel as inbox,
-};
-/// Under `loom`, its channel, whose every send and receive the models schedule.
-#[cfg(loom)]
-pub(crate) use loom::sync::mpsc::{
     Receiver as InboxReceiver, Sender as InboxSender, channel as inbox,
 };
 

@@ -1,14 +1,18 @@
 //! Model checks, under `loom`, of the progression thread's hand-offs: its inbox
 //! ([`InboxTx`] and the loop of [`run`]), its wake-up (`Shared::wake` and the park in
 //! [`run`]), caller-driven progress ([`Drive::enter`], [`Drive::try_drive`],
-//! [`DriverGuard`]) and the quiescence witnesses ([`Shared::settled`]) that the
-//! in-process cluster reads at shutdown.
+//! [`DriverGuard`](super::DriverGuard)'s drop and `hand_back`, and the progression thread
+//! standing back while `drivers > 0`) and the quiescence witness ([`Shared::settled`])
+//! that the in-process cluster reads at shutdown.
 //!
 //! Each model runs the real [`start`] and [`run`] on a progression thread, with a
 //! transport that only counts (`Probe`). Under `loom` the thread parks without a timeout
 //! (`sync::park_timeout`): an input left in the inbox with the thread parked and nobody
-//! to wake it is a deadlock, which `loom` reports. Run with `RUSTFLAGS="--cfg loom"
-//! CARGO_TARGET_DIR=target/loom cargo test -p starling-std --release --lib loom`.
+//! to wake it is a deadlock, which `loom` reports. Two substitutions, both in `sync`:
+//! the drive lock is a compare-and-swap flag around `loom`'s mutex (`loom`'s `try_lock`
+//! is broken), and a `SeqCst` fence stands where the code relies on two `SeqCst`
+//! accesses being ordered (`loom` models them as `AcqRel`). Run with `RUSTFLAGS="--cfg
+//! loom" CARGO_TARGET_DIR=target/loom cargo test -p starling-std --release --lib loom`.
 
 use core::mem::ManuallyDrop;
 
@@ -132,19 +136,19 @@ impl Rank0 {
     }
 }
 
-/// Runs `f` under every interleaving with at most `preemptions` preemptions each, and
-/// says how many it ran (seen with `--nocapture`).
-fn explore(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
+/// Runs `f` under every interleaving, with at most `preemptions` preemptions each when
+/// bounded, and says how many it ran (seen with `--nocapture`).
+fn explore(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
     let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(preemptions);
-    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    model.preemption_bound = preemptions;
+    let runs = Arc::new(core::sync::atomic::AtomicUsize::new(0));
     let counted = Arc::clone(&runs);
     model.check(move || {
         counted.fetch_add(1, Ordering::Relaxed);
         f();
     });
     eprintln!(
-        "{}: {} interleavings (at most {preemptions} preemptions)",
+        "{}: {} interleavings (preemption bound {preemptions:?})",
         std::thread::current().name().unwrap_or("model"),
         runs.load(Ordering::Relaxed)
     );
@@ -152,7 +156,7 @@ fn explore(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
 
 #[test]
 fn loom_an_input_sent_as_the_progression_thread_parks_is_taken() {
-    explore(3, || {
+    explore(None, || {
         let (delivered, arrivals) = mpsc::channel();
         let rank = rank0(delivered, None);
         // Sent at any point of the thread's start, drive or park: it must be taken (a
@@ -178,7 +182,7 @@ enum Leave {
 /// the progression thread, and never by both at once (`Probe` checks the transport is
 /// entered by one thread at a time).
 fn a_driver_and_the_progression_thread_take_turns(leave: Leave) {
-    explore(3, move || {
+    explore(Some(4), move || {
         let (delivered, arrivals) = mpsc::channel();
         let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))));
         let peer = {
@@ -217,7 +221,7 @@ fn loom_an_input_queued_as_a_driver_hands_back_is_taken() {
 /// changes the witness: an observer never sees equal witnesses around its handling.
 #[test]
 fn loom_an_input_handled_between_two_witnesses_changes_them() {
-    explore(3, || {
+    explore(Some(4), || {
         let (delivered, _arrivals) = mpsc::channel();
         let rank = rank0(delivered, None);
         let handled = Arc::new(AtomicBool::new(false));
