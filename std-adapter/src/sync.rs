@@ -1,5 +1,7 @@
-//! Every lock, condition variable, atomic and shared pointer of the runtime comes from
-//! here, so that `loom` can replace them under `cfg(loom)` and model-check the queues.
+//! Every lock, condition variable, atomic and shared pointer of the runtime, the
+//! progression thread's inbox and its park, come from here, so that `loom` can replace
+//! them under `cfg(loom)` and model-check the queues and hand-offs
+//! (`docs/verification.md`).
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
