@@ -215,6 +215,32 @@ fn loom_an_input_queued_as_a_driver_hands_back_is_taken() {
     a_driver_and_the_progression_thread_take_turns(Leave::HandBack);
 }
 
+/// Two application threads drive at once (`drivers` reaches 2) while a peer delivers:
+/// only the last to leave may find the input left behind, and it wakes the progression
+/// thread.
+#[test]
+fn loom_an_input_queued_as_two_drivers_leave_is_taken() {
+    explore(Some(4), || {
+        let (delivered, arrivals) = mpsc::channel();
+        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))));
+        let d = rank.driver.recv().expect("the driver");
+        let other = {
+            let d = Arc::clone(&d);
+            thread::spawn(move || {
+                let _guard = d.enter();
+                d.try_drive();
+            })
+        };
+        let guard = d.enter();
+        rank.tx.send(Input::Net(()));
+        drop(guard);
+        arrivals.recv().expect("the input is taken");
+        other.join().expect("the other driver");
+        drop(d);
+        rank.stop();
+    });
+}
+
 /// The cluster's shutdown reads each rank's [`Shared::settled`] twice, a grace period
 /// apart, and takes two equal witnesses for "nothing can move". An input is counted in
 /// `queued` from before it can be taken until after it is handled, and handling it
