@@ -21,7 +21,9 @@ use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB, TagSpace};
 use starling_core::{CommId, PhysTag, Rank, ReqId};
 
 use super::{Command, Drive, Driver, InboxTx, Input, ProgressConfig, Shared, run, start};
+use crate::rank::DriverMode;
 use crate::sync::{Arc, AtomicBool, Ordering, inbox, thread};
+use crate::task::{Codelet, Runtime, RuntimeConfig};
 use crate::transport::{Completion, Transport};
 
 /// A transport that takes `()` from peers and reports each on `delivered`. With `inside`
@@ -96,7 +98,11 @@ struct Rank0 {
     thread: thread::JoinHandle<()>,
 }
 
-fn rank0(delivered: mpsc::Sender<()>, inside: Option<Arc<AtomicBool>>) -> Rank0 {
+fn rank0(
+    delivered: mpsc::Sender<()>,
+    inside: Option<Arc<AtomicBool>>,
+    driver_mode: Option<DriverMode>,
+) -> Rank0 {
     let (tx, rx) = inbox();
     let shared = Arc::new(Shared::new());
     let config = ProgressConfig {
@@ -105,7 +111,7 @@ fn rank0(delivered: mpsc::Sender<()>, inside: Option<Arc<AtomicBool>>) -> Rank0 
         trace: false,
         priorities: true,
         max_inflight_sends: 0,
-        driver: None,
+        driver: driver_mode,
         in_place_min: usize::MAX,
         timeline: None,
     };
@@ -158,7 +164,7 @@ fn explore(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
 fn loom_an_input_sent_as_the_progression_thread_parks_is_taken() {
     explore(None, || {
         let (delivered, arrivals) = mpsc::channel();
-        let rank = rank0(delivered, None);
+        let rank = rank0(delivered, None, None);
         // Sent at any point of the thread's start, drive or park: it must be taken (a
         // lost wake-up leaves this thread blocked and the other parked: a deadlock).
         rank.tx.send(Input::Net(()));
@@ -184,7 +190,7 @@ enum Leave {
 fn a_driver_and_the_progression_thread_take_turns(leave: Leave) {
     explore(Some(4), move || {
         let (delivered, arrivals) = mpsc::channel();
-        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))));
+        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))), None);
         let peer = {
             let tx = Arc::clone(&rank.tx);
             thread::spawn(move || tx.send(Input::Net(())))
@@ -222,7 +228,7 @@ fn loom_an_input_queued_as_a_driver_hands_back_is_taken() {
 fn loom_an_input_queued_as_two_drivers_leave_is_taken() {
     explore(Some(4), || {
         let (delivered, arrivals) = mpsc::channel();
-        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))));
+        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))), None);
         let d = rank.driver.recv().expect("the driver");
         let other = {
             let d = Arc::clone(&d);
@@ -249,7 +255,7 @@ fn loom_an_input_queued_as_two_drivers_leave_is_taken() {
 fn loom_an_input_handled_between_two_witnesses_changes_them() {
     explore(Some(4), || {
         let (delivered, _arrivals) = mpsc::channel();
-        let rank = rank0(delivered, None);
+        let rank = rank0(delivered, None, None);
         let handled = Arc::new(AtomicBool::new(false));
         let (done_tx, done) = mpsc::channel();
         let sender = {
@@ -279,5 +285,39 @@ fn loom_an_input_handled_between_two_witnesses_changes_them() {
         done.recv().expect("the input is handled");
         sender.join().expect("the sender");
         rank.stop();
+    });
+}
+
+/// Driver mode: the progression thread also runs the rank's tasks, and the runtime wakes it
+/// when one becomes ready (`Runtime::set_on_ready`, as `rank.rs` sets it). A task
+/// submitted while the thread looks for one, drives or parks is run.
+#[test]
+fn loom_a_task_ready_as_the_driver_mode_thread_parks_is_run() {
+    explore(Some(4), || {
+        let (delivered, _arrivals) = mpsc::channel();
+        let mode = DriverMode {
+            call_frequency: 1,
+            task_frequency: 1,
+        };
+        let rank = rank0(delivered, None, Some(mode));
+        // No worker thread: the progression thread takes the only worker's place.
+        let config = RuntimeConfig {
+            workers: 1,
+            disable_kernels: false,
+            ..RuntimeConfig::default()
+        };
+        let (runtime, workers) = Runtime::start_threads(&config, "loom", 0, None);
+        let waker = Arc::clone(&rank.shared);
+        runtime.set_on_ready(Box::new(move || waker.wake()));
+        let _ = rank.shared.runtime.set(runtime.clone());
+        let (ran_tx, ran) = mpsc::channel();
+        let kernel = Codelet::new("task", move |_| {
+            let _ = ran_tx.send(());
+        });
+        runtime.submit_task(kernel, Vec::new(), 0, None, None);
+        ran.recv().expect("the task ran");
+        runtime.wait_for_all();
+        rank.stop();
+        workers.stop();
     });
 }
