@@ -176,9 +176,8 @@ impl Quiesce {
         let probes = lock(&self.probes);
         let mut epoch = 0u64;
         for (runtime, shared) in probes.iter() {
-            if shared.queued.load(Ordering::SeqCst) != 0 {
-                return None;
-            }
+            // No input queued, and the rank's progress epoch (see `Shared::settled`).
+            let settled = shared.settled()?;
             let mut busy = 0;
             runtime.wait_until(Duration::ZERO, |v| {
                 busy = v.busy;
@@ -188,7 +187,7 @@ impl Quiesce {
             if busy != 0 {
                 return None;
             }
-            epoch = epoch.wrapping_add(shared.epoch.load(Ordering::SeqCst));
+            epoch = epoch.wrapping_add(settled);
         }
         Some(epoch)
     }

@@ -10,7 +10,7 @@ use crate::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
 use crate::error::CommError;
 use crate::pool::BufferPool;
 use crate::progress::{Command, Done, Drive, Driven, DriverGuard, Payload};
-use crate::sync::{Arc, AtomicBool, AtomicU32, Condvar, Mutex, Ordering, lock};
+use crate::sync::{Arc, AtomicBool, AtomicU32, Condvar, Mutex, Ordering, lock, thread};
 use crate::task::{Access, Codelet, NodeId, Runtime, TaskTag};
 use crate::trace::{self, Recorder};
 
@@ -284,7 +284,7 @@ fn drive_until<'a>(
                 if idle < SPIN_POLLS {
                     core::hint::spin_loop();
                 } else {
-                    std::thread::yield_now();
+                    thread::yield_now();
                 }
             }
         }

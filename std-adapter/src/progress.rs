@@ -9,7 +9,6 @@
 
 use core::time::Duration;
 use std::collections::{HashMap, VecDeque};
-use std::sync::mpsc::{Receiver, Sender};
 
 use starling_core::engine::{
     Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RequestError, SendArgs,
@@ -24,7 +23,10 @@ use crate::data::{AnyCell, DataError};
 use crate::error::CommError;
 use crate::pool::BufferPool;
 use crate::rank::DriverMode;
-use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{
+    self, Arc, AtomicU64, AtomicUsize, DriveLock, InboxReceiver, InboxSender, Ordering,
+    park_timeout, spin_wait, store_load_order, thread,
+};
 use crate::task::Runtime;
 use crate::trace::{CommTrace, Recorder};
 use crate::transport::{Completion, SendBuffer, Transport};
@@ -123,7 +125,7 @@ pub(crate) struct Shared {
     /// thread stands back while there are any.
     drivers: AtomicUsize,
     /// The progression thread, to wake when an input arrives.
-    thread: std::sync::OnceLock<std::thread::Thread>,
+    thread: std::sync::OnceLock<thread::Thread>,
     /// The rank's recycled transfer buffers.
     pub(crate) pool: Arc<BufferPool>,
     /// The rank's task runtime, once started: in driver mode the progression thread runs
@@ -149,17 +151,27 @@ impl Shared {
             t.unpark();
         }
     }
+
+    /// The rank's quiescence witness: `None` while an input is queued, else the progress
+    /// epoch. Two equal witnesses taken apart mean that no input was queued at the first
+    /// and none was taken in between.
+    pub(crate) fn settled(&self) -> Option<u64> {
+        if self.queued.load(Ordering::SeqCst) != 0 {
+            return None;
+        }
+        Some(self.epoch.load(Ordering::SeqCst))
+    }
 }
 
 /// The sending end of a progression thread's inbox: counts the input, queues it and
 /// wakes the thread.
 pub(crate) struct InboxTx<W> {
-    tx: Sender<Input<W>>,
+    tx: InboxSender<Input<W>>,
     shared: Arc<Shared>,
 }
 
 impl<W> InboxTx<W> {
-    pub(crate) fn new(tx: Sender<Input<W>>, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(tx: InboxSender<Input<W>>, shared: Arc<Shared>) -> Self {
         Self { tx, shared }
     }
 
@@ -173,6 +185,7 @@ impl<W> InboxTx<W> {
         }
         // A thread driving progress takes the input; if it stops driving before, it sees
         // `queued` and wakes the progression thread (see `DriverGuard`'s drop).
+        store_load_order();
         if self.shared.drivers.load(Ordering::SeqCst) == 0 {
             self.shared.wake();
         }
@@ -216,7 +229,7 @@ struct Progress<T: Transport> {
 /// thread that initialized it); in between every MPI call is made under this lock, one
 /// at a time (`MPI_THREAD_SERIALIZED`).
 pub(crate) struct Driver<T: Transport> {
-    state: std::sync::Mutex<State<T>>,
+    state: DriveLock<State<T>>,
     shared: Arc<Shared>,
     polling: bool,
     driver_mode: Option<DriverMode>,
@@ -225,7 +238,7 @@ pub(crate) struct Driver<T: Transport> {
 struct State<T: Transport> {
     /// `None` once stopped.
     progress: Option<Progress<T>>,
-    inbox: Receiver<Input<T::Wire>>,
+    inbox: InboxReceiver<Input<T::Wire>>,
     /// When anything last happened.
     last_active: std::time::Instant,
     /// A [`Command::Stop`] was taken: the progression thread drops the transport.
@@ -270,9 +283,11 @@ impl DriverGuard<'_> {
 
 impl Drop for DriverGuard<'_> {
     fn drop(&mut self) {
-        if self.shared.drivers.fetch_sub(1, Ordering::SeqCst) == 1
-            && self.shared.queued.load(Ordering::SeqCst) != 0
-        {
+        // Stops driving, then reads `queued`; `InboxTx::send` counts, then reads
+        // `drivers`: one of the two sees the other.
+        let last = self.shared.drivers.fetch_sub(1, Ordering::SeqCst) == 1;
+        store_load_order();
+        if last && self.shared.queued.load(Ordering::SeqCst) != 0 {
             // Inputs came in after the last drive: the progression thread takes over.
             self.shared.wake();
         }
@@ -281,10 +296,9 @@ impl Drop for DriverGuard<'_> {
 
 impl<T: Transport> Drive for Driver<T> {
     fn try_drive(&self) -> Driven {
-        match self.state.try_lock() {
-            Ok(mut st) => self.drive(&mut st),
-            Err(std::sync::TryLockError::Poisoned(p)) => self.drive(&mut p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => Driven::Busy,
+        match sync::try_drive(&self.state) {
+            Some(mut st) => self.drive(&mut st),
+            None => Driven::Busy,
         }
     }
 
@@ -326,8 +340,10 @@ impl<T: Transport> Driver<T> {
         if moved {
             *last_active = std::time::Instant::now();
         }
-        self.shared.queued.fetch_sub(taken, Ordering::SeqCst);
+        // The epoch moves before the inputs stop counting as queued: a witness
+        // (`Shared::settled`) that finds them gone finds the epoch moved too.
         self.shared.epoch.fetch_add(1, Ordering::SeqCst);
+        self.shared.queued.fetch_sub(taken, Ordering::SeqCst);
         if stop {
             // The transport is dropped by the progression thread (see `run`).
             *stopping = true;
@@ -354,7 +370,7 @@ impl<T: Transport> Driver<T> {
 /// Makes the progression thread's state and hands out its driver; [`run`] then drives it.
 pub(crate) fn start<T: Transport>(
     mut transport: T,
-    inbox: Receiver<Input<T::Wire>>,
+    inbox: InboxReceiver<Input<T::Wire>>,
     config: ProgressConfig,
     shared: Arc<Shared>,
 ) -> Arc<Driver<T>> {
@@ -385,9 +401,9 @@ pub(crate) fn start<T: Transport>(
         in_place_min: config.in_place_min,
         timeline: CommTrace::new(config.timeline, rank, config.tags.envelope()),
     };
-    let _ = shared.thread.set(std::thread::current());
+    let _ = shared.thread.set(thread::current());
     Arc::new(Driver {
-        state: std::sync::Mutex::new(State {
+        state: sync::drive_lock(State {
             progress: Some(progress),
             inbox,
             last_active: std::time::Instant::now(),
@@ -408,13 +424,10 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
         if d.shared.drivers.load(Ordering::SeqCst) > 0 {
             // A waiting thread drives: stand back (it wakes this one when it leaves
             // inputs behind).
-            std::thread::park_timeout(Duration::from_millis(1));
+            park_timeout(Duration::from_millis(1));
             continue;
         }
-        let mut st = d
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut st = sync::drive(&d.state);
         let driven = if st.stopping {
             Driven::Stopped
         } else {
@@ -451,15 +464,19 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
             }
         }
         if hot {
-            std::thread::yield_now();
+            thread::yield_now();
         } else if d.shared.queued.load(Ordering::SeqCst) == 0 {
             // Idle: a polled transport is looked at every 50 µs; an input wakes the
             // thread at once.
-            std::thread::park_timeout(if d.polling {
+            park_timeout(if d.polling {
                 Duration::from_micros(50)
             } else {
                 Duration::from_millis(100)
             });
+        } else {
+            // An input is counted and not yet taken (its sender is between counting and
+            // queueing it): drive again at once.
+            spin_wait();
         }
     }
 }
@@ -840,3 +857,6 @@ impl<T: Transport> Progress<T> {
         }
     }
 }
+
+#[cfg(all(test, loom))]
+mod models;

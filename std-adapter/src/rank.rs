@@ -18,7 +18,7 @@ use starling_core::tags::{DEFAULT_BASE, TagSpace};
 
 use crate::context::{CommandSink, Context, Progression};
 use crate::progress::{self, Command, Drive, InboxTx, Input, ProgressConfig};
-use crate::sync::{Arc, Ordering, lock};
+use crate::sync::{Arc, InboxReceiver, InboxSender, Ordering, inbox, lock};
 use crate::task::{Runtime, RuntimeConfig, Workers, env_flag};
 use crate::trace::Recorder;
 use crate::transport::Transport;
@@ -216,14 +216,14 @@ impl core::fmt::Debug for RankRunner {
 /// The inbox of a rank's progression thread, made before the transport when peers must
 /// deliver into it (the in-process transport).
 pub(crate) struct Inbox<W> {
-    pub(crate) tx: mpsc::Sender<Input<W>>,
-    pub(crate) rx: mpsc::Receiver<Input<W>>,
+    pub(crate) tx: InboxSender<Input<W>>,
+    pub(crate) rx: InboxReceiver<Input<W>>,
     pub(crate) shared: Arc<progress::Shared>,
 }
 
 impl<W> Inbox<W> {
     pub(crate) fn new() -> Self {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = inbox();
         Self {
             tx,
             rx,

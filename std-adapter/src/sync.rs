@@ -1,5 +1,7 @@
-//! Every lock, condition variable, atomic and shared pointer of the runtime comes from
-//! here, so that `loom` can replace them under `cfg(loom)` and model-check the queues.
+//! Every lock, condition variable, atomic and shared pointer of the runtime, the
+//! progression thread's inbox and its park, come from here, so that `loom` can replace
+//! them under `cfg(loom)` and model-check the queues and hand-offs
+//! (`docs/verification.md`).
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -21,6 +23,59 @@ pub(crate) use std::thread;
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Under `loom`, its channel, whose every send and receive the models schedule.
+#[cfg(loom)]
+pub(crate) use loom::sync::mpsc::{
+    Receiver as InboxReceiver, Sender as InboxSender, channel as inbox,
+};
+/// The progression thread's inbox (`progress::InboxTx`, `rank::Inbox`): an unbounded
+/// multi-producer channel that the thread drains with `try_recv`, parking in between.
+#[cfg(not(loom))]
+pub(crate) use std::sync::mpsc::{
+    Receiver as InboxReceiver, Sender as InboxSender, channel as inbox,
+};
+
+/// Parks the calling thread until another unparks it ([`thread::Thread::unpark`]) or
+/// `timeout` passes.
+#[cfg(not(loom))]
+pub(crate) fn park_timeout(timeout: core::time::Duration) {
+    thread::park_timeout(timeout);
+}
+/// Under `loom`, parks without a timeout: the models require every wake-up to come from
+/// an unpark, so that a lost one is a deadlock that `loom` reports rather than a delay.
+#[cfg(loom)]
+pub(crate) fn park_timeout(_timeout: core::time::Duration) {
+    thread::park();
+}
+
+/// Between a `SeqCst` write and a `SeqCst` read of another atomic whose order the code
+/// relies on (a store-buffering pair: each of two threads writes one flag, then reads the
+/// other's). Nothing outside `loom`: `SeqCst` accesses already take part in one total
+/// order, so at least one thread sees the other's write. `loom` models `SeqCst` accesses
+/// as `AcqRel` (its README, "Unsupported features") and would report the pair as a
+/// false alarm; under it this is a `SeqCst` fence, which it does model and which restores
+/// that order.
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) fn store_load_order() {}
+/// Under `loom`, a `SeqCst` fence (see the `std` version).
+#[cfg(loom)]
+pub(crate) fn store_load_order() {
+    loom::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// Called by a thread that loops on a condition another thread will change, without
+/// blocking: nothing outside `loom`; under `loom` a yield, so that the models schedule the
+/// other thread rather than explore the loop.
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) fn spin_wait() {}
+/// Under `loom`, a yield (see the `std` version).
+#[cfg(loom)]
+pub(crate) fn spin_wait() {
+    thread::yield_now();
+}
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -91,6 +146,98 @@ pub(crate) fn data_read<T>(l: &DataLock<T>) -> DataReadGuard<'_, T> {
 #[cfg(loom)]
 pub(crate) fn data_write<T>(l: &DataLock<T>) -> DataWriteGuard<'_, T> {
     l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The lock around a rank's progress (`progress::Driver`): the progression thread takes
+/// it, a waiting thread tries it.
+#[cfg(not(loom))]
+pub(crate) type DriveLock<T> = Mutex<T>;
+/// A held [`DriveLock`].
+#[cfg(not(loom))]
+pub(crate) type DriveGuard<'a, T> = MutexGuard<'a, T>;
+/// A new drive lock.
+#[cfg(not(loom))]
+pub(crate) fn drive_lock<T>(value: T) -> DriveLock<T> {
+    Mutex::new(value)
+}
+/// Takes `l`, waiting for it.
+#[cfg(not(loom))]
+pub(crate) fn drive<T>(l: &DriveLock<T>) -> DriveGuard<'_, T> {
+    lock(l)
+}
+/// Takes `l` unless another thread holds it.
+#[cfg(not(loom))]
+pub(crate) fn try_drive<T>(l: &DriveLock<T>) -> Option<DriveGuard<'_, T>> {
+    match l.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Under `loom`, a drive lock is a flag taken by compare-and-swap around `loom`'s mutex:
+/// `loom`'s own `Mutex::try_lock` wrongly blocks the threads waiting in `lock`
+/// (tokio-rs/loom#376). Taking it waits by yielding until the flag is free; the mutex
+/// inside is then never contended, and gives the data the mutex's happens-before.
+#[cfg(loom)]
+pub(crate) struct DriveLock<T> {
+    held: AtomicBool,
+    inner: Mutex<T>,
+}
+/// A held [`DriveLock`]: frees the flag after the mutex when dropped.
+#[cfg(loom)]
+pub(crate) struct DriveGuard<'a, T> {
+    guard: Option<MutexGuard<'a, T>>,
+    held: &'a AtomicBool,
+}
+#[cfg(loom)]
+impl<T> core::ops::Deref for DriveGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.guard.as_ref().expect("held until dropped")
+    }
+}
+#[cfg(loom)]
+impl<T> core::ops::DerefMut for DriveGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.guard.as_mut().expect("held until dropped")
+    }
+}
+#[cfg(loom)]
+impl<T> Drop for DriveGuard<'_, T> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        self.held.store(false, Ordering::SeqCst);
+    }
+}
+/// A new drive lock.
+#[cfg(loom)]
+pub(crate) fn drive_lock<T>(value: T) -> DriveLock<T> {
+    DriveLock {
+        held: AtomicBool::new(false),
+        inner: Mutex::new(value),
+    }
+}
+/// Takes `l`, waiting for it.
+#[cfg(loom)]
+pub(crate) fn drive<T>(l: &DriveLock<T>) -> DriveGuard<'_, T> {
+    loop {
+        if let Some(g) = try_drive(l) {
+            return g;
+        }
+        thread::yield_now();
+    }
+}
+/// Takes `l` unless another thread holds it.
+#[cfg(loom)]
+pub(crate) fn try_drive<T>(l: &DriveLock<T>) -> Option<DriveGuard<'_, T>> {
+    l.held
+        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+        .ok()?;
+    Some(DriveGuard {
+        guard: Some(lock(&l.inner)),
+        held: &l.held,
+    })
 }
 
 /// Locks `m`, recovering the data if a panicking thread poisoned it: the runtime's

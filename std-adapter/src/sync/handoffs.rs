@@ -1,5 +1,7 @@
 //! Model checks, under `loom`, of what a rank's threads hand each other outside the task
-//! queue (whose models are in `task/tests.rs`):
+//! queue (whose models are in `task/tests.rs`) and the progression thread (whose models,
+//! of its inbox, wake-up, caller-driven progress and quiescence witness, are in
+//! `progress/models.rs`):
 //!
 //! * a point-to-point [`Request`](crate::Request) and its completion: the progression
 //!   thread runs the request's `Done` while the application waits on it, tests it, or
