@@ -144,7 +144,7 @@ impl Rank0 {
 
 /// Runs `f` under every interleaving, with at most `preemptions` preemptions each when
 /// bounded, and says how many it ran (seen with `--nocapture`).
-fn explore(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
+pub(crate) fn explore(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = preemptions;
     let runs = Arc::new(core::sync::atomic::AtomicUsize::new(0));
