@@ -477,7 +477,9 @@ where
     // Why they could not: every rank reports, one rank merges (below).
     let explain = quiesce.any_stuck.load(Ordering::SeqCst) && lock(&quiesce.fired).is_empty();
     if explain {
-        lock(&quiesce.reports).push(runner.probe().report());
+        // Asked before taking the lock: the report waits for this rank's threads.
+        let report = runner.probe().report();
+        lock(&quiesce.reports).push(report);
     }
     if config.stats || config.stats_dir.is_some() {
         let report = runner.stats_report();
