@@ -151,11 +151,20 @@ impl ClusterConfig {
 }
 
 /// What every rank of a cluster shares, to agree on shutdown.
-struct Quiesce {
+///
+/// Its atomics and its `probes` lock come from [`crate::sync`], so that the loom model
+/// `progress::models::loom_the_cluster_is_not_stuck_while_a_message_is_in_flight_or_queued`
+/// runs the real [`Quiesce::stuck`]. The `rendezvous` barrier stays `std`'s (`loom` has
+/// none; no model goes past it).
+pub(crate) struct Quiesce {
     ranks: u32,
-    at_shutdown: AtomicUsize,
+    /// Ranks whose application function returned.
+    pub(crate) at_shutdown: AtomicUsize,
+    /// The in-process transport's count of messages sent and not yet accepted, over all
+    /// ranks.
     in_flight: Arc<AtomicUsize>,
-    probes: Mutex<Vec<(Runtime, Arc<progress::Shared>)>>,
+    /// Each rank's runtime and progression-thread witness, as it starts.
+    pub(crate) probes: Mutex<Vec<(Runtime, Arc<progress::Shared>)>>,
     rendezvous: std::sync::Barrier,
     /// Some rank's requests could never complete at shutdown.
     any_stuck: AtomicBool,
@@ -166,6 +175,20 @@ struct Quiesce {
 }
 
 impl Quiesce {
+    /// What `ranks` ranks share, over the transport's `in_flight` count.
+    pub(crate) fn new(ranks: u32, in_flight: Arc<AtomicUsize>) -> Self {
+        Self {
+            ranks,
+            at_shutdown: AtomicUsize::new(0),
+            in_flight,
+            probes: Mutex::new(Vec::new()),
+            rendezvous: std::sync::Barrier::new(ranks as usize),
+            any_stuck: AtomicBool::new(false),
+            reports: Mutex::new(Vec::new()),
+            fired: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
     /// A snapshot of the whole cluster's activity: `None` while anything can still move.
     fn idle_snapshot(&self) -> Option<u64> {
         if self.at_shutdown.load(Ordering::SeqCst) < self.ranks as usize
@@ -193,11 +216,17 @@ impl Quiesce {
     }
 
     /// Whether nothing has moved anywhere for `grace`: what is still pending never will.
-    fn stuck(&self, grace: Duration) -> bool {
+    ///
+    /// Never while a message is in flight between two ranks or an input is queued at
+    /// one: the in-process transport counts a message in `in_flight` before it queues
+    /// it at the receiver (where `Shared::queued` counts it), and uncounts it only as the
+    /// receiver accepts it, before the receiver's drive moves its epoch and uncounts the
+    /// input; a snapshot reads `in_flight` before the ranks' witnesses.
+    pub(crate) fn stuck(&self, grace: Duration) -> bool {
         let Some(before) = self.idle_snapshot() else {
             return false;
         };
-        thread::sleep(grace);
+        crate::sync::sleep(grace);
         self.idle_snapshot() == Some(before)
     }
 }
@@ -315,16 +344,7 @@ where
             d
         })
         .collect();
-    let quiesce = Arc::new(Quiesce {
-        ranks,
-        at_shutdown: AtomicUsize::new(0),
-        in_flight: Arc::clone(&in_flight),
-        probes: Mutex::new(Vec::new()),
-        rendezvous: std::sync::Barrier::new(ranks as usize),
-        any_stuck: AtomicBool::new(false),
-        reports: Mutex::new(Vec::new()),
-        fired: Arc::new(Mutex::new(Vec::new())),
-    });
+    let quiesce = Arc::new(Quiesce::new(ranks, Arc::clone(&in_flight)));
     let board = Arc::new(Board::new(ranks));
     let (probe_tx, probe_rx) = std::sync::mpsc::channel::<Probe>();
     let f = Arc::new(f);
@@ -457,7 +477,9 @@ where
     // Why they could not: every rank reports, one rank merges (below).
     let explain = quiesce.any_stuck.load(Ordering::SeqCst) && lock(&quiesce.fired).is_empty();
     if explain {
-        lock(&quiesce.reports).push(runner.probe().report());
+        // Asked before taking the lock: the report waits for this rank's threads.
+        let report = runner.probe().report();
+        lock(&quiesce.reports).push(report);
     }
     if config.stats || config.stats_dir.is_some() {
         let report = runner.stats_report();

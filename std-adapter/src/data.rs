@@ -22,7 +22,7 @@ use crate::transport::LentData;
 use crate::transport::{RecvBuffer, SendBuffer};
 
 use crate::sync::{
-    Arc, DataLock, DataReadGuard, DataWriteGuard, Mutex, data_lock, data_read, data_write, lock,
+    Arc, DataLock, DataReadGuard, DataWriteGuard, Mutex, data_lock, data_read, data_write,
 };
 #[cfg(not(loom))]
 use crate::sync::{OwnedReadGuard, OwnedWriteGuard, try_read_owned, try_write_owned};
@@ -149,12 +149,49 @@ impl<I: Interface> Handle<I> {
 
 type Init<I> = Box<dyn FnOnce() -> I + Send>;
 
+/// What a handle's lock guards: the data, or how to allocate it on its next use.
+///
+/// Both sit under the one lock, so an access and a [`Cell::release`] never see half of a
+/// change: whoever takes the lock first goes first. A read that finds the data freed
+/// takes the lock for writing and allocates it again (zeroed), then reads that.
+pub(crate) struct Slot<I> {
+    value: Option<I>,
+    /// For lazy registration, and after a release: how to allocate the data on its next
+    /// use. Only touched under the write lock (through `Mutex::get_mut`, which takes no
+    /// lock): the `Mutex` only makes the slot `Sync`, which the shared lock requires
+    /// (the allocator is `Send` but not `Sync`).
+    init: Mutex<Option<Init<I>>>,
+}
+
+impl<I> Slot<I> {
+    /// Allocates the data if it is missing and can be allocated; exclusive access only.
+    fn allocate(&mut self) {
+        if self.value.is_none() {
+            let init = self
+                .init
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(f) = init.take() {
+                self.value = Some(f());
+            }
+        }
+    }
+
+    /// Whether the data is missing but can be allocated (lazy, or released).
+    fn pending(&mut self) -> bool {
+        self.value.is_none()
+            && self
+                .init
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_some()
+    }
+}
+
 /// The storage behind a handle.
 pub(crate) struct Cell<I> {
     pub(crate) id: DataId,
-    data: DataLock<Option<I>>,
-    /// For lazy registration: how to allocate the data on first use.
-    init: Mutex<Option<Init<I>>>,
+    data: DataLock<Slot<I>>,
     /// Unique in the process, never reused (see [`Buffers::uid`](crate::task::Buffers::uid)).
     uid: u64,
     /// Changes to a fresh number whenever write access is granted (see
@@ -175,8 +212,10 @@ impl<I: Interface> Cell<I> {
     pub(crate) fn new(id: DataId, data: I) -> Self {
         Self {
             id,
-            data: data_lock(Some(data)),
-            init: Mutex::new(None),
+            data: data_lock(Slot {
+                value: Some(data),
+                init: Mutex::new(None),
+            }),
             uid: next_stamp(),
             version: core::sync::atomic::AtomicU64::new(next_stamp()),
         }
@@ -185,26 +224,47 @@ impl<I: Interface> Cell<I> {
     pub(crate) fn lazy(id: DataId, init: impl FnOnce() -> I + Send + 'static) -> Self {
         Self {
             id,
-            data: data_lock(None),
-            init: Mutex::new(Some(Box::new(init))),
+            data: data_lock(Slot {
+                value: None,
+                init: Mutex::new(Some(Box::new(init))),
+            }),
             uid: next_stamp(),
             version: core::sync::atomic::AtomicU64::new(next_stamp()),
         }
     }
 
+    /// Allocates the data if it was registered lazily or released and is not allocated
+    /// now (checked under the read lock, allocated under the write lock).
+    #[cfg(not(loom))]
     fn allocate(&self) {
-        let mut init = lock(&self.init);
-        if let Some(f) = init.take() {
-            let value = f();
-            *self.write_lock() = Some(value);
+        if data_read(&self.data).value.is_none() {
+            let mut slot = self.write_lock();
+            slot.allocate();
         }
     }
 
-    fn read_lock(&self) -> DataReadGuard<'_, Option<I>> {
-        data_read(&self.data)
+    /// The data locked for reading, allocated first if it was registered lazily or
+    /// released. The fast path, on allocated data, takes the read lock alone.
+    fn read_lock(&self) -> DataReadGuard<'_, Slot<I>> {
+        loop {
+            let guard = data_read(&self.data);
+            if guard.value.is_some() {
+                return guard;
+            }
+            drop(guard);
+            // Freed (lazy, released or taken): allocate under the write lock, then read
+            // again. A release may free it again in between; then the loop allocates again.
+            let mut slot = self.write_lock();
+            if !slot.pending() {
+                // Taken out (unregistered): nothing to allocate; the access fails on use.
+                drop(slot);
+                return data_read(&self.data);
+            }
+            slot.allocate();
+        }
     }
 
-    fn write_lock(&self) -> DataWriteGuard<'_, Option<I>> {
+    fn write_lock(&self) -> DataWriteGuard<'_, Slot<I>> {
         let guard = data_write(&self.data);
         self.bump_version();
         guard
@@ -216,58 +276,71 @@ impl<I: Interface> Cell<I> {
             .store(next_stamp(), core::sync::atomic::Ordering::Release);
     }
 
-    /// Reads the data, allocating it first if it was registered lazily.
+    /// Reads the data, allocating it first if it was registered lazily or released.
     pub(crate) fn read(&self) -> DataRef<'_, I> {
-        self.allocate();
         DataRef(self.read_lock())
     }
 
-    /// Writes the data, allocating it first if it was registered lazily.
+    /// Writes the data, allocating it first if it was registered lazily or released.
     pub(crate) fn write(&self) -> DataMut<'_, I> {
-        self.allocate();
-        DataMut(self.write_lock())
+        let mut slot = self.write_lock();
+        slot.allocate();
+        DataMut(slot)
     }
 
     /// Frees the data if its interface can reallocate it later with the same shape;
     /// returns whether memory was freed.
+    ///
+    /// Safe against a concurrent access (`loom_a_read_racing_a_release_…`,
+    /// `loom_a_write_racing_a_release_…`): the data and its allocator share one lock, so
+    /// an access that takes it first sees the data as it was (and a write to it is freed
+    /// with it), and one that takes it after finds it freed and allocates it again,
+    /// zeroed. The runtime only releases from a write-mode hook, exclusive with every
+    /// other access of a correct flow (`distributed::release_after_pending`).
     pub(crate) fn release(&self) -> bool {
-        let mut data = self.write_lock();
-        let Some(factory) = data.as_ref().and_then(Interface::shape) else {
+        let mut slot = self.write_lock();
+        let Some(factory) = slot.value.as_ref().and_then(Interface::shape) else {
             return false;
         };
-        *lock(&self.init) = Some(factory);
-        *data = None;
+        *slot
+            .init
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(factory);
+        slot.value = None;
         true
     }
 
     /// Takes the data out (unregistration).
     pub(crate) fn take(&self) -> Option<I> {
-        self.allocate();
-        self.write_lock().take()
+        let mut slot = self.write_lock();
+        slot.allocate();
+        slot.value.take()
     }
 }
 
 /// Read access to a handle's data (inside a task, or while acquired).
-pub struct DataRef<'a, I>(DataReadGuard<'a, Option<I>>);
+pub struct DataRef<'a, I>(DataReadGuard<'a, Slot<I>>);
 
 impl<I> Deref for DataRef<'_, I> {
     type Target = I;
     fn deref(&self) -> &I {
-        // A cell's data is `None` only before lazy allocation (done before any access)
-        // and after unregistration (after which no access is scheduled).
+        // A cell's data is `None` under an access only after unregistration (after which
+        // no access is scheduled): `read` and `write` allocate it first otherwise.
         self.0
+            .value
             .as_ref()
             .expect("handle data accessed after unregistration")
     }
 }
 
 /// Write access to a handle's data (inside a task, or while acquired for writing).
-pub struct DataMut<'a, I>(DataWriteGuard<'a, Option<I>>);
+pub struct DataMut<'a, I>(DataWriteGuard<'a, Slot<I>>);
 
 impl<I> Deref for DataMut<'_, I> {
     type Target = I;
     fn deref(&self) -> &I {
         self.0
+            .value
             .as_ref()
             .expect("handle data accessed after unregistration")
     }
@@ -276,6 +349,7 @@ impl<I> Deref for DataMut<'_, I> {
 impl<I> DerefMut for DataMut<'_, I> {
     fn deref_mut(&mut self) -> &mut I {
         self.0
+            .value
             .as_mut()
             .expect("handle data accessed after unregistration")
     }
@@ -364,8 +438,9 @@ impl<I: Interface> AnyCell for Cell<I> {
     #[cfg(not(loom))]
     fn lend_read(&self) -> Option<Box<dyn SendBuffer>> {
         self.allocate();
+        // Freed again since (a racing release): `None`, and the transfer copies instead.
         let guard = try_read_owned(&self.data)?;
-        let data = guard.as_ref()?;
+        let data = guard.value.as_ref()?;
         if data.in_place() != Some(InPlace::of::<I>()) || data.as_bytes().is_none() {
             return None;
         }
@@ -374,10 +449,10 @@ impl<I: Interface> AnyCell for Cell<I> {
 
     #[cfg(not(loom))]
     fn lend_write(&self) -> Option<Box<dyn RecvBuffer>> {
-        self.allocate();
         let mut guard = try_write_owned(&self.data)?;
         self.bump_version();
-        let data = guard.as_mut()?;
+        guard.allocate();
+        let data = guard.value.as_mut()?;
         if data.in_place() != Some(InPlace::of::<I>()) || data.as_bytes_mut().is_none() {
             return None;
         }
@@ -421,10 +496,11 @@ impl<I: Interface> AnyCell for Cell<I> {
 }
 
 #[cfg(not(loom))]
-impl<I: Interface> SendBuffer for LentData<OwnedReadGuard<Option<I>>> {
+impl<I: Interface> SendBuffer for LentData<OwnedReadGuard<Slot<I>>> {
     fn bytes(&self) -> &[u8] {
         // Checked contiguous when lent; the guard keeps writers out meanwhile.
         self.0
+            .value
             .as_ref()
             .and_then(Interface::as_bytes)
             .unwrap_or_default()
@@ -432,9 +508,10 @@ impl<I: Interface> SendBuffer for LentData<OwnedReadGuard<Option<I>>> {
 }
 
 #[cfg(not(loom))]
-impl<I: Interface> RecvBuffer for LentData<OwnedWriteGuard<Option<I>>> {
+impl<I: Interface> RecvBuffer for LentData<OwnedWriteGuard<Slot<I>>> {
     fn bytes_mut(&mut self) -> &mut [u8] {
         self.0
+            .value
             .as_mut()
             .and_then(Interface::as_bytes_mut)
             .unwrap_or_default()

@@ -859,4 +859,4 @@ impl<T: Transport> Progress<T> {
 }
 
 #[cfg(all(test, loom))]
-mod models;
+pub(crate) mod models;

@@ -65,6 +65,18 @@ pub(crate) fn store_load_order() {
     loom::sync::atomic::fence(Ordering::SeqCst);
 }
 
+/// Sleeps for `d` (a grace period that a cluster's shutdown waits out).
+#[cfg(not(loom))]
+pub(crate) fn sleep(d: core::time::Duration) {
+    thread::sleep(d);
+}
+/// Under `loom`, nothing: what sleeps must not rely on other threads running meanwhile
+/// (a thread preempted on a loaded machine can stay off its core for longer than any
+/// grace period), so the models explore every interleaving, those where no other thread
+/// runs during the sleep included.
+#[cfg(loom)]
+pub(crate) fn sleep(_d: core::time::Duration) {}
+
 /// Called by a thread that loops on a condition another thread will change, without
 /// blocking: nothing outside `loom`; under `loom` a yield, so that the models schedule the
 /// other thread rather than explore the loop.

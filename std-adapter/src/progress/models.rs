@@ -22,9 +22,9 @@ use starling_core::{CommId, PhysTag, Rank, ReqId};
 
 use super::{Command, Drive, Driver, InboxTx, Input, ProgressConfig, Shared, run, start};
 use crate::rank::DriverMode;
-use crate::sync::{Arc, AtomicBool, Ordering, inbox, thread};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering, inbox, lock, thread};
 use crate::task::{Codelet, Runtime, RuntimeConfig};
-use crate::transport::{Completion, Transport};
+use crate::transport::{Completion, Deliver, InProcess, InProcessWire, Transport};
 
 /// A transport that takes `()` from peers and reports each on `delivered`. With `inside`
 /// it checks that no two threads are in it (drive the engine) at once.
@@ -98,6 +98,20 @@ struct Rank0 {
     thread: thread::JoinHandle<()>,
 }
 
+/// The progression thread's configuration in the models.
+fn config(driver: Option<DriverMode>) -> ProgressConfig {
+    ProgressConfig {
+        tags: TagSpace::with_base(DEFAULT_BASE, MIN_TAG_UB).expect("the default tags fit"),
+        stats: false,
+        trace: false,
+        priorities: true,
+        max_inflight_sends: 0,
+        driver,
+        in_place_min: usize::MAX,
+        timeline: None,
+    }
+}
+
 fn rank0(
     delivered: mpsc::Sender<()>,
     inside: Option<Arc<AtomicBool>>,
@@ -105,16 +119,7 @@ fn rank0(
 ) -> Rank0 {
     let (tx, rx) = inbox();
     let shared = Arc::new(Shared::new());
-    let config = ProgressConfig {
-        tags: TagSpace::with_base(DEFAULT_BASE, MIN_TAG_UB).expect("the default tags fit"),
-        stats: false,
-        trace: false,
-        priorities: true,
-        max_inflight_sends: 0,
-        driver: driver_mode,
-        in_place_min: usize::MAX,
-        timeline: None,
-    };
+    let config = config(driver_mode);
     let (driver_tx, driver) = mpsc::channel();
     let pshared = Arc::clone(&shared);
     let thread = thread::Builder::new()
@@ -144,7 +149,7 @@ impl Rank0 {
 
 /// Runs `f` under every interleaving, with at most `preemptions` preemptions each when
 /// bounded, and says how many it ran (seen with `--nocapture`).
-fn explore(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
+pub(crate) fn explore(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = preemptions;
     let runs = Arc::new(core::sync::atomic::AtomicUsize::new(0));
@@ -319,5 +324,132 @@ fn loom_a_task_ready_as_the_driver_mode_thread_parks_is_run() {
         runtime.wait_for_all();
         rank.stop();
         workers.stop();
+    });
+}
+
+/// The real in-process transport of the quiescence model's receiving rank, which says
+/// when it accepted a message (after `InProcess::accept` uncounted it from `in_flight`).
+struct Flagged {
+    inner: InProcess,
+    handled: Arc<AtomicBool>,
+}
+
+impl Transport for Flagged {
+    type Wire = InProcessWire;
+
+    fn rank(&self) -> Rank {
+        self.inner.rank()
+    }
+    fn size(&self) -> u32 {
+        self.inner.size()
+    }
+    fn tag_ub(&self) -> i32 {
+        self.inner.tag_ub()
+    }
+    fn set_envelope_tag(&mut self, tag: PhysTag) {
+        self.inner.set_envelope_tag(tag);
+    }
+    fn send(&mut self, dest: Rank, comm: CommId, tag: PhysTag, bytes: Vec<u8>, t: Option<ReqId>) {
+        self.inner.send(dest, comm, tag, bytes, t);
+    }
+    fn recv(&mut self, source: Rank, comm: CommId, tag: PhysTag, size: usize, token: ReqId) {
+        self.inner.recv(source, comm, tag, size, token);
+    }
+    fn barrier(&mut self, token: u64) {
+        self.inner.barrier(token);
+    }
+    fn accept(&mut self, wire: InProcessWire) {
+        self.inner.accept(wire);
+        self.handled.store(true, Ordering::SeqCst);
+    }
+    fn poll(&mut self) -> Option<Completion> {
+        self.inner.poll()
+    }
+    fn needs_polling(&self) -> bool {
+        self.inner.needs_polling()
+    }
+}
+
+/// Shutdown quiescence (`cluster.rs`'s `Quiesce::stuck`, run for real over two ranks'
+/// real witnesses): rank 0 sends a message to rank 1 through the real in-process
+/// transport (`InProcess::send`: counted in the cluster's `in_flight`, queued in rank
+/// 1's inbox by `InboxTx::send`), rank 1's real progression thread takes and accepts it,
+/// and a third thread asks whether the cluster is stuck (both ranks at shutdown, no task
+/// anywhere). Once the send has returned, the cluster must not be declared stuck until
+/// rank 1 has accepted the message; once everything is handled, it is.
+#[test]
+fn loom_the_cluster_is_not_stuck_while_a_message_is_in_flight_or_queued() {
+    explore(Some(3), || {
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = inbox();
+        let shared = Arc::new(Shared::new());
+        let to_rank1 = InboxTx::new(tx.clone(), Arc::clone(&shared));
+        let nowhere: Deliver = Arc::new(|_| unreachable!("rank 0 receives nothing"));
+        let rank1: Deliver = Arc::new(move |w| to_rank1.send(Input::Net(w)));
+        let peers = vec![nowhere, rank1];
+
+        let handled = Arc::new(AtomicBool::new(false));
+        let (driver_tx, driver) = mpsc::channel();
+        // Dropped only once the thread stopped (see `Rank0::driver`).
+        let driver = ManuallyDrop::new(driver);
+        let thread = {
+            let transport = Flagged {
+                inner: InProcess::new(Rank(1), peers.clone(), MIN_TAG_UB, Arc::clone(&in_flight)),
+                handled: Arc::clone(&handled),
+            };
+            let shared = Arc::clone(&shared);
+            thread::Builder::new()
+                .stack_size(16 << 20)
+                .spawn(move || {
+                    let d = start(transport, rx, config(None), shared);
+                    let _ = driver_tx.send(Arc::clone(&d));
+                    run(&d);
+                })
+                .expect("rank 1's progression thread")
+        };
+
+        // Both ranks at shutdown, with runtimes that have no task.
+        let quiesce = crate::cluster::Quiesce::new(2, Arc::clone(&in_flight));
+        let idle = RuntimeConfig {
+            workers: 0,
+            ..RuntimeConfig::default()
+        };
+        let (runtime0, workers0) = Runtime::start_threads(&idle, "loom0", 0, None);
+        let (runtime1, workers1) = Runtime::start_threads(&idle, "loom1", 0, None);
+        lock(&quiesce.probes).push((runtime0, Arc::new(Shared::new())));
+        lock(&quiesce.probes).push((runtime1, Arc::clone(&shared)));
+        quiesce.at_shutdown.fetch_add(2, Ordering::SeqCst);
+
+        let sent = Arc::new(AtomicBool::new(false));
+        let sender = {
+            let sent = Arc::clone(&sent);
+            let in_flight = Arc::clone(&in_flight);
+            thread::spawn(move || {
+                let mut rank0 = InProcess::new(Rank(0), peers, MIN_TAG_UB, in_flight);
+                rank0.send(Rank(1), CommId(0), PhysTag(7), vec![1], None);
+                sent.store(true, Ordering::SeqCst);
+            })
+        };
+        let sent_before = sent.load(Ordering::SeqCst);
+        let stuck = quiesce.stuck(core::time::Duration::ZERO);
+        let handled_after = handled.load(Ordering::SeqCst);
+        assert!(
+            !(sent_before && stuck && !handled_after),
+            "the cluster was declared stuck with a message in flight or queued"
+        );
+        sender.join().expect("rank 0");
+
+        // Stopping is an input too: once rank 1 took it and everything before it, the
+        // cluster is quiet.
+        InboxTx::new(tx, Arc::clone(&shared)).send(Input::Command(Command::Stop));
+        thread.join().expect("rank 1's progression thread");
+        assert!(handled.load(Ordering::SeqCst), "the message was accepted");
+        assert!(
+            quiesce.stuck(core::time::Duration::ZERO),
+            "a quiet cluster is declared stuck at shutdown"
+        );
+        drop(ManuallyDrop::into_inner(driver));
+        workers0.stop();
+        workers1.stop();
     });
 }

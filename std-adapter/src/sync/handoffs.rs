@@ -7,13 +7,16 @@
 //!   thread runs the request's `Done` while the application waits on it, tests it, or
 //!   drops it (`context::request_pair`);
 //! * a handle's storage (`data::Cell`): lazy allocation on first use by two tasks that
-//!   read it at once.
+//!   read it at once, and `Cell::release` (a cache flush freeing a received copy) racing
+//!   a read or a write. The runtime only releases from a write-mode hook, exclusive with
+//!   every other access (`distributed::release_after_pending`), but the cell is sound
+//!   without relying on it: the access sees the data as before the release, or finds it
+//!   freed and allocates it again, zeroed. Both release models failed on the cell as it
+//!   was (the data and its allocator under two locks: a read found the data freed between
+//!   its allocation and its read lock).
 //!
 //! Each model fails on a wrong result and, through loom's deadlock detection, on a lost
-//! wake-up. Not modelled: `Cell::release` racing an access. It is not safe against one
-//! (a read can find the data freed between its allocation check and its lock), and need
-//! not be: the runtime runs it as a write-mode hook, exclusive with every other access
-//! (`distributed::release_after_pending`). Run with `RUSTFLAGS="--cfg loom"
+//! wake-up. Run with `RUSTFLAGS="--cfg loom"
 //! CARGO_TARGET_DIR=target/loom cargo test -p starling-std --release --lib loom`.
 
 use loom::thread;
@@ -23,6 +26,7 @@ use crate::context::request_pair;
 use crate::data::Cell;
 use crate::error::CommError;
 use crate::interfaces::Variable;
+use crate::progress::models::explore;
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, lock};
 
 fn reports() -> Arc<Mutex<Vec<String>>> {
@@ -99,5 +103,49 @@ fn loom_two_readers_allocate_a_lazy_handle_once() {
         assert_eq!(cell.read().get(), 9);
         assert_eq!(other.join().expect("the other reader"), 9);
         assert_eq!(allocations.load(Ordering::SeqCst), 1);
+    });
+}
+
+/// A handle's storage freed (`Cell::release`, a cache flush) while a task reads it: the
+/// read sees the value from before the release, or the zeroed re-allocation after it —
+/// never freed data — and the cell is left allocated or released, never half of each.
+#[test]
+fn loom_a_read_racing_a_release_sees_the_value_or_its_zeroed_reallocation() {
+    explore(None, || {
+        let cell = Arc::new(Cell::new(DataId(0), Variable::new(5u64)));
+        let releaser = {
+            let cell = Arc::clone(&cell);
+            thread::spawn(move || cell.release())
+        };
+        let seen = cell.read().get();
+        assert!(
+            releaser.join().expect("the releasing thread"),
+            "a variable can be freed"
+        );
+        assert!(seen == 5 || seen == 0, "read {seen}");
+        // The release came before this read: it finds the data freed or re-allocated zeroed.
+        let again = cell.read().get();
+        assert_eq!(again, 0, "read {seen} then {again}");
+    });
+}
+
+/// A write racing a release: the write lands either before the release (and is freed with
+/// the data: the next read sees the zeroed re-allocation) or after it (on the re-allocated
+/// data, and is kept).
+#[test]
+fn loom_a_write_racing_a_release_is_freed_with_the_data_or_kept() {
+    explore(None, || {
+        let cell = Arc::new(Cell::new(DataId(0), Variable::new(5u64)));
+        let releaser = {
+            let cell = Arc::clone(&cell);
+            thread::spawn(move || cell.release())
+        };
+        cell.write().set(7);
+        assert!(
+            releaser.join().expect("the releasing thread"),
+            "a variable can be freed"
+        );
+        let after = cell.read().get();
+        assert!(after == 7 || after == 0, "read {after}");
     });
 }
