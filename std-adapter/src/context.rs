@@ -10,7 +10,7 @@ use crate::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
 use crate::error::CommError;
 use crate::pool::BufferPool;
 use crate::progress::{Command, Done, Drive, Driven, DriverGuard, Payload};
-use crate::sync::{Arc, AtomicBool, AtomicU32, Condvar, Mutex, Ordering, lock};
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicUsize, Condvar, Mutex, Ordering, lock};
 use crate::task::{Access, Codelet, NodeId, Runtime, TaskTag};
 use crate::trace::{self, Recorder};
 
@@ -126,6 +126,9 @@ impl<I: Interface> From<&Handle<I>> for AnyHandle {
 struct ReqInner {
     result: Mutex<Option<Result<(), CommError>>>,
     cv: Condvar,
+    /// Threads asleep on `cv` (changed under `result`'s lock): the completion notifies
+    /// only when one is, since a notification is a system call.
+    sleepers: AtomicUsize,
     waited: AtomicBool,
     what: ReqWhat,
     reports: Arc<Mutex<Vec<String>>>,
@@ -214,11 +217,13 @@ impl Request {
                 self.inner.waited.store(true, Ordering::SeqCst);
                 return result;
             }
+            self.inner.sleepers.fetch_add(1, Ordering::SeqCst);
             r = self
                 .inner
                 .cv
                 .wait(r)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.inner.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -253,6 +258,9 @@ const DRIVE_PATIENCE: core::time::Duration = core::time::Duration::from_micros(2
 /// Polls in a row that moved nothing before a driving thread yields its core between polls.
 const SPIN_POLLS: u32 = 64;
 
+/// A driving thread reads the clock once per this many polls in a row that moved nothing.
+const CLOCK_POLLS: u32 = 16;
+
 /// Drives the rank's progress on this thread until `ready` holds, or until nothing moved
 /// for [`DRIVE_PATIENCE`] (the wait then sleeps as usual, and the progression thread takes
 /// over). A blocking call whose message is coming thus crosses no thread.
@@ -262,7 +270,9 @@ fn drive_until<'a>(
     ready: impl Fn() -> bool,
 ) {
     let guard = guard.unwrap_or_else(|| driver.enter());
-    let mut last = std::time::Instant::now();
+    // When the current run of idle polls began: read from the clock only every
+    // `CLOCK_POLLS` idle polls (a clock read costs as much as a poll that finds nothing).
+    let mut idle_since: Option<std::time::Instant> = None;
     let mut idle = 0u32;
     loop {
         if ready() {
@@ -270,17 +280,22 @@ fn drive_until<'a>(
         }
         match driver.try_drive() {
             Driven::Progressed => {
-                last = std::time::Instant::now();
+                idle_since = None;
                 idle = 0;
             }
             Driven::Stopped => break,
             Driven::Idle | Driven::Busy => {
-                if last.elapsed() >= DRIVE_PATIENCE {
-                    break;
+                if idle.is_multiple_of(CLOCK_POLLS) {
+                    let now = std::time::Instant::now();
+                    match idle_since {
+                        None => idle_since = Some(now),
+                        Some(since) if now - since >= DRIVE_PATIENCE => break,
+                        Some(_) => {}
+                    }
                 }
                 // Poll back to back for a while (a long message moves only while MPI is
                 // called), then let the other threads of the core run between polls.
-                idle += 1;
+                idle = idle.saturating_add(1);
                 if idle < SPIN_POLLS {
                     core::hint::spin_loop();
                 } else {
@@ -304,6 +319,7 @@ pub(crate) fn request_pair(
     let inner = Arc::new(ReqInner {
         result: Mutex::new(None),
         cv: Condvar::new(),
+        sleepers: AtomicUsize::new(0),
         waited: AtomicBool::new(false),
         what,
         reports,
@@ -312,8 +328,11 @@ pub(crate) fn request_pair(
     });
     let i2 = Arc::clone(&inner);
     let done: Done = Box::new(move |result| {
-        *lock(&i2.result) = Some(result);
-        i2.cv.notify_all();
+        let mut r = lock(&i2.result);
+        *r = Some(result);
+        if i2.sleepers.load(Ordering::SeqCst) > 0 {
+            i2.cv.notify_all();
+        }
     });
     (Request { inner }, done)
 }
@@ -1160,7 +1179,7 @@ impl Context {
         if n == 0 {
             runtime.unlock_tag(tag);
         }
-        let left = Arc::new(crate::sync::AtomicUsize::new(n));
+        let left = Arc::new(AtomicUsize::new(n));
         Arc::new(move || {
             if left.fetch_sub(1, Ordering::SeqCst) == 1 {
                 runtime.unlock_tag(tag);

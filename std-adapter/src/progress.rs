@@ -22,6 +22,7 @@ use starling_core::{CommId, Rank, ReqId};
 
 use crate::data::{AnyCell, DataError};
 use crate::error::CommError;
+use crate::id_hash::IdMap;
 use crate::pool::BufferPool;
 use crate::rank::DriverMode;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
@@ -195,8 +196,8 @@ pub(crate) struct ProgressConfig {
 struct Progress<T: Transport> {
     transport: T,
     engine: Box<RankEngine>,
-    pending: HashMap<ReqId, Pending>,
-    early: HashMap<ReqId, Vec<u8>>,
+    pending: IdMap<ReqId, Pending>,
+    early: IdMap<ReqId, Vec<u8>>,
     /// Envelope messages the engine refused for a full table, in arrival order.
     refused: VecDeque<(Rank, CommId, Vec<u8>)>,
     barriers: HashMap<u64, Box<dyn FnOnce() + Send>>,
@@ -373,8 +374,8 @@ pub(crate) fn start<T: Transport>(
     let progress = Progress {
         transport,
         engine,
-        pending: HashMap::new(),
-        early: HashMap::new(),
+        pending: IdMap::default(),
+        early: IdMap::default(),
         refused: VecDeque::new(),
         barriers: HashMap::new(),
         next_barrier: 0,
