@@ -284,6 +284,14 @@ fn drive_until<'a>(
                 idle = 0;
             }
             Driven::Stopped => break,
+            Driven::InFlight => {
+                // Transfers are under way: they move while this thread polls, so it
+                // goes on polling, back to back and without counting towards its
+                // patience (the progression thread would poll them as hard).
+                idle_since = None;
+                idle = 0;
+                core::hint::spin_loop();
+            }
             Driven::Idle | Driven::Busy => {
                 if idle.is_multiple_of(CLOCK_POLLS) {
                     let now = std::time::Instant::now();
@@ -747,6 +755,20 @@ impl Context {
         opts: SendOpts,
         done: Done,
     ) -> Result<(), CommError> {
+        self.post_send_from(cell, dest, tag, opts, done, self.in_place_min)
+    }
+
+    /// [`Context::post_send`], lending the handle's data in place from `in_place_min`
+    /// bytes up.
+    fn post_send_from(
+        &self,
+        cell: Arc<dyn AnyCell>,
+        dest: Rank,
+        tag: Tag,
+        opts: SendOpts,
+        done: Done,
+        in_place_min: usize,
+    ) -> Result<(), CommError> {
         self.check_rank(dest)?;
         if self.fake.load(Ordering::Relaxed) {
             // Fake rank mode: communications are dropped (the reference's behaviour).
@@ -775,7 +797,6 @@ impl Context {
         }];
         let rt = runtime;
         let pool = Arc::clone(&self.pool);
-        let in_place_min = self.in_place_min;
         self.runtime.submit_hook(
             access,
             opts.priority,
@@ -920,6 +941,19 @@ impl Context {
         tag: Tag,
         opts: SendOpts,
     ) -> Result<Request, CommError> {
+        self.isend_from(h, dest, tag, opts, self.in_place_min)
+    }
+
+    /// [`Context::isend_with`], lending the handle's data in place from `in_place_min`
+    /// bytes up.
+    fn isend_from<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        dest: Rank,
+        tag: Tag,
+        opts: SendOpts,
+        in_place_min: usize,
+    ) -> Result<Request, CommError> {
         self.check_rank(dest)?;
         self.check_user_tag(tag)?;
         let (req, done) = self.request(ReqWhat::Transfer {
@@ -929,7 +963,7 @@ impl Context {
             tag,
             me: self.rank,
         });
-        self.post_send(h.erased(), dest, tag, opts, done)?;
+        self.post_send_from(h.erased(), dest, tag, opts, done, in_place_min)?;
         Ok(req)
     }
 
@@ -971,7 +1005,12 @@ impl Context {
     pub fn send<I: Interface>(&self, h: &Handle<I>, dest: Rank, tag: Tag) -> Result<(), CommError> {
         // Drive from before the send is posted, so that posting it wakes no thread.
         let driving = self.driver.as_ref().map(|d| d.enter());
-        self.isend(h, dest, tag)?.wait_driving(driving)
+        // The caller waits until the send completes: holding the handle for reading
+        // until then costs nothing, so every payload that travels as its own message
+        // is sent from the handle's memory.
+        let in_place_min = crate::progress::lend_min(self.in_place_min);
+        self.isend_from(h, dest, tag, SendOpts::default(), in_place_min)?
+            .wait_driving(driving)
     }
 
     /// Starts a send and forgets it; `callback` runs once with its outcome, on the thread

@@ -34,6 +34,22 @@ use crate::transport::{Completion, SendBuffer, Transport};
 /// polling without sleeping.
 const HOT: Duration = Duration::from_millis(1);
 
+/// The largest payload that travels inside its envelope (the engine's eager limit).
+pub(crate) const EAGER_LIMIT: u32 = 4096;
+
+/// The size from which a transfer that holds its handle until it completes anyway (a
+/// receive, a blocking send) lends the handle's memory to the transport: the first size
+/// that travels as a message of its own, unless `in_place_min` (the configured size for
+/// the others, [`crate::RankConfig::in_place_min`]) is smaller or in-place transfers are
+/// off (`usize::MAX`).
+pub(crate) fn lend_min(in_place_min: usize) -> usize {
+    if in_place_min == usize::MAX {
+        usize::MAX
+    } else {
+        in_place_min.min(EAGER_LIMIT as usize + 1)
+    }
+}
+
 /// The engine of a rank: 4096 requests, 1024 match keys, 256 peers in the statistics.
 pub(crate) type RankEngine = Engine<4096, 1024, 256>;
 
@@ -206,8 +222,9 @@ struct Progress<T: Transport> {
     rank: Rank,
     start: std::time::Instant,
     pool: Arc<BufferPool>,
-    /// Payloads from this size up are received in place when they can be.
-    in_place_min: usize,
+    /// Payloads from this size up are received in place when they can be (a receive
+    /// holds its handle until it completes anyway: [`lend_min`]).
+    recv_in_place_min: usize,
     timeline: CommTrace,
 }
 
@@ -227,8 +244,12 @@ struct State<T: Transport> {
     /// `None` once stopped.
     progress: Option<Progress<T>>,
     inbox: Receiver<Input<T::Wire>>,
-    /// When anything last happened.
+    /// When anything last happened (as of the last [`Driver::hot`]).
     last_active: std::time::Instant,
+    /// Something happened since `last_active` was read from the clock: a drive only
+    /// sets this, and the progression thread reads the clock when it asks whether to
+    /// poll on ([`Driver::hot`]), so that a thread driving progress reads no clock.
+    moved: bool,
     /// A [`Command::Stop`] was taken: the progression thread drops the transport.
     stopping: bool,
 }
@@ -240,6 +261,9 @@ pub(crate) enum Driven {
     Progressed,
     /// Nothing to do right now.
     Idle,
+    /// Nothing completed, but the transport has transfers under way (they move only
+    /// while it is polled).
+    InFlight,
     /// Another thread is driving.
     Busy,
     /// The rank stopped.
@@ -253,6 +277,11 @@ pub(crate) trait Drive: Send + Sync {
     /// Marks the calling thread as driving until the guard drops: the progression thread
     /// stands back meanwhile.
     fn enter(&self) -> DriverGuard<'_>;
+    /// Hands `command` to the engine on the calling thread, skipping the inbox, when
+    /// nothing waits in the inbox (which keeps the commands' order) and no other thread
+    /// is driving; gives it back otherwise. The command's outputs go out at the next
+    /// drive: the progression thread is woken for it unless a thread drives.
+    fn post(&self, command: Command) -> Result<(), Command>;
 }
 
 /// While alive, a thread drives progress itself ([`Drive::enter`]).
@@ -295,6 +324,31 @@ impl<T: Transport> Drive for Driver<T> {
             shared: &self.shared,
         }
     }
+
+    fn post(&self, command: Command) -> Result<(), Command> {
+        if matches!(command, Command::Stop) || self.shared.queued.load(Ordering::SeqCst) != 0 {
+            return Err(command);
+        }
+        let Ok(mut st) = self.state.try_lock() else {
+            // Held (by another thread, or by this one: a completion posting the next
+            // request), or poisoned: the inbox takes it.
+            return Err(command);
+        };
+        if st.stopping || self.shared.queued.load(Ordering::SeqCst) != 0 {
+            return Err(command);
+        }
+        let Some(p) = st.progress.as_mut() else {
+            return Err(command);
+        };
+        p.command(command);
+        st.moved = true;
+        drop(st);
+        self.shared.epoch.fetch_add(1, Ordering::SeqCst);
+        if self.shared.drivers.load(Ordering::SeqCst) == 0 {
+            self.shared.wake();
+        }
+        Ok(())
+    }
 }
 
 impl<T: Transport> Driver<T> {
@@ -304,8 +358,9 @@ impl<T: Transport> Driver<T> {
         let State {
             progress,
             inbox,
-            last_active,
+            moved: stamp,
             stopping,
+            ..
         } = st;
         if *stopping {
             return Driven::Stopped;
@@ -324,10 +379,11 @@ impl<T: Transport> Driver<T> {
             }
         }
         let moved = p.pump() || taken > 0;
-        if moved {
-            *last_active = std::time::Instant::now();
+        *stamp |= moved;
+        let in_flight = !moved && self.polling && p.transport.busy();
+        if taken > 0 {
+            self.shared.queued.fetch_sub(taken, Ordering::SeqCst);
         }
-        self.shared.queued.fetch_sub(taken, Ordering::SeqCst);
         self.shared.epoch.fetch_add(1, Ordering::SeqCst);
         if stop {
             // The transport is dropped by the progression thread (see `run`).
@@ -337,6 +393,8 @@ impl<T: Transport> Driver<T> {
         }
         if moved {
             Driven::Progressed
+        } else if in_flight {
+            Driven::InFlight
         } else {
             Driven::Idle
         }
@@ -345,7 +403,10 @@ impl<T: Transport> Driver<T> {
     /// Whether the progression thread should poll again without sleeping: a polled
     /// transport (MPI) learns of arrivals and moves long messages only when polled, so
     /// while it is busy, or anything happened within `HOT`, it is polled continuously.
-    fn hot(&self, st: &State<T>) -> bool {
+    fn hot(&self, st: &mut State<T>) -> bool {
+        if core::mem::take(&mut st.moved) {
+            st.last_active = std::time::Instant::now();
+        }
         self.polling
             && (st.progress.as_ref().is_some_and(|p| p.transport.busy())
                 || st.last_active.elapsed() < HOT)
@@ -363,7 +424,7 @@ pub(crate) fn start<T: Transport>(
     let size = transport.size();
     transport.set_envelope_tag(config.tags.envelope());
     let mut engine_config = Config::new(rank, size, config.tags);
-    engine_config.eager_limit = 4096;
+    engine_config.eager_limit = EAGER_LIMIT;
     engine_config.priorities = config.priorities;
     engine_config.max_inflight_sends = config.max_inflight_sends;
     let mut engine = Box::new(RankEngine::new(engine_config));
@@ -383,7 +444,7 @@ pub(crate) fn start<T: Transport>(
         rank,
         start: std::time::Instant::now(),
         pool: Arc::clone(&shared.pool),
-        in_place_min: config.in_place_min,
+        recv_in_place_min: lend_min(config.in_place_min),
         timeline: CommTrace::new(config.timeline, rank, config.tags.envelope()),
     };
     let _ = shared.thread.set(std::thread::current());
@@ -392,6 +453,7 @@ pub(crate) fn start<T: Transport>(
             progress: Some(progress),
             inbox,
             last_active: std::time::Instant::now(),
+            moved: false,
             stopping: false,
         }),
         shared,
@@ -427,7 +489,7 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
             drop(progress);
             return;
         }
-        let hot = d.hot(&st);
+        let hot = d.hot(&mut st);
         drop(st);
         if let (Some(mode), Some(rt)) = (d.driver_mode, d.shared.runtime.get()) {
             // Driver mode: every `call_frequency` polls that moved nothing, and whenever
@@ -659,7 +721,7 @@ impl<T: Transport> Progress<T> {
                 self.timeline.recv(source, comm, tag, req);
                 let size = size as usize;
                 // A large contiguous handle receives in place, when the transport can.
-                if size >= self.in_place_min {
+                if size >= self.recv_in_place_min {
                     if let Some(Pending::Recv { cell, in_place, .. }) = self.pending.get_mut(&req) {
                         if cell.packed_size() == size {
                             if let Some(lent) = cell.lend_write() {

@@ -346,8 +346,23 @@ impl RankRunner {
         let shown = (config.progress && (every_rank_shows || rank.0 == 0))
             .then(|| crate::meter::show(rank, runtime.clone()));
         let tx = InboxTx::new(tx, Arc::clone(&shared));
-        let commands: CommandSink = Arc::new(move |c: Command| tx.send(Input::Command(c)));
         let driver = config.caller_drives.then_some(driver);
+        let commands: CommandSink = match driver.clone() {
+            // Sends and receives go straight to the engine when its lock is free (a
+            // blocking call then crosses no queue); anything else, or when it is held,
+            // through the inbox.
+            Some(direct) => Arc::new(move |c: Command| {
+                let c = match c {
+                    Command::Send { .. } | Command::Recv { .. } => match direct.post(c) {
+                        Ok(()) => return,
+                        Err(c) => c,
+                    },
+                    other => other,
+                };
+                tx.send(Input::Command(c));
+            }),
+            None => Arc::new(move |c: Command| tx.send(Input::Command(c))),
+        };
         let ctx = Context::new(
             rank,
             size,
