@@ -423,6 +423,7 @@ pub(crate) fn start<T: Transport>(
     let rank = transport.rank();
     let size = transport.size();
     transport.set_envelope_tag(config.tags.envelope());
+    transport.set_envelope_limit(starling_core::envelope::HEADER_LEN + EAGER_LIMIT as usize);
     let mut engine_config = Config::new(rank, size, config.tags);
     engine_config.eager_limit = EAGER_LIMIT;
     engine_config.priorities = config.priorities;
