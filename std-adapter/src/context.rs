@@ -129,6 +129,8 @@ struct ReqInner {
     /// Threads asleep on `cv` (changed under `result`'s lock): the completion notifies
     /// only when one is, since a notification is a system call.
     sleepers: AtomicUsize,
+    /// Set once `result` is: what a thread driving progress polls (no lock).
+    finished: AtomicBool,
     waited: AtomicBool,
     what: ReqWhat,
     reports: Arc<Mutex<Vec<String>>>,
@@ -209,7 +211,9 @@ impl Request {
     fn wait_driving(self, guard: Option<DriverGuard<'_>>) -> Result<(), CommError> {
         let _wait = trace::wait(self.inner.timeline.as_ref(), "request wait");
         if let Some(driver) = &self.inner.driver {
-            drive_until(&**driver, guard, || lock(&self.inner.result).is_some());
+            drive_until(&**driver, guard, || {
+                self.inner.finished.load(Ordering::Acquire)
+            });
         }
         let mut r = lock(&self.inner.result);
         loop {
@@ -328,6 +332,7 @@ pub(crate) fn request_pair(
         result: Mutex::new(None),
         cv: Condvar::new(),
         sleepers: AtomicUsize::new(0),
+        finished: AtomicBool::new(false),
         waited: AtomicBool::new(false),
         what,
         reports,
@@ -338,6 +343,7 @@ pub(crate) fn request_pair(
     let done: Done = Box::new(move |result| {
         let mut r = lock(&i2.result);
         *r = Some(result);
+        i2.finished.store(true, Ordering::Release);
         if i2.sleepers.load(Ordering::SeqCst) > 0 {
             i2.cv.notify_all();
         }
@@ -783,7 +789,6 @@ impl Context {
         } else {
             AccessMode::R
         };
-        runtime.begin_request();
         let ticket = self.tracker.begin(
             crate::hang::Waiting::Send,
             dest,
@@ -797,7 +802,7 @@ impl Context {
         }];
         let rt = runtime;
         let pool = Arc::clone(&self.pool);
-        self.runtime.submit_hook(
+        self.runtime.submit_request_hook(
             access,
             opts.priority,
             Box::new(move |node| {
@@ -863,7 +868,6 @@ impl Context {
         }
         let runtime = self.runtime.clone();
         let commands = Arc::clone(&self.commands);
-        runtime.begin_request();
         let ticket = self.tracker.begin(
             crate::hang::Waiting::Recv,
             source,
@@ -880,7 +884,7 @@ impl Context {
             Vec::new()
         };
         let rt = runtime;
-        self.runtime.submit_hook(
+        self.runtime.submit_request_hook(
             access,
             0,
             Box::new(move |node| {

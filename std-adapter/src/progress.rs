@@ -312,8 +312,8 @@ impl Drop for DriverGuard<'_> {
 impl<T: Transport> Drive for Driver<T> {
     fn try_drive(&self) -> Driven {
         match self.state.try_lock() {
-            Ok(mut st) => self.drive(&mut st),
-            Err(std::sync::TryLockError::Poisoned(p)) => self.drive(&mut p.into_inner()),
+            Ok(mut st) => self.drive(&mut st, false),
+            Err(std::sync::TryLockError::Poisoned(p)) => self.drive(&mut p.into_inner(), false),
             Err(std::sync::TryLockError::WouldBlock) => Driven::Busy,
         }
     }
@@ -353,8 +353,10 @@ impl<T: Transport> Drive for Driver<T> {
 
 impl<T: Transport> Driver<T> {
     /// Takes in everything queued, then drives the engine once: sends that became ready
-    /// together leave in priority order.
-    fn drive(&self, st: &mut State<T>) -> Driven {
+    /// together leave in priority order. `full`: until neither the engine nor the
+    /// transport has anything to do (the progression thread); otherwise with one poll of
+    /// the transport (a waiting thread, which looks at what it waits for in between).
+    fn drive(&self, st: &mut State<T>, full: bool) -> Driven {
         let State {
             progress,
             inbox,
@@ -378,7 +380,7 @@ impl<T: Transport> Driver<T> {
                 Input::Net(w) => p.transport.accept(w),
             }
         }
-        let moved = p.pump() || taken > 0;
+        let moved = if full { p.pump() } else { p.pump_once() } || taken > 0;
         *stamp |= moved;
         let in_flight = !moved && self.polling && p.transport.busy();
         if taken > 0 {
@@ -482,7 +484,7 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
         let driven = if st.stopping {
             Driven::Stopped
         } else {
-            d.drive(&mut st)
+            d.drive(&mut st, true)
         };
         if st.stopping {
             let progress = st.progress.take();
@@ -643,32 +645,44 @@ impl<T: Transport> Progress<T> {
     /// anything happened.
     fn pump(&mut self) -> bool {
         let mut any = false;
-        loop {
-            let mut progressed = false;
-            while let Some(t) = self.engine.poll_transmit() {
-                self.perform(t);
-                progressed = true;
-            }
-            while let Some(e) = self.engine.poll_event() {
-                self.on_event(e);
-                progressed = true;
-            }
-            if let Some(c) = self.transport.poll() {
-                self.on_completion(c);
-                progressed = true;
-            }
-            while let Some(spent) = self.transport.spent() {
-                self.pool.give(spent);
-            }
-            // Progress may have freed room: waiting receives and envelopes go in again.
-            if !progressed && self.retry_refused() {
-                progressed = true;
-            }
-            if !progressed {
-                return any;
-            }
+        while self.pump_once() {
             any = true;
         }
+        any
+    }
+
+    /// Performs the engine's outputs, polls the transport once and performs what its
+    /// completion caused; whether anything happened.
+    fn pump_once(&mut self) -> bool {
+        let mut progressed = self.drain_counted();
+        if let Some(c) = self.transport.poll() {
+            self.on_completion(c);
+            self.drain_counted();
+            progressed = true;
+        }
+        while let Some(spent) = self.transport.spent() {
+            self.pool.give(spent);
+        }
+        // Progress may have freed room: waiting receives and envelopes go in again.
+        if !progressed && self.retry_refused() {
+            self.drain_counted();
+            progressed = true;
+        }
+        progressed
+    }
+
+    /// Performs every transmission and event the engine has; whether there was any.
+    fn drain_counted(&mut self) -> bool {
+        let mut any = false;
+        while let Some(t) = self.engine.poll_transmit() {
+            self.perform(t);
+            any = true;
+        }
+        while let Some(e) = self.engine.poll_event() {
+            self.on_event(e);
+            any = true;
+        }
+        any
     }
 
     fn perform(&mut self, t: Transmit) {
@@ -683,12 +697,13 @@ impl<T: Transport> Progress<T> {
                 header,
                 inline,
             } => {
-                let mut bytes = header.to_vec();
-                if let Some(req) = inline {
-                    if let Some(Pending::Send { bytes: Some(b), .. }) = self.pending.get(&req) {
-                        bytes.extend_from_slice(b.bytes());
-                    }
-                }
+                let body = match inline.and_then(|req| self.pending.get(&req)) {
+                    Some(Pending::Send { bytes: Some(b), .. }) => b.bytes(),
+                    _ => &[],
+                };
+                let mut bytes = Vec::with_capacity(header.len() + body.len());
+                bytes.extend_from_slice(&header);
+                bytes.extend_from_slice(body);
                 self.timeline.send(dest, comm, tag, &bytes, inline);
                 self.transport.send(dest, comm, tag, bytes, inline);
             }
