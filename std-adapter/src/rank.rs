@@ -54,7 +54,10 @@ pub struct RankConfig {
     /// place when the transport can (MPI): a send reads the handle's memory and holds the
     /// handle for reading until it completes (as the reference's sends do), a receive
     /// writes straight into it. Smaller ones are copied, and a send releases the handle at
-    /// once. `STARLING_IN_PLACE_MIN=<bytes>` (default 256 KiB; `off` never).
+    /// once. Receives and blocking sends, which hold their handle until they complete
+    /// anyway, travel in place from the first size that does not ride inside its envelope
+    /// (above 4 KiB) whatever this size, unless it is `off`.
+    /// `STARLING_IN_PLACE_MIN=<bytes>` (default 256 KiB; `off` never).
     pub in_place_min: usize,
     /// Fold every insert into a digest and compare the ranks' digests at
     /// `mpi_wait_for_all` and barriers: the graph-agreement check
