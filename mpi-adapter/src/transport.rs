@@ -234,10 +234,18 @@ impl MpiTransport {
             self.max_message
         };
         let process = self.comm(comm).process_at_rank(dest.0 as i32);
-        let reqs = split(buf, max)
-            .into_iter()
-            .map(|chunk| Some(process.immediate_send_with_tag(StaticScope, chunk, tag.0)))
-            .collect();
+        let reqs = if buf.len() <= max {
+            vec![Some(process.immediate_send_with_tag(
+                StaticScope,
+                buf,
+                tag.0,
+            ))]
+        } else {
+            split(buf, max)
+                .into_iter()
+                .map(|chunk| Some(process.immediate_send_with_tag(StaticScope, chunk, tag.0)))
+                .collect()
+        };
         self.sends.push((token, Op { reqs, lent, got: 0 }));
     }
 
@@ -253,10 +261,20 @@ impl MpiTransport {
     ) {
         let max = self.max_message;
         let process = self.comm(comm).process_at_rank(source.0 as i32);
-        let reqs = split_mut(buf, max)
-            .into_iter()
-            .map(|chunk| Some(process.immediate_receive_into_with_tag(StaticScope, chunk, tag.0)))
-            .collect();
+        let reqs = if buf.len() <= max {
+            vec![Some(process.immediate_receive_into_with_tag(
+                StaticScope,
+                buf,
+                tag.0,
+            ))]
+        } else {
+            split_mut(buf, max)
+                .into_iter()
+                .map(|chunk| {
+                    Some(process.immediate_receive_into_with_tag(StaticScope, chunk, tag.0))
+                })
+                .collect()
+        };
         self.recvs.push((token, Op { reqs, lent, got: 0 }));
     }
 
