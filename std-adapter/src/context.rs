@@ -341,10 +341,15 @@ pub(crate) fn request_pair(
     });
     let i2 = Arc::clone(&inner);
     let done: Done = Box::new(move |result| {
-        let mut r = lock(&i2.result);
-        *r = Some(result);
-        i2.finished.store(true, Ordering::Release);
-        if i2.sleepers.load(Ordering::SeqCst) > 0 {
+        let sleeping = {
+            let mut r = lock(&i2.result);
+            *r = Some(result);
+            i2.finished.store(true, Ordering::Release);
+            i2.sleepers.load(Ordering::SeqCst) > 0
+        };
+        // Notified once the lock is released, so that the woken waiter does not block on
+        // it at once.
+        if sleeping {
             i2.cv.notify_all();
         }
     });
