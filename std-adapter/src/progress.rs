@@ -278,8 +278,8 @@ pub(crate) trait Drive: Send + Sync {
     /// stands back meanwhile.
     fn enter(&self) -> DriverGuard<'_>;
     /// Hands `command` to the engine on the calling thread, skipping the inbox, when
-    /// nothing waits in the inbox (which keeps the commands' order) and no other thread
-    /// is driving; gives it back otherwise. The command's outputs go out at the next
+    /// nothing waits in the inbox (which keeps the commands' order) and the progression
+    /// lock is free; gives it back otherwise (the caller queues it). The command's outputs go out at the next
     /// drive: the progression thread is woken for it unless a thread drives.
     fn post(&self, command: Command) -> Result<(), Command>;
 }
