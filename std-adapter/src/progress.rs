@@ -25,7 +25,7 @@ use crate::error::CommError;
 use crate::id_hash::IdMap;
 use crate::pool::BufferPool;
 use crate::rank::DriverMode;
-use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::task::Runtime;
 use crate::trace::{CommTrace, Recorder};
 use crate::transport::{Completion, SendBuffer, Transport};
@@ -134,6 +134,9 @@ enum Pending {
 pub(crate) struct Shared {
     /// Inputs sent to the inbox and not yet processed.
     pub(crate) queued: AtomicUsize,
+    /// A command was handed straight to the engine ([`Drive::post`]) and not driven out
+    /// yet: like a queued input, it needs a drive.
+    posted: AtomicBool,
     /// Incremented whenever the rank's progress was driven: a quiescence witness.
     pub(crate) epoch: AtomicU64,
     /// Threads driving progress themselves while they wait ([`Drive`]); the progression
@@ -152,6 +155,7 @@ impl Shared {
     pub(crate) fn new() -> Self {
         Self {
             queued: AtomicUsize::new(0),
+            posted: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             drivers: AtomicUsize::new(0),
             thread: std::sync::OnceLock::new(),
@@ -301,7 +305,8 @@ impl DriverGuard<'_> {
 impl Drop for DriverGuard<'_> {
     fn drop(&mut self) {
         if self.shared.drivers.fetch_sub(1, Ordering::SeqCst) == 1
-            && self.shared.queued.load(Ordering::SeqCst) != 0
+            && (self.shared.queued.load(Ordering::SeqCst) != 0
+                || self.shared.posted.load(Ordering::SeqCst))
         {
             // Inputs came in after the last drive: the progression thread takes over.
             self.shared.wake();
@@ -342,6 +347,7 @@ impl<T: Transport> Drive for Driver<T> {
         };
         p.command(command);
         st.moved = true;
+        self.shared.posted.store(true, Ordering::SeqCst);
         drop(st);
         self.shared.epoch.fetch_add(1, Ordering::SeqCst);
         if self.shared.drivers.load(Ordering::SeqCst) == 0 {
@@ -372,6 +378,11 @@ impl<T: Transport> Driver<T> {
         };
         let mut taken = 0;
         let mut stop = false;
+        // What was posted straight to the engine goes out with this drive (both change
+        // the flag under the progression lock).
+        if self.shared.posted.load(Ordering::Relaxed) {
+            self.shared.posted.store(false, Ordering::SeqCst);
+        }
         while let Ok(input) = inbox.try_recv() {
             taken += 1;
             match input {
@@ -917,5 +928,21 @@ impl<T: Transport> Progress<T> {
                 self.early.remove(&early);
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfers_that_hold_their_handle_lend_it_from_the_first_size_past_the_envelope() {
+        // The default (256 KiB) and anything larger: lent from 4 KiB + 1.
+        assert_eq!(lend_min(256 << 10), EAGER_LIMIT as usize + 1);
+        assert_eq!(lend_min(usize::MAX - 1), EAGER_LIMIT as usize + 1);
+        // A smaller configured size wins.
+        assert_eq!(lend_min(1024), 1024);
+        // Off stays off.
+        assert_eq!(lend_min(usize::MAX), usize::MAX);
     }
 }
