@@ -8,8 +8,9 @@
 # `Vector<u8>` handle, as built (the waiting thread drives MPI itself) and with
 # `RankConfig::caller_drives` off (every MPI call on the progression thread, the previous
 # design; `STARLING_CALLER_DRIVES=0`), (mpi-adapter/examples/mpi_bench.rs) vs raw rsmpi `send_with_tag` /
-# `receive_into_with_tag` of the same bytes (MPI_THREAD_SINGLE, blocking calls). Each job
-# prints 7 samples per size; the medians pool every sample of every run. Ring: the
+# `receive_into_with_tag` of the same bytes (MPI_THREAD_SINGLE, blocking calls), and, below
+# the table, the MPI calls of Starling's eager messages without the runtime (`raw-pattern`).
+# Each job prints 7 samples per size; the medians pool every sample of every run. Ring: the
 # handbook's ring (examples/ring.rs, detached variant, 1000 loops) per hop, on 2 and 4
 # MPI processes and, for scale, on the in-process cluster.
 set -euo pipefail
@@ -31,6 +32,8 @@ for _ in $(seq "$runs"); do
     mpirun "${flags[@]}" -n 2 "$target/mpi_bench" raw >>"$out"
     mpirun "${flags[@]}" -n 2 "$target/mpi_bench" starling >>"$out"
     mpirun "${flags[@]}" -n 2 "$target/mpi_bench" starling-thread >>"$out"
+    # The MPI calls of Starling's eager messages alone (the floor under the runtime).
+    mpirun "${flags[@]}" -n 2 "$target/mpi_bench" raw-pattern 8 1024 >>"$out"
 done
 for _ in $(seq "$runs"); do
     for n in 2 4; do
@@ -75,4 +78,10 @@ print("| benchmark | Starling over MPI (median) | Starling, progression thread o
 print("| --- | --- | --- | --- | --- |")
 for r in rows:
     print("| " + " | ".join(r) + " |")
+floor = [(label, samples.get(("raw-pattern", size))) for size, label in ((8, "8 B"), (1 << 10, "1 KiB"))]
+if all(v for _, v in floor):
+    print()
+    print("MPI calls of Starling's eager message pattern without the runtime (raw-pattern: a 24-byte header "
+          "and the payload in one MPI_Isend, a pre-posted MPI_Irecv from any source, MPI_Test polling), "
+          "half round trip: " + ", ".join(f"{label} {us(med(v))}" for label, v in floor))
 PY

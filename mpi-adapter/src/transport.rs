@@ -17,11 +17,16 @@
 //!   communicators on it. A communicator cannot be duplicated later, when a rank first
 //!   uses it: `MPI_Comm_dup` is collective, and a rank learns that it receives on a
 //!   communicator only from an envelope that arrives on it.
-//! * **Envelopes** are found with `MPI_Improbe` on the envelope tag from any source, on
-//!   the world's duplicate, on each other communicator this rank has used, and on all of
-//!   them once a barrier was posted, and received with `MPI_Imrecv` into a buffer
-//!   of the probed size. They are handed to the engine in probe order, one at a time, so
-//!   the engine posts the payload receive of one envelope before it sees the next
+//! * **Envelopes** are received on the envelope tag from any source, on the world's
+//!   duplicate, on each other communicator this rank has used, and on all of them once a
+//!   barrier was posted: by one `MPI_Irecv` per such communicator posted ahead of time
+//!   into a buffer of the envelope limit (a header and the largest eager payload,
+//!   [`Transport::set_envelope_limit`]) and posted again as soon as it completed, so an
+//!   arriving envelope lands at once and a poll costs one `MPI_Test`; MPI matches one
+//!   sender's messages in their order, so each peer's envelopes keep theirs. (Before the
+//!   limit is told, `MPI_Improbe` finds them and `MPI_Imrecv` receives them into a buffer
+//!   of the probed size.) They are handed to the engine in arrival order, one at a time,
+//!   so the engine posts the payload receive of one envelope before it sees the next
 //!   (internals §3.4).
 //! * **Payloads** travel with `MPI_Isend`/`MPI_Irecv` on the physical tags the engine
 //!   gives, from buffers the transport owns until `MPI_Test` says the request completed
@@ -113,6 +118,13 @@ enum Arrival {
         index: usize,
         op: Op,
     },
+    /// An envelope received whole by a receive posted ahead of time.
+    Received {
+        source: Rank,
+        /// Which of Starling's MPI duplicates it arrived on.
+        index: usize,
+        bytes: Vec<u8>,
+    },
     Barrier(u64),
 }
 
@@ -132,6 +144,9 @@ struct Comm {
     comm: SimpleCommunicator,
     /// Whether this rank probes it for envelopes (it used it, or shutdown is near).
     active: bool,
+    /// The receive posted ahead of time for its next envelope, from any source, into a
+    /// buffer of the envelope limit ([`Transport::set_envelope_limit`]).
+    envelope: Option<(Request<'static, [u8]>, Lent)>,
 }
 
 /// What [`MpiTransport::new`] needs.
@@ -156,6 +171,9 @@ pub struct MpiTransport {
     size: u32,
     tag_ub: i32,
     envelope_tag: Option<i32>,
+    /// The longest envelope message, once told: envelopes are then received by receives
+    /// posted ahead of time (one per active communicator) instead of probed for.
+    envelope_limit: Option<usize>,
     max_message: usize,
     comms: Vec<Comm>,
     sends: Vec<(Option<ReqId>, Op)>,
@@ -216,10 +234,18 @@ impl MpiTransport {
             self.max_message
         };
         let process = self.comm(comm).process_at_rank(dest.0 as i32);
-        let reqs = split(buf, max)
-            .into_iter()
-            .map(|chunk| Some(process.immediate_send_with_tag(StaticScope, chunk, tag.0)))
-            .collect();
+        let reqs = if buf.len() <= max {
+            vec![Some(process.immediate_send_with_tag(
+                StaticScope,
+                buf,
+                tag.0,
+            ))]
+        } else {
+            split(buf, max)
+                .into_iter()
+                .map(|chunk| Some(process.immediate_send_with_tag(StaticScope, chunk, tag.0)))
+                .collect()
+        };
         self.sends.push((token, Op { reqs, lent, got: 0 }));
     }
 
@@ -235,10 +261,20 @@ impl MpiTransport {
     ) {
         let max = self.max_message;
         let process = self.comm(comm).process_at_rank(source.0 as i32);
-        let reqs = split_mut(buf, max)
-            .into_iter()
-            .map(|chunk| Some(process.immediate_receive_into_with_tag(StaticScope, chunk, tag.0)))
-            .collect();
+        let reqs = if buf.len() <= max {
+            vec![Some(process.immediate_receive_into_with_tag(
+                StaticScope,
+                buf,
+                tag.0,
+            ))]
+        } else {
+            split_mut(buf, max)
+                .into_iter()
+                .map(|chunk| {
+                    Some(process.immediate_receive_into_with_tag(StaticScope, chunk, tag.0))
+                })
+                .collect()
+        };
         self.recvs.push((token, Op { reqs, lent, got: 0 }));
     }
 
@@ -271,6 +307,7 @@ impl MpiTransport {
             .map(|i| Comm {
                 comm: world.duplicate(),
                 active: i == 0,
+                envelope: None,
             })
             .collect();
         let rank = Rank(u32::try_from(comms[0].comm.rank()).unwrap_or(0));
@@ -280,6 +317,7 @@ impl MpiTransport {
             size,
             tag_ub,
             envelope_tag: None,
+            envelope_limit: None,
             max_message: settings.max_message.clamp(1, i32::MAX as usize),
             comms,
             sends: Vec::new(),
@@ -406,6 +444,10 @@ impl MpiTransport {
         let Some(tag) = self.envelope_tag else {
             return;
         };
+        if let Some(limit) = self.envelope_limit {
+            self.receive_envelopes(tag, limit);
+            return;
+        }
         for (id, c) in self.comms.iter().enumerate() {
             if !c.active {
                 continue;
@@ -432,6 +474,69 @@ impl MpiTransport {
         }
     }
 
+    /// Takes every envelope that the receives posted ahead of time on the active
+    /// communicators received, reposting each at once into the same buffer (MPI matches
+    /// the messages of one sender in the order they were sent, so the envelopes of each
+    /// peer keep their order); at most `limit` bytes each.
+    fn receive_envelopes(&mut self, tag: i32, limit: usize) {
+        for (id, c) in self.comms.iter_mut().enumerate() {
+            if !c.active {
+                continue;
+            }
+            loop {
+                let (req, lent) = match c.envelope.take() {
+                    Some(posted) => posted,
+                    None => {
+                        let (lent, buf) = Lent::new(vec![0u8; limit]);
+                        let req = c.comm.any_process().immediate_receive_into_with_tag(
+                            StaticScope,
+                            buf,
+                            tag,
+                        );
+                        (req, lent)
+                    }
+                };
+                let status = match req.test() {
+                    Ok(status) => status,
+                    Err(req) => {
+                        c.envelope = Some((req, lent));
+                        break;
+                    }
+                };
+                // SAFETY: the receive completed (`test` returned its status).
+                let buffer = unsafe { lent.take() };
+                let bytes = buffer[..count(&status).min(buffer.len())].to_vec();
+                let (lent, buf) = Lent::new(buffer);
+                let again =
+                    c.comm
+                        .any_process()
+                        .immediate_receive_into_with_tag(StaticScope, buf, tag);
+                c.envelope = Some((again, lent));
+                let source = usize::try_from(status.source_rank()).unwrap_or(0);
+                if let Some(n) = self.envelopes_received.get_mut(source) {
+                    *n += 1;
+                }
+                self.arrivals.push_back(Arrival::Received {
+                    source: Rank(source as u32),
+                    index: id,
+                    bytes,
+                });
+            }
+        }
+    }
+
+    /// Cancels the receives posted ahead of time for envelopes (at shutdown).
+    fn cancel_envelope_receives(&mut self) {
+        for c in &mut self.comms {
+            if let Some((req, lent)) = c.envelope.take() {
+                req.cancel();
+                let _ = req.wait();
+                // SAFETY: the receive completed or was cancelled (`wait` returned).
+                drop(unsafe { lent.take() });
+            }
+        }
+    }
+
     /// Moves the arrivals that completed, in order, to the completions.
     fn drain_arrivals(&mut self) {
         while let Some(front) = self.arrivals.front_mut() {
@@ -441,7 +546,7 @@ impl MpiTransport {
                         break;
                     }
                 }
-                Arrival::Barrier(_) => {}
+                Arrival::Received { .. } | Arrival::Barrier(_) => {}
             }
             match self.arrivals.pop_front() {
                 Some(Arrival::Envelope { source, index, op }) => {
@@ -449,6 +554,18 @@ impl MpiTransport {
                     // SAFETY: the envelope's receive completed (`test` returned true).
                     let mut bytes = unsafe { op.lent.take() };
                     bytes.truncate(got);
+                    let comm = self.arrived_on(index, &bytes);
+                    self.ready.push_back(Completion::Envelope {
+                        source,
+                        comm,
+                        bytes,
+                    });
+                }
+                Some(Arrival::Received {
+                    source,
+                    index,
+                    bytes,
+                }) => {
                     let comm = self.arrived_on(index, &bytes);
                     self.ready.push_back(Completion::Envelope {
                         source,
@@ -504,6 +621,10 @@ impl Transport for MpiTransport {
 
     fn set_envelope_tag(&mut self, tag: PhysTag) {
         self.envelope_tag = Some(tag.0);
+    }
+
+    fn set_envelope_limit(&mut self, bytes: usize) {
+        self.envelope_limit = Some(bytes.max(1));
     }
 
     fn send(
@@ -624,6 +745,7 @@ impl Drop for MpiTransport {
         }
         let clean = !abandon && !self.has_pending();
         if clean {
+            self.cancel_envelope_receives();
             // Free the duplicates (MPI_Comm_free), then finalize if MPI is ours.
             self.comms.clear();
             drop(self.universe.take());
@@ -650,6 +772,10 @@ impl Drop for MpiTransport {
             }
         }
         for c in self.comms.drain(..) {
+            if let Some((req, _lent)) = c.envelope {
+                // The buffer leaks with the `Lent` (dropped without `take`).
+                core::mem::forget(req);
+            }
             core::mem::forget(c.comm);
         }
         if let Some(u) = self.universe.take() {

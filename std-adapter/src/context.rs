@@ -10,7 +10,9 @@ use crate::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
 use crate::error::CommError;
 use crate::pool::BufferPool;
 use crate::progress::{Command, Done, Drive, Driven, DriverGuard, Payload};
-use crate::sync::{Arc, AtomicBool, AtomicU32, Condvar, Mutex, Ordering, lock, thread};
+use crate::sync::{
+    Arc, AtomicBool, AtomicU32, AtomicUsize, Condvar, Mutex, Ordering, lock, thread,
+};
 use crate::task::{Access, Codelet, NodeId, Runtime, TaskTag};
 use crate::trace::{self, Recorder};
 
@@ -126,6 +128,11 @@ impl<I: Interface> From<&Handle<I>> for AnyHandle {
 struct ReqInner {
     result: Mutex<Option<Result<(), CommError>>>,
     cv: Condvar,
+    /// Threads asleep on `cv` (changed under `result`'s lock): the completion notifies
+    /// only when one is, since a notification is a system call.
+    sleepers: AtomicUsize,
+    /// Set once `result` is: what a thread driving progress polls (no lock).
+    finished: AtomicBool,
     waited: AtomicBool,
     what: ReqWhat,
     reports: Arc<Mutex<Vec<String>>>,
@@ -206,7 +213,9 @@ impl Request {
     fn wait_driving(self, guard: Option<DriverGuard<'_>>) -> Result<(), CommError> {
         let _wait = trace::wait(self.inner.timeline.as_ref(), "request wait");
         if let Some(driver) = &self.inner.driver {
-            drive_until(&**driver, guard, || lock(&self.inner.result).is_some());
+            drive_until(&**driver, guard, || {
+                self.inner.finished.load(Ordering::Acquire)
+            });
         }
         let mut r = lock(&self.inner.result);
         loop {
@@ -214,11 +223,13 @@ impl Request {
                 self.inner.waited.store(true, Ordering::SeqCst);
                 return result;
             }
+            self.inner.sleepers.fetch_add(1, Ordering::SeqCst);
             r = self
                 .inner
                 .cv
                 .wait(r)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.inner.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -253,6 +264,9 @@ const DRIVE_PATIENCE: core::time::Duration = core::time::Duration::from_micros(2
 /// Polls in a row that moved nothing before a driving thread yields its core between polls.
 const SPIN_POLLS: u32 = 64;
 
+/// A driving thread reads the clock once per this many polls in a row that moved nothing.
+const CLOCK_POLLS: u32 = 16;
+
 /// Drives the rank's progress on this thread until `ready` holds, or until nothing moved
 /// for [`DRIVE_PATIENCE`] (the wait then sleeps as usual, and the progression thread takes
 /// over). A blocking call whose message is coming thus crosses no thread.
@@ -262,7 +276,9 @@ fn drive_until<'a>(
     ready: impl Fn() -> bool,
 ) {
     let guard = guard.unwrap_or_else(|| driver.enter());
-    let mut last = std::time::Instant::now();
+    // When the current run of idle polls began: read from the clock only every
+    // `CLOCK_POLLS` idle polls (a clock read costs as much as a poll that finds nothing).
+    let mut idle_since: Option<std::time::Instant> = None;
     let mut idle = 0u32;
     loop {
         if ready() {
@@ -270,17 +286,30 @@ fn drive_until<'a>(
         }
         match driver.try_drive() {
             Driven::Progressed => {
-                last = std::time::Instant::now();
+                idle_since = None;
                 idle = 0;
             }
             Driven::Stopped => break,
+            Driven::InFlight => {
+                // Transfers are under way: they move while this thread polls, so it
+                // goes on polling, back to back and without counting towards its
+                // patience (the progression thread would poll them as hard).
+                idle_since = None;
+                idle = 0;
+                core::hint::spin_loop();
+            }
             Driven::Idle | Driven::Busy => {
-                if last.elapsed() >= DRIVE_PATIENCE {
-                    break;
+                if idle.is_multiple_of(CLOCK_POLLS) {
+                    let now = std::time::Instant::now();
+                    match idle_since {
+                        None => idle_since = Some(now),
+                        Some(since) if now - since >= DRIVE_PATIENCE => break,
+                        Some(_) => {}
+                    }
                 }
                 // Poll back to back for a while (a long message moves only while MPI is
                 // called), then let the other threads of the core run between polls.
-                idle += 1;
+                idle = idle.saturating_add(1);
                 if idle < SPIN_POLLS {
                     core::hint::spin_loop();
                 } else {
@@ -304,6 +333,8 @@ pub(crate) fn request_pair(
     let inner = Arc::new(ReqInner {
         result: Mutex::new(None),
         cv: Condvar::new(),
+        sleepers: AtomicUsize::new(0),
+        finished: AtomicBool::new(false),
         waited: AtomicBool::new(false),
         what,
         reports,
@@ -312,8 +343,17 @@ pub(crate) fn request_pair(
     });
     let i2 = Arc::clone(&inner);
     let done: Done = Box::new(move |result| {
-        *lock(&i2.result) = Some(result);
-        i2.cv.notify_all();
+        let sleeping = {
+            let mut r = lock(&i2.result);
+            *r = Some(result);
+            i2.finished.store(true, Ordering::Release);
+            i2.sleepers.load(Ordering::SeqCst) > 0
+        };
+        // Notified once the lock is released, so that the woken waiter does not block on
+        // it at once.
+        if sleeping {
+            i2.cv.notify_all();
+        }
     });
     (Request { inner }, done)
 }
@@ -751,6 +791,20 @@ impl Context {
         opts: SendOpts,
         done: Done,
     ) -> Result<(), CommError> {
+        self.post_send_from(cell, dest, tag, opts, done, self.in_place_min)
+    }
+
+    /// [`Context::post_send`], lending the handle's data in place from `in_place_min`
+    /// bytes up.
+    fn post_send_from(
+        &self,
+        cell: Arc<dyn AnyCell>,
+        dest: Rank,
+        tag: Tag,
+        opts: SendOpts,
+        done: Done,
+        in_place_min: usize,
+    ) -> Result<(), CommError> {
         self.check_rank(dest)?;
         if self.fake.load(Ordering::Relaxed) {
             // Fake rank mode: communications are dropped (the reference's behaviour).
@@ -765,7 +819,6 @@ impl Context {
         } else {
             AccessMode::R
         };
-        runtime.begin_request();
         let ticket = self.tracker.begin(
             crate::hang::Waiting::Send,
             dest,
@@ -779,8 +832,7 @@ impl Context {
         }];
         let rt = runtime;
         let pool = Arc::clone(&self.pool);
-        let in_place_min = self.in_place_min;
-        self.runtime.submit_hook(
+        self.runtime.submit_request_hook(
             access,
             opts.priority,
             Box::new(move |node| {
@@ -846,7 +898,6 @@ impl Context {
         }
         let runtime = self.runtime.clone();
         let commands = Arc::clone(&self.commands);
-        runtime.begin_request();
         let ticket = self.tracker.begin(
             crate::hang::Waiting::Recv,
             source,
@@ -863,7 +914,7 @@ impl Context {
             Vec::new()
         };
         let rt = runtime;
-        self.runtime.submit_hook(
+        self.runtime.submit_request_hook(
             access,
             0,
             Box::new(move |node| {
@@ -924,6 +975,19 @@ impl Context {
         tag: Tag,
         opts: SendOpts,
     ) -> Result<Request, CommError> {
+        self.isend_from(h, dest, tag, opts, self.in_place_min)
+    }
+
+    /// [`Context::isend_with`], lending the handle's data in place from `in_place_min`
+    /// bytes up.
+    fn isend_from<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        dest: Rank,
+        tag: Tag,
+        opts: SendOpts,
+        in_place_min: usize,
+    ) -> Result<Request, CommError> {
         self.check_rank(dest)?;
         self.check_user_tag(tag)?;
         let (req, done) = self.request(ReqWhat::Transfer {
@@ -933,7 +997,7 @@ impl Context {
             tag,
             me: self.rank,
         });
-        self.post_send(h.erased(), dest, tag, opts, done)?;
+        self.post_send_from(h.erased(), dest, tag, opts, done, in_place_min)?;
         Ok(req)
     }
 
@@ -975,7 +1039,12 @@ impl Context {
     pub fn send<I: Interface>(&self, h: &Handle<I>, dest: Rank, tag: Tag) -> Result<(), CommError> {
         // Drive from before the send is posted, so that posting it wakes no thread.
         let driving = self.driver.as_ref().map(|d| d.enter());
-        self.isend(h, dest, tag)?.wait_driving(driving)
+        // The caller waits until the send completes: holding the handle for reading
+        // until then costs nothing, so every payload that travels as its own message
+        // is sent from the handle's memory.
+        let in_place_min = crate::progress::lend_min(self.in_place_min);
+        self.isend_from(h, dest, tag, SendOpts::default(), in_place_min)?
+            .wait_driving(driving)
     }
 
     /// Starts a send and forgets it; `callback` runs once with its outcome, on the thread
@@ -1183,7 +1252,7 @@ impl Context {
         if n == 0 {
             runtime.unlock_tag(tag);
         }
-        let left = Arc::new(crate::sync::AtomicUsize::new(n));
+        let left = Arc::new(AtomicUsize::new(n));
         Arc::new(move || {
             if left.fetch_sub(1, Ordering::SeqCst) == 1 {
                 runtime.unlock_tag(tag);

@@ -21,10 +21,11 @@ use starling_core::{CommId, Rank, ReqId};
 
 use crate::data::{AnyCell, DataError};
 use crate::error::CommError;
+use crate::id_hash::IdMap;
 use crate::pool::BufferPool;
 use crate::rank::DriverMode;
 use crate::sync::{
-    self, Arc, AtomicU64, AtomicUsize, DriveLock, InboxReceiver, InboxSender, Ordering,
+    self, Arc, AtomicBool, AtomicU64, AtomicUsize, DriveLock, InboxReceiver, InboxSender, Ordering,
     park_timeout, spin_wait, store_load_order, thread,
 };
 use crate::task::Runtime;
@@ -34,6 +35,22 @@ use crate::transport::{Completion, SendBuffer, Transport};
 /// How long after its last activity a polled transport's progression thread keeps
 /// polling without sleeping.
 const HOT: Duration = Duration::from_millis(1);
+
+/// The largest payload that travels inside its envelope (the engine's eager limit).
+pub(crate) const EAGER_LIMIT: u32 = 4096;
+
+/// The size from which a transfer that holds its handle until it completes anyway (a
+/// receive, a blocking send) lends the handle's memory to the transport: the first size
+/// that travels as a message of its own, unless `in_place_min` (the configured size for
+/// the others, [`crate::RankConfig::in_place_min`]) is smaller or in-place transfers are
+/// off (`usize::MAX`).
+pub(crate) fn lend_min(in_place_min: usize) -> usize {
+    if in_place_min == usize::MAX {
+        usize::MAX
+    } else {
+        in_place_min.min(EAGER_LIMIT as usize + 1)
+    }
+}
 
 /// The engine of a rank: 4096 requests, 1024 match keys, 256 peers in the statistics.
 pub(crate) type RankEngine = Engine<4096, 1024, 256>;
@@ -119,6 +136,9 @@ enum Pending {
 pub(crate) struct Shared {
     /// Inputs sent to the inbox and not yet processed.
     pub(crate) queued: AtomicUsize,
+    /// A command was handed straight to the engine ([`Drive::post`]) and not driven out
+    /// yet: like a queued input, it needs a drive.
+    posted: AtomicBool,
     /// Incremented whenever the rank's progress was driven: a quiescence witness.
     pub(crate) epoch: AtomicU64,
     /// Threads driving progress themselves while they wait ([`Drive`]); the progression
@@ -137,6 +157,7 @@ impl Shared {
     pub(crate) fn new() -> Self {
         Self {
             queued: AtomicUsize::new(0),
+            posted: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             drivers: AtomicUsize::new(0),
             thread: std::sync::OnceLock::new(),
@@ -156,7 +177,9 @@ impl Shared {
     /// epoch. Two equal witnesses taken apart mean that no input was queued at the first
     /// and none was taken in between.
     pub(crate) fn settled(&self) -> Option<u64> {
-        if self.queued.load(Ordering::SeqCst) != 0 {
+        // A command posted straight to the engine and not yet driven out is unsettled
+        // work, like a queued input.
+        if self.queued.load(Ordering::SeqCst) != 0 || self.posted.load(Ordering::SeqCst) {
             return None;
         }
         Some(self.epoch.load(Ordering::SeqCst))
@@ -208,8 +231,8 @@ pub(crate) struct ProgressConfig {
 struct Progress<T: Transport> {
     transport: T,
     engine: Box<RankEngine>,
-    pending: HashMap<ReqId, Pending>,
-    early: HashMap<ReqId, Vec<u8>>,
+    pending: IdMap<ReqId, Pending>,
+    early: IdMap<ReqId, Vec<u8>>,
     /// Envelope messages the engine refused for a full table, in arrival order.
     refused: VecDeque<(Rank, CommId, Vec<u8>)>,
     barriers: HashMap<u64, Box<dyn FnOnce() + Send>>,
@@ -218,8 +241,9 @@ struct Progress<T: Transport> {
     rank: Rank,
     start: std::time::Instant,
     pool: Arc<BufferPool>,
-    /// Payloads from this size up are received in place when they can be.
-    in_place_min: usize,
+    /// Payloads from this size up are received in place when they can be (a receive
+    /// holds its handle until it completes anyway: [`lend_min`]).
+    recv_in_place_min: usize,
     timeline: CommTrace,
 }
 
@@ -239,8 +263,12 @@ struct State<T: Transport> {
     /// `None` once stopped.
     progress: Option<Progress<T>>,
     inbox: InboxReceiver<Input<T::Wire>>,
-    /// When anything last happened.
+    /// When anything last happened (as of the last [`Driver::hot`]).
     last_active: std::time::Instant,
+    /// Something happened since `last_active` was read from the clock: a drive only
+    /// sets this, and the progression thread reads the clock when it asks whether to
+    /// poll on ([`Driver::hot`]), so that a thread driving progress reads no clock.
+    moved: bool,
     /// A [`Command::Stop`] was taken: the progression thread drops the transport.
     stopping: bool,
 }
@@ -252,6 +280,9 @@ pub(crate) enum Driven {
     Progressed,
     /// Nothing to do right now.
     Idle,
+    /// Nothing completed, but the transport has transfers under way (they move only
+    /// while it is polled).
+    InFlight,
     /// Another thread is driving.
     Busy,
     /// The rank stopped.
@@ -265,6 +296,11 @@ pub(crate) trait Drive: Send + Sync {
     /// Marks the calling thread as driving until the guard drops: the progression thread
     /// stands back meanwhile.
     fn enter(&self) -> DriverGuard<'_>;
+    /// Hands `command` to the engine on the calling thread, skipping the inbox, when
+    /// nothing waits in the inbox (which keeps the commands' order) and the progression
+    /// lock is free; gives it back otherwise (the caller queues it). The command's outputs go out at the next
+    /// drive: the progression thread is woken for it unless a thread drives.
+    fn post(&self, command: Command) -> Result<(), Command>;
 }
 
 /// While alive, a thread drives progress itself ([`Drive::enter`]).
@@ -283,11 +319,14 @@ impl DriverGuard<'_> {
 
 impl Drop for DriverGuard<'_> {
     fn drop(&mut self) {
-        // Stops driving, then reads `queued`; `InboxTx::send` counts, then reads
-        // `drivers`: one of the two sees the other.
+        // Stops driving, then reads `queued` and `posted`; `InboxTx::send` counts, then
+        // reads `drivers`: one of the two sees the other.
         let last = self.shared.drivers.fetch_sub(1, Ordering::SeqCst) == 1;
         store_load_order();
-        if last && self.shared.queued.load(Ordering::SeqCst) != 0 {
+        if last
+            && (self.shared.queued.load(Ordering::SeqCst) != 0
+                || self.shared.posted.load(Ordering::SeqCst))
+        {
             // Inputs came in after the last drive: the progression thread takes over.
             self.shared.wake();
         }
@@ -297,7 +336,7 @@ impl Drop for DriverGuard<'_> {
 impl<T: Transport> Drive for Driver<T> {
     fn try_drive(&self) -> Driven {
         match sync::try_drive(&self.state) {
-            Some(mut st) => self.drive(&mut st),
+            Some(mut st) => self.drive(&mut st, false),
             None => Driven::Busy,
         }
     }
@@ -308,17 +347,46 @@ impl<T: Transport> Drive for Driver<T> {
             shared: &self.shared,
         }
     }
+
+    fn post(&self, command: Command) -> Result<(), Command> {
+        if matches!(command, Command::Stop) || self.shared.queued.load(Ordering::SeqCst) != 0 {
+            return Err(command);
+        }
+        let Some(mut st) = sync::try_drive(&self.state) else {
+            // Held (by another thread, or by this one: a completion posting the next
+            // request): the inbox takes it.
+            return Err(command);
+        };
+        if st.stopping || self.shared.queued.load(Ordering::SeqCst) != 0 {
+            return Err(command);
+        }
+        let Some(p) = st.progress.as_mut() else {
+            return Err(command);
+        };
+        p.command(command);
+        st.moved = true;
+        self.shared.posted.store(true, Ordering::SeqCst);
+        drop(st);
+        self.shared.epoch.fetch_add(1, Ordering::SeqCst);
+        if self.shared.drivers.load(Ordering::SeqCst) == 0 {
+            self.shared.wake();
+        }
+        Ok(())
+    }
 }
 
 impl<T: Transport> Driver<T> {
     /// Takes in everything queued, then drives the engine once: sends that became ready
-    /// together leave in priority order.
-    fn drive(&self, st: &mut State<T>) -> Driven {
+    /// together leave in priority order. `full`: until neither the engine nor the
+    /// transport has anything to do (the progression thread); otherwise with one poll of
+    /// the transport (a waiting thread, which looks at what it waits for in between).
+    fn drive(&self, st: &mut State<T>, full: bool) -> Driven {
         let State {
             progress,
             inbox,
-            last_active,
+            moved: stamp,
             stopping,
+            ..
         } = st;
         if *stopping {
             return Driven::Stopped;
@@ -328,6 +396,11 @@ impl<T: Transport> Driver<T> {
         };
         let mut taken = 0;
         let mut stop = false;
+        // What was posted straight to the engine goes out with this drive (both change
+        // the flag under the progression lock).
+        if self.shared.posted.load(Ordering::Relaxed) {
+            self.shared.posted.store(false, Ordering::SeqCst);
+        }
         while let Ok(input) = inbox.try_recv() {
             taken += 1;
             match input {
@@ -336,10 +409,9 @@ impl<T: Transport> Driver<T> {
                 Input::Net(w) => p.transport.accept(w),
             }
         }
-        let moved = p.pump() || taken > 0;
-        if moved {
-            *last_active = std::time::Instant::now();
-        }
+        let moved = if full { p.pump() } else { p.pump_once() } || taken > 0;
+        *stamp |= moved;
+        let in_flight = !moved && self.polling && p.transport.busy();
         // The epoch moves before the inputs stop counting as queued: a witness
         // (`Shared::settled`) that finds them gone finds the epoch moved too.
         self.shared.epoch.fetch_add(1, Ordering::SeqCst);
@@ -352,6 +424,8 @@ impl<T: Transport> Driver<T> {
         }
         if moved {
             Driven::Progressed
+        } else if in_flight {
+            Driven::InFlight
         } else {
             Driven::Idle
         }
@@ -360,7 +434,10 @@ impl<T: Transport> Driver<T> {
     /// Whether the progression thread should poll again without sleeping: a polled
     /// transport (MPI) learns of arrivals and moves long messages only when polled, so
     /// while it is busy, or anything happened within `HOT`, it is polled continuously.
-    fn hot(&self, st: &State<T>) -> bool {
+    fn hot(&self, st: &mut State<T>) -> bool {
+        if core::mem::take(&mut st.moved) {
+            st.last_active = std::time::Instant::now();
+        }
         self.polling
             && (st.progress.as_ref().is_some_and(|p| p.transport.busy())
                 || st.last_active.elapsed() < HOT)
@@ -377,8 +454,9 @@ pub(crate) fn start<T: Transport>(
     let rank = transport.rank();
     let size = transport.size();
     transport.set_envelope_tag(config.tags.envelope());
+    transport.set_envelope_limit(starling_core::envelope::HEADER_LEN + EAGER_LIMIT as usize);
     let mut engine_config = Config::new(rank, size, config.tags);
-    engine_config.eager_limit = 4096;
+    engine_config.eager_limit = EAGER_LIMIT;
     engine_config.priorities = config.priorities;
     engine_config.max_inflight_sends = config.max_inflight_sends;
     let mut engine = Box::new(RankEngine::new(engine_config));
@@ -389,8 +467,8 @@ pub(crate) fn start<T: Transport>(
     let progress = Progress {
         transport,
         engine,
-        pending: HashMap::new(),
-        early: HashMap::new(),
+        pending: IdMap::default(),
+        early: IdMap::default(),
         refused: VecDeque::new(),
         barriers: HashMap::new(),
         next_barrier: 0,
@@ -398,7 +476,7 @@ pub(crate) fn start<T: Transport>(
         rank,
         start: std::time::Instant::now(),
         pool: Arc::clone(&shared.pool),
-        in_place_min: config.in_place_min,
+        recv_in_place_min: lend_min(config.in_place_min),
         timeline: CommTrace::new(config.timeline, rank, config.tags.envelope()),
     };
     let _ = shared.thread.set(thread::current());
@@ -407,6 +485,7 @@ pub(crate) fn start<T: Transport>(
             progress: Some(progress),
             inbox,
             last_active: std::time::Instant::now(),
+            moved: false,
             stopping: false,
         }),
         shared,
@@ -431,7 +510,7 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
         let driven = if st.stopping {
             Driven::Stopped
         } else {
-            d.drive(&mut st)
+            d.drive(&mut st, true)
         };
         if st.stopping {
             let progress = st.progress.take();
@@ -439,7 +518,7 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
             drop(progress);
             return;
         }
-        let hot = d.hot(&st);
+        let hot = d.hot(&mut st);
         drop(st);
         if let (Some(mode), Some(rt)) = (d.driver_mode, d.shared.runtime.get()) {
             // Driver mode: every `call_frequency` polls that moved nothing, and whenever
@@ -596,32 +675,44 @@ impl<T: Transport> Progress<T> {
     /// anything happened.
     fn pump(&mut self) -> bool {
         let mut any = false;
-        loop {
-            let mut progressed = false;
-            while let Some(t) = self.engine.poll_transmit() {
-                self.perform(t);
-                progressed = true;
-            }
-            while let Some(e) = self.engine.poll_event() {
-                self.on_event(e);
-                progressed = true;
-            }
-            if let Some(c) = self.transport.poll() {
-                self.on_completion(c);
-                progressed = true;
-            }
-            while let Some(spent) = self.transport.spent() {
-                self.pool.give(spent);
-            }
-            // Progress may have freed room: waiting receives and envelopes go in again.
-            if !progressed && self.retry_refused() {
-                progressed = true;
-            }
-            if !progressed {
-                return any;
-            }
+        while self.pump_once() {
             any = true;
         }
+        any
+    }
+
+    /// Performs the engine's outputs, polls the transport once and performs what its
+    /// completion caused; whether anything happened.
+    fn pump_once(&mut self) -> bool {
+        let mut progressed = self.drain_counted();
+        if let Some(c) = self.transport.poll() {
+            self.on_completion(c);
+            self.drain_counted();
+            progressed = true;
+        }
+        while let Some(spent) = self.transport.spent() {
+            self.pool.give(spent);
+        }
+        // Progress may have freed room: waiting receives and envelopes go in again.
+        if !progressed && self.retry_refused() {
+            self.drain_counted();
+            progressed = true;
+        }
+        progressed
+    }
+
+    /// Performs every transmission and event the engine has; whether there was any.
+    fn drain_counted(&mut self) -> bool {
+        let mut any = false;
+        while let Some(t) = self.engine.poll_transmit() {
+            self.perform(t);
+            any = true;
+        }
+        while let Some(e) = self.engine.poll_event() {
+            self.on_event(e);
+            any = true;
+        }
+        any
     }
 
     fn perform(&mut self, t: Transmit) {
@@ -636,12 +727,13 @@ impl<T: Transport> Progress<T> {
                 header,
                 inline,
             } => {
-                let mut bytes = header.to_vec();
-                if let Some(req) = inline {
-                    if let Some(Pending::Send { bytes: Some(b), .. }) = self.pending.get(&req) {
-                        bytes.extend_from_slice(b.bytes());
-                    }
-                }
+                let body = match inline.and_then(|req| self.pending.get(&req)) {
+                    Some(Pending::Send { bytes: Some(b), .. }) => b.bytes(),
+                    _ => &[],
+                };
+                let mut bytes = Vec::with_capacity(header.len() + body.len());
+                bytes.extend_from_slice(&header);
+                bytes.extend_from_slice(body);
                 self.timeline.send(dest, comm, tag, &bytes, inline);
                 self.transport.send(dest, comm, tag, bytes, inline);
             }
@@ -675,7 +767,7 @@ impl<T: Transport> Progress<T> {
                 self.timeline.recv(source, comm, tag, req);
                 let size = size as usize;
                 // A large contiguous handle receives in place, when the transport can.
-                if size >= self.in_place_min {
+                if size >= self.recv_in_place_min {
                     if let Some(Pending::Recv { cell, in_place, .. }) = self.pending.get_mut(&req) {
                         if cell.packed_size() == size {
                             if let Some(lent) = cell.lend_write() {
@@ -860,3 +952,19 @@ impl<T: Transport> Progress<T> {
 
 #[cfg(all(test, loom))]
 pub(crate) mod models;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfers_that_hold_their_handle_lend_it_from_the_first_size_past_the_envelope() {
+        // The default (256 KiB) and anything larger: lent from 4 KiB + 1.
+        assert_eq!(lend_min(256 << 10), EAGER_LIMIT as usize + 1);
+        assert_eq!(lend_min(usize::MAX - 1), EAGER_LIMIT as usize + 1);
+        // A smaller configured size wins.
+        assert_eq!(lend_min(1024), 1024);
+        // Off stays off.
+        assert_eq!(lend_min(usize::MAX), usize::MAX);
+    }
+}

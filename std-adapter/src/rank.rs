@@ -54,7 +54,10 @@ pub struct RankConfig {
     /// place when the transport can (MPI): a send reads the handle's memory and holds the
     /// handle for reading until it completes (as the reference's sends do), a receive
     /// writes straight into it. Smaller ones are copied, and a send releases the handle at
-    /// once. `STARLING_IN_PLACE_MIN=<bytes>` (default 256 KiB; `off` never).
+    /// once. Receives and blocking sends, which hold their handle until they complete
+    /// anyway, travel in place from the first size that does not ride inside its envelope
+    /// (above 4 KiB) whatever this size, unless it is `off`.
+    /// `STARLING_IN_PLACE_MIN=<bytes>` (default 256 KiB; `off` never).
     pub in_place_min: usize,
     /// Fold every insert into a digest and compare the ranks' digests at
     /// `mpi_wait_for_all` and barriers: the graph-agreement check
@@ -346,8 +349,23 @@ impl RankRunner {
         let shown = (config.progress && (every_rank_shows || rank.0 == 0))
             .then(|| crate::meter::show(rank, runtime.clone()));
         let tx = InboxTx::new(tx, Arc::clone(&shared));
-        let commands: CommandSink = Arc::new(move |c: Command| tx.send(Input::Command(c)));
         let driver = config.caller_drives.then_some(driver);
+        let commands: CommandSink = match driver.clone() {
+            // Sends and receives go straight to the engine when its lock is free (a
+            // blocking call then crosses no queue); anything else, or when it is held,
+            // through the inbox.
+            Some(direct) => Arc::new(move |c: Command| {
+                let c = match c {
+                    Command::Send { .. } | Command::Recv { .. } => match direct.post(c) {
+                        Ok(()) => return,
+                        Err(c) => c,
+                    },
+                    other => other,
+                };
+                tx.send(Input::Command(c));
+            }),
+            None => Arc::new(move |c: Command| tx.send(Input::Command(c))),
+        };
         let ctx = Context::new(
             rank,
             size,

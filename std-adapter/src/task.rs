@@ -461,21 +461,28 @@ impl Runtime {
             callback,
             tag,
         };
-        self.submit(work, accesses, priority);
+        self.submit(work, accesses, priority, 0);
     }
 
     /// Submits a hook node: `hook` runs once the accesses' dependencies are met (on the
     /// submitting thread if they already are), and the node completes when someone calls
     /// [`Runtime::complete`] with its id.
     pub(crate) fn submit_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
-        self.submit(Work::Hook(hook), accesses, priority);
+        self.submit(Work::Hook(hook), accesses, priority, 0);
     }
 
-    fn submit(&self, work: Work, accesses: Vec<Access>, priority: i32) {
+    /// [`Runtime::submit_hook`] for a request: also counts the request in flight, as
+    /// [`Runtime::begin_request`] does, under the same lock.
+    pub(crate) fn submit_request_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
+        self.submit(Work::Hook(hook), accesses, priority, 1);
+    }
+
+    /// Submits a node, counting `requests` requests in flight with it.
+    fn submit(&self, work: Work, accesses: Vec<Access>, priority: i32, requests: usize) {
         let mut st = self.state();
         let id = st.next_id;
         st.next_id += 1;
-        st.outstanding += 1;
+        st.outstanding += 1 + requests;
         st.tasks_submitted += u64::from(matches!(work, Work::Task { .. }));
         let mut deps = 0;
         let mut preds: Vec<NodeId> = Vec::new();
@@ -528,21 +535,21 @@ impl Runtime {
                 work: Some(work),
             },
         );
-        let mut hooks = Vec::new();
+        let mut hooks = Hooks::default();
         if deps == 0 {
             self.make_ready(&mut st, id, &mut hooks);
         }
         drop(st);
-        run_hooks(hooks);
+        hooks.run();
     }
 
     /// A node's dependencies are met: queue a task, or collect a hook to run unlocked.
-    fn make_ready(&self, st: &mut State, id: NodeId, hooks: &mut Vec<(NodeId, Hook)>) {
+    fn make_ready(&self, st: &mut State, id: NodeId, hooks: &mut Hooks) {
         let Some(node) = st.nodes.get_mut(&id) else {
             return;
         };
         match node.work.take() {
-            Some(Work::Hook(h)) => hooks.push((id, h)),
+            Some(Work::Hook(h)) => hooks.push(id, h),
             Some(task @ Work::Task { .. }) => {
                 node.work = Some(task);
                 let priority = node.priority;
@@ -561,13 +568,13 @@ impl Runtime {
     /// Completes node `id`: its successors may become ready.
     pub(crate) fn complete(&self, id: NodeId) {
         let mut st = self.state();
-        let mut hooks = Vec::new();
+        let mut hooks = Hooks::default();
         self.complete_locked(&mut st, id, &mut hooks);
         drop(st);
-        run_hooks(hooks);
+        hooks.run();
     }
 
-    fn complete_locked(&self, st: &mut State, id: NodeId, hooks: &mut Vec<(NodeId, Hook)>) {
+    fn complete_locked(&self, st: &mut State, id: NodeId, hooks: &mut Hooks) {
         let Some(node) = st.nodes.remove(&id) else {
             return;
         };
@@ -612,6 +619,7 @@ impl Runtime {
     }
 
     /// Counts a request in flight (so that `wait_for_all` waits for it).
+    #[cfg(test)]
     pub(crate) fn begin_request(&self) {
         self.state().outstanding += 1;
     }
@@ -831,10 +839,10 @@ impl Runtime {
         let mut st = self.state();
         st.running -= 1;
         st.tasks_done += 1;
-        let mut hooks = Vec::new();
+        let mut hooks = Hooks::default();
         self.complete_locked(&mut st, id, &mut hooks);
         drop(st);
-        run_hooks(hooks);
+        hooks.run();
     }
 }
 
@@ -863,9 +871,28 @@ pub(crate) fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
-fn run_hooks(hooks: Vec<(NodeId, Hook)>) {
-    for (id, hook) in hooks {
-        hook(id);
+/// Hooks whose nodes became ready under the lock, to run once it is released, in order.
+/// The first is kept inline: most completions make at most one hook ready, and then
+/// nothing is allocated.
+#[derive(Default)]
+struct Hooks {
+    first: Option<(NodeId, Hook)>,
+    rest: Vec<(NodeId, Hook)>,
+}
+
+impl Hooks {
+    fn push(&mut self, id: NodeId, hook: Hook) {
+        if self.first.is_none() {
+            self.first = Some((id, hook));
+        } else {
+            self.rest.push((id, hook));
+        }
+    }
+
+    fn run(self) {
+        for (id, hook) in self.first.into_iter().chain(self.rest) {
+            hook(id);
+        }
     }
 }
 

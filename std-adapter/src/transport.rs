@@ -105,6 +105,13 @@ pub trait Transport: Send + 'static {
     fn tag_ub(&self) -> i32;
     /// Messages on this tag are handed over as [`Completion::Envelope`] as they arrive.
     fn set_envelope_tag(&mut self, tag: PhysTag);
+    /// No message on the envelope tag is longer than `bytes` (a header and the largest
+    /// payload that rides inside it), on any rank: a transport may receive envelopes into
+    /// buffers of that size posted ahead of time. Told once, after
+    /// [`Transport::set_envelope_tag`]; ignored by default.
+    fn set_envelope_limit(&mut self, bytes: usize) {
+        let _ = bytes;
+    }
     /// Posts a send of `bytes`; reports [`Completion::Sent`] with `token` when it left,
     /// if a token is given.
     fn send(
