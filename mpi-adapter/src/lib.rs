@@ -395,9 +395,9 @@ impl MpiRank {
         let Some(b) = &self.bindings else {
             let cores = bind::process_cores()
                 .map_or_else(|e| format!("unknown ({e})"), |c| format!("{c:?}"));
-            eprintln!(
+            say(&format!(
                 "[starling-mpi] rank {rank}: {workers} worker(s), not bound; process cores {cores}"
-            );
+            ));
             return;
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
@@ -412,11 +412,11 @@ impl MpiRank {
                 Err(e) => format!("worker {} → core {}: {e}", w.worker, w.core),
             })
             .collect();
-        eprintln!(
+        say(&format!(
             "[starling-mpi] rank {rank}: {workers} worker(s) bound to process cores {:?}: {}",
             b.cores,
             list.join(", ")
-        );
+        ));
     }
 
     /// Shuts the rank down (`starpu_mpi_shutdown`): waits for every task and request of
@@ -534,4 +534,15 @@ impl Drop for MpiRank {
         }
         RUNNING.store(false, Ordering::SeqCst);
     }
+}
+
+/// Writes `line` and a newline to stderr in one `write` call, so that the lines of the
+/// ranks that share a terminal or a launcher's pipe never interleave mid-line
+/// (`eprintln!` writes each formatted piece separately).
+fn say(line: &str) {
+    use std::io::Write as _;
+    let mut bytes = String::with_capacity(line.len() + 1);
+    bytes.push_str(line);
+    bytes.push('\n');
+    let _ = std::io::stderr().lock().write_all(bytes.as_bytes());
 }
