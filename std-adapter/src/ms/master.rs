@@ -147,6 +147,13 @@ enum HostWait {
     },
     /// A write-back before freeing slave `slave`'s copy.
     Evict { slave: usize },
+    /// An access by the application that came while the datum was on its way home for a
+    /// write-back: taken up again once it landed.
+    Retry {
+        cell: Arc<dyn AnyCell>,
+        mode: AccessMode,
+        then: Box<dyn FnOnce() + Send>,
+    },
 }
 
 struct Master<'a> {
@@ -864,6 +871,17 @@ impl Master<'_> {
         then: Box<dyn FnOnce() + Send>,
     ) {
         let uid = cell.uid();
+        if self.homeward.contains_key(&uid) {
+            // A write-back holds the master's copy until it lands: the access waits for
+            // it (taking the data now would let the copy land in a handle the
+            // application already unregistered).
+            let cell = Arc::clone(cell);
+            self.host_waits
+                .entry(uid)
+                .or_default()
+                .push(HostWait::Retry { cell, mode, then });
+            return;
+        }
         let Some(d) = self.data.get_mut(&uid) else {
             return then(); // never left the master
         };
@@ -924,8 +942,12 @@ impl Master<'_> {
                 }
             }
         }
-        for wait in self.host_waits.remove(&uid).unwrap_or_default() {
+        let mut waits = self.host_waits.remove(&uid).unwrap_or_default();
+        // Write-backs first: they free the master's copy for the accesses after them.
+        waits.sort_by_key(|w| !matches!(w, HostWait::Evict { .. }));
+        for wait in waits {
             match wait {
+                HostWait::Retry { cell, mode, then } => self.bring_home(&cell, mode, then),
                 HostWait::Acquire { mode, then } => {
                     if let Some(d) = self.data.get_mut(&uid) {
                         let _ = d.replicas.release(MemNode::MAIN_RAM, mode);

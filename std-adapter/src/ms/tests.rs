@@ -300,3 +300,31 @@ fn matrices_with_padding_travel_as_their_packed_form() {
         .collect();
     assert_eq!(v, want);
 }
+
+#[test]
+fn unregistering_while_a_copy_is_written_back_waits_for_it() {
+    // One slave, one worker, room for two of these vectors. The first task writes `a`;
+    // the master unregisters `a` at once, so its acquisition arrives just as the first
+    // task ends, after the second task (which needs `b` and `c`) made the master write
+    // `a` back to free room. The acquisition must wait for that copy to land: taking the
+    // data earlier let the copy land in an unregistered handle (a panic on the
+    // progression thread), and the acquisition itself was refused as busy.
+    let cfg = MsConfig {
+        slave_memory: Some(1100),
+        ..config()
+    };
+    for _ in 0..4 {
+        let got = run_local(2, cfg.clone(), cluster(), registry(), |ctx| {
+            let v = |x: i64| ctx.register(Vector::from_vec(vec![x; 64]));
+            let (a, b, c) = (v(1), v(2), v(3));
+            ctx.task(&twice_plus_one()).rw(&a).submit();
+            ctx.task(&axpy()).r(&b).rw(&c).submit();
+            let a = ctx.unregister(a).as_slice()[0];
+            let c = ctx.unregister(c).as_slice()[0];
+            let b = ctx.unregister(b).as_slice()[0];
+            (a, b, c)
+        })
+        .expect("run");
+        assert_eq!(got, (3, 2, 5));
+    }
+}
