@@ -29,7 +29,8 @@ use starling_core::insert::{Execute, Executor, Options};
 use starling_core::{AccessMode, CommId, Owner, Rank, Tag};
 
 use crate::context::{Context, RecvOpts, SendOpts};
-use crate::data::{Cell, DataError, Interface};
+use crate::data::DataError;
+use crate::data::blob;
 use crate::error::CommError;
 use crate::hang::{Waiting, stalled};
 use crate::sync::{Arc, Condvar, Mutex, Ordering, lock};
@@ -568,41 +569,6 @@ impl Board {
         done(Ok(()));
         Ok(all)
     }
-}
-
-/// Bytes of any length up to a bound: what the point-to-point exchange sends and
-/// receives (its packed size is the bound while it waits for a message).
-struct Blob {
-    bytes: Vec<u8>,
-    capacity: usize,
-}
-
-impl Interface for Blob {
-    fn packed_size(&self) -> usize {
-        self.bytes.len().max(self.capacity)
-    }
-
-    fn pack(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.bytes);
-    }
-
-    fn unpack(&mut self, bytes: &[u8]) -> Result<(), DataError> {
-        if bytes.len() > self.capacity {
-            return Err(DataError::SizeMismatch {
-                expected: self.capacity,
-                got: bytes.len(),
-            });
-        }
-        self.bytes = bytes.to_vec();
-        Ok(())
-    }
-}
-
-fn blob(bytes: Vec<u8>, capacity: usize) -> Arc<Cell<Blob>> {
-    Arc::new(Cell::new(
-        crate::data::temporary_id(),
-        Blob { bytes, capacity },
-    ))
 }
 
 /// Posts a request and returns a receiver of its outcome.

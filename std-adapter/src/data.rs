@@ -388,6 +388,42 @@ pub(crate) trait AnyCell: Send + Sync {
     fn same_shape(&self) -> Option<Arc<dyn AnyCell>>;
 }
 
+/// Bytes of any length up to a bound: the runtime's own messages (the agreement check's
+/// exchanges, master-slave mode's commands). While it waits for a message, its packed
+/// size is the bound, which the engine takes for the receive's capacity.
+pub(crate) struct Blob {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) capacity: usize,
+}
+
+impl Interface for Blob {
+    fn packed_size(&self) -> usize {
+        self.bytes.len().max(self.capacity)
+    }
+
+    fn pack(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.bytes);
+    }
+
+    fn unpack(&mut self, bytes: &[u8]) -> Result<(), DataError> {
+        if bytes.len() > self.capacity {
+            return Err(DataError::SizeMismatch {
+                expected: self.capacity,
+                got: bytes.len(),
+            });
+        }
+        self.bytes.clear();
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// A temporary handle holding `bytes` (to send: capacity 0) or waiting for at most
+/// `capacity` bytes (to receive into).
+pub(crate) fn blob(bytes: Vec<u8>, capacity: usize) -> Arc<Cell<Blob>> {
+    Arc::new(Cell::new(temporary_id(), Blob { bytes, capacity }))
+}
+
 /// Ids of temporary handles the runtime makes (reduction buffers): a range of their own,
 /// above every id a context hands out.
 // A plain atomic, not the `sync` shim: a static needs a `const` constructor, and this

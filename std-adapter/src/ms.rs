@@ -63,7 +63,7 @@ use std::collections::HashMap;
 use starling_core::{CommId, Rank, Tag};
 
 use crate::context::{Context, RecvOpts, SendOpts};
-use crate::data::{AnyCell, Cell, DataError, Interface, temporary_id};
+use crate::data::{AnyCell, Cell, DataError, Interface, blob, temporary_id};
 use crate::error::{CommError, ShutdownError};
 use crate::interfaces::{Block, Complex, Matrix, Variable, Vector};
 use crate::progress::Done;
@@ -499,37 +499,8 @@ impl Registry {
     }
 }
 
-/// A message's bytes, as a handle's data. A receiving blob accepts any size up to its
-/// capacity (what the engine is told the receive can hold).
-struct Blob {
-    bytes: Vec<u8>,
-    capacity: usize,
-}
-
 /// The most bytes a master-slave control message may have.
 const MAX_MESSAGE: usize = 1 << 30;
-
-impl Interface for Blob {
-    fn packed_size(&self) -> usize {
-        self.bytes.len().max(self.capacity)
-    }
-
-    fn pack(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.bytes);
-    }
-
-    fn unpack(&mut self, bytes: &[u8]) -> Result<(), DataError> {
-        if bytes.len() > self.capacity {
-            return Err(DataError::SizeMismatch {
-                expected: self.capacity,
-                got: bytes.len(),
-            });
-        }
-        self.bytes.clear();
-        self.bytes.extend_from_slice(bytes);
-        Ok(())
-    }
-}
 
 /// Sends `bytes` to `dest` with `tag`; `done` runs with the outcome.
 ///
@@ -542,7 +513,7 @@ fn send_bytes(
     tag: Tag,
     done: Done,
 ) -> Result<(), CommError> {
-    let cell: Arc<dyn AnyCell> = Arc::new(Cell::new(temporary_id(), Blob { bytes, capacity: 0 }));
+    let cell: Arc<dyn AnyCell> = blob(bytes, 0);
     ctx.post_send(cell, dest, tag, SendOpts::default(), done)
 }
 
@@ -556,13 +527,7 @@ fn recv_bytes(
     tag: Tag,
     then: impl FnOnce(Result<Vec<u8>, CommError>) + Send + 'static,
 ) -> Result<(), CommError> {
-    let blob = Arc::new(Cell::new(
-        temporary_id(),
-        Blob {
-            bytes: Vec::new(),
-            capacity: MAX_MESSAGE,
-        },
-    ));
+    let blob = blob(Vec::new(), MAX_MESSAGE);
     let cell: Arc<dyn AnyCell> = blob.clone();
     let done: Done = Box::new(move |result| {
         then(result.map(|()| blob.take().map(|b| b.bytes).unwrap_or_default()));
