@@ -119,14 +119,29 @@ where
 {
     #[cfg(feature = "mpi")]
     if mpi::under_mpirun() {
-        let mut mpi_config = mpi::MpiConfig::from_env();
-        mpi_config.rank = config.rank_config();
-        if config.stats_dir.is_some() {
-            mpi_config.stats_dir.clone_from(&config.stats_dir);
-        }
-        return launch_mpi(mpi_config, f);
+        return launch_mpi(mpi_config(&config), f);
     }
     run_local_with(ranks, config, f)
+}
+
+/// The MPI settings of a rank launched with `config`: the environment's
+/// (`mpi::MpiConfig::from_env`), with `config`'s rank settings and statistics directory.
+#[cfg(feature = "mpi")]
+fn mpi_config(config: &ClusterConfig) -> mpi::MpiConfig {
+    let mut mpi_config = mpi::MpiConfig::from_env();
+    mpi_config.rank = config.rank_config();
+    if config.stats_dir.is_some() {
+        mpi_config.stats_dir.clone_from(&config.stats_dir);
+    }
+    mpi_config
+}
+
+/// Starts this process's MPI rank, or panics saying why (MPI starts once per process).
+#[cfg(feature = "mpi")]
+fn init_mpi(config: mpi::MpiConfig) -> mpi::MpiRank {
+    mpi::init(config).unwrap_or_else(|e| {
+        panic!("Starling cannot start over MPI: {e} (launch runs once per MPI process)")
+    })
 }
 
 /// This process's rank of an `mpirun` job: `f` on it, then its shutdown.
@@ -135,9 +150,7 @@ fn launch_mpi<R, F>(config: mpi::MpiConfig, f: F) -> Result<Vec<R>, ShutdownErro
 where
     F: Fn(&Context) -> R,
 {
-    let rank = mpi::init(config).unwrap_or_else(|e| {
-        panic!("Starling cannot start over MPI: {e} (launch runs once per MPI process)")
-    });
+    let rank = init_mpi(config);
     let value = f(rank.context());
     rank.shutdown()?;
     Ok(vec![value])
@@ -196,15 +209,12 @@ where
 {
     #[cfg(feature = "mpi")]
     if mpi::under_mpirun() {
-        let mut mpi_config = mpi::MpiConfig::from_env();
-        mpi_config.rank = config.rank_config();
+        let mut mpi_config = mpi_config(&config);
         if let Some(n) = ms.slave_threads {
             mpi_config.rank.runtime.workers = n;
         }
         mpi_config.watchdog = ::core::time::Duration::ZERO;
-        let rank = mpi::init(mpi_config).unwrap_or_else(|e| {
-            panic!("Starling cannot start over MPI: {e} (launch_ms runs once per MPI process)")
-        });
+        let rank = init_mpi(mpi_config);
         let value = ms::serve(rank.context(), &ms, &registry, |app| f(app));
         let shutdown = rank.shutdown();
         let value = value?;
