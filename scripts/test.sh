@@ -17,6 +17,9 @@ command -v mpicc >/dev/null 2>&1 || missing+=(libopenmpi-dev)
 ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || missing+=(libclang-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v c++ >/dev/null 2>&1 || missing+=(g++)   # libfuzzer-sys builds libFuzzer (fuzz/)
+# MPICH beside Open MPI, for tests/mpi/mpich.sh; Open MPI stays the default `mpicc` and
+# `mpirun` (Debian ranks it first).
+command -v mpicc.mpich >/dev/null 2>&1 || missing+=(mpich libmpich-dev)
 if [ ${#missing[@]} -gt 0 ]; then
     step "apt-get install ${missing[*]}"
     sudo=""
@@ -144,9 +147,10 @@ cargo run --quiet --release --example cholesky -- 2 512 128
 # --- MPI -------------------------------------------------------------------------------
 # The point-to-point MPI jobs (mpirun -n 2 and -n 4) ran with `cargo test` above:
 # mpi-adapter/tests/mpi_p2p.rs launches itself under mpirun. Here: the facade built with
-# its `mpi` feature, and the examples under mpirun: tests/mpi/ring.sh (every ring variant)
-# and tests/mpi/examples.sh (every example on 2 and 4 processes, its result lines compared
-# with the in-process run's).
+# its `mpi` feature, and the examples under mpirun: tests/mpi/ring.sh (every ring variant),
+# tests/mpi/examples.sh (every example on 2 and 4 processes, its result lines compared
+# with the in-process run's), and tests/mpi/mpich.sh (the adapter built against MPICH,
+# its point-to-point jobs under MPICH's launcher).
 step "MPI: clippy with the mpi feature; tests under mpirun"
 cargo clippy -p starling --features mpi --all-targets -- -D warnings
 grep -E "^mpi_p2p: " "$log" || true

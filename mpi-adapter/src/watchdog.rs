@@ -15,8 +15,10 @@ use starling_std::hang::{self, Probe, RankReport, Watchdog};
 /// The directory ranks write their reports into when `STARLING_HANG_DIR` is not set:
 /// one per job in the temporary directory, named after the launcher's job id (Open MPI
 /// and PMIx's `PMIX_NAMESPACE`, Open MPI's `OMPI_MCA_ess_base_jobid`, Slurm's
-/// `SLURM_JOB_ID`.`SLURM_STEP_ID`). Node-local: a job on several nodes needs a shared
-/// `STARLING_HANG_DIR` for the ranks to see each other's reports.
+/// `SLURM_JOB_ID`.`SLURM_STEP_ID`; under MPICH's Hydra, which names no job, the process
+/// id of the node's `hydra_pmi_proxy`, the parent of every rank it started there).
+/// Node-local: a job on several nodes needs a shared `STARLING_HANG_DIR` for the ranks
+/// to see each other's reports.
 pub(crate) fn default_dir() -> Option<PathBuf> {
     let job = ["PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"]
         .iter()
@@ -25,12 +27,26 @@ pub(crate) fn default_dir() -> Option<PathBuf> {
             let id = std::env::var("SLURM_JOB_ID").ok()?;
             let step = std::env::var("SLURM_STEP_ID").unwrap_or_default();
             Some(format!("{id}.{step}"))
-        })?;
+        })
+        .or_else(hydra_job)?;
     let safe: String = job
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
     Some(std::env::temp_dir().join(format!("starling-hang-{safe}")))
+}
+
+/// Under MPICH's Hydra (each rank has a PMI connection, `PMI_FD`, to its node's proxy):
+/// `hydra-<the proxy's process id>`.
+#[cfg(unix)]
+fn hydra_job() -> Option<String> {
+    std::env::var_os("PMI_FD")?;
+    Some(format!("hydra-{}", std::os::unix::process::parent_id()))
+}
+
+#[cfg(not(unix))]
+fn hydra_job() -> Option<String> {
+    None
 }
 
 /// Writes this rank's report, gathers the others' from `dir` for at most `wait`, and

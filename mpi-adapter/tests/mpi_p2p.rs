@@ -4,7 +4,8 @@
 //! `cargo test`, it launches itself under `mpirun` once per job below and checks each
 //! job's exit status and output; under `mpirun` (`OMPI_COMM_WORLD_SIZE` / `PMI_SIZE`
 //! set) it is one rank of that job. Without `mpirun` on the `PATH` it prints
-//! "skipped: mpirun not found" and passes.
+//! "skipped: mpirun not found" and passes. `STARLING_MPIRUN` names another launcher:
+//! `tests/mpi/mpich.sh` builds this test against MPICH and runs it with `mpirun.mpich`.
 //!
 //! The scenarios port `tests/p2p.rs` (the reference's test catalogue) to real MPI; each
 //! names the reference test it ports. A failed check panics, the rank exits non-zero and
@@ -152,12 +153,14 @@ const JOBS: &[Job] = &[
 ];
 
 fn launcher() -> ExitCode {
+    // `STARLING_MPIRUN` picks another launcher (tests/mpi/mpich.sh: `mpirun.mpich`).
+    let mpirun = std::env::var("STARLING_MPIRUN").unwrap_or_else(|_| "mpirun".into());
     let found = Command::new("sh")
-        .args(["-c", "command -v mpirun"])
+        .args(["-c", &format!("command -v {mpirun}")])
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        println!("mpi_p2p: skipped: mpirun not found (install openmpi-bin to run the MPI tests)");
+        println!("mpi_p2p: skipped: {mpirun} not found (install openmpi-bin to run the MPI tests)");
         println!(
             "test result: ok. 0 passed; 0 failed; {} ignored",
             JOBS.len()
@@ -165,6 +168,12 @@ fn launcher() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let exe = std::env::current_exe().expect("the test's own path");
+    // Open MPI's launcher refuses root and more ranks than cores unless told; MPICH's
+    // (Hydra) takes neither option.
+    let open_mpi = Command::new(&mpirun)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"));
     let root = Command::new("id")
         .arg("-u")
         .output()
@@ -175,7 +184,7 @@ fn launcher() -> ExitCode {
         if let Some(var) = job.opt_in {
             if std::env::var(var).as_deref() != Ok("1") {
                 println!(
-                    "mpi_p2p: mpirun -n {} {} ... skipped (set {var}=1)",
+                    "mpi_p2p: {mpirun} -n {} {} ... skipped (set {var}=1)",
                     job.ranks, job.name
                 );
                 skipped += 1;
@@ -190,11 +199,14 @@ fn launcher() -> ExitCode {
             job.ranks
         ));
         let file = std::fs::File::create(&log).expect("a log file");
-        let mut cmd = Command::new("mpirun");
-        if root {
-            cmd.arg("--allow-run-as-root");
+        let mut cmd = Command::new(&mpirun);
+        if open_mpi {
+            if root {
+                cmd.arg("--allow-run-as-root");
+            }
+            cmd.arg("--oversubscribe");
         }
-        cmd.args(["--oversubscribe", "-n", &job.ranks.to_string()])
+        cmd.args(["-n", &job.ranks.to_string()])
             .arg(&exe)
             .arg(job.name)
             .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
@@ -241,7 +253,7 @@ fn launcher() -> ExitCode {
             None => false,
             Some(s) => (s.success() || !job.must_succeed) && missing.is_empty(),
         };
-        let what = format!("mpirun -n {} {}", job.ranks, job.name);
+        let what = format!("{mpirun} -n {} {}", job.ranks, job.name);
         let secs = start.elapsed().as_secs_f64();
         if ok {
             println!("mpi_p2p: {what} ... ok ({secs:.1} s)");
@@ -1389,6 +1401,7 @@ fn watchdog() {
     );
     clean_hang_dir(dir.as_deref(), me);
     println!("rank {me}: watchdog passed");
+    linger();
 }
 
 /// Each rank waits for a message the other never sends (a deadlock): the watchdog
@@ -1436,6 +1449,14 @@ fn hang() {
     );
     clean_hang_dir(dir.as_deref(), me);
     println!("rank {me}: hang passed");
+    linger();
+}
+
+/// For a job that leaves MPI unfinalized on purpose (its requests never completed):
+/// MPICH's launcher kills the whole job as soon as one such process exits, so each rank
+/// gives the others time to report first.
+fn linger() {
+    std::thread::sleep(Duration::from_millis(1500));
 }
 
 /// Removes this rank's hang report, and the directory once it is empty (the last rank
