@@ -78,7 +78,12 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
 use std::sync::{Arc, Mutex, PoisonError};
 
+/// rsmpi, the MPI bindings Starling is built on: the application makes its
+/// communicators with it for [`init_comm`].
+pub use mpi;
 pub use mpi::Threading;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::Group;
 use starling_core::Rank;
 use starling_std::hang::Watchdog;
 use starling_std::{Context, RankConfig, RankRunner, ShutdownError, StartError};
@@ -241,6 +246,10 @@ pub enum MpiError {
     /// A Starling rank already runs in this process: one per process.
     #[error("a Starling MPI rank already runs in this process")]
     AlreadyRunning,
+    /// [`init_comm`] was given a communicator while MPI is not initialised (or was
+    /// finalized): the application that made the communicator initialises MPI.
+    #[error("init_comm needs MPI initialised by the application (it is not, or was finalized)")]
+    NotInitialized,
     /// The rank could not start (e.g. `MPI_TAG_UB` leaves no room above the
     /// communication tag).
     #[error(transparent)]
@@ -265,12 +274,80 @@ pub fn init(config: MpiConfig) -> Result<MpiRank, MpiError> {
     if RUNNING.swap(true, Ordering::SeqCst) {
         return Err(MpiError::AlreadyRunning);
     }
+    start(config, None)
+}
+
+/// Starts this process's rank over a communicator the application made
+/// (`starpu_mpi_init_comm` with a communicator other than `MPI_COMM_WORLD`): the job's
+/// ranks are the members of `comm`, numbered as in `comm`, and Starling's traffic runs
+/// on duplicates of it. Two groups of processes of one `mpirun` job, each with a
+/// communicator of its own (`MPI_Comm_split`), run two independent Starling worlds.
+///
+/// The application initialised MPI (it made `comm`), with at least
+/// `MPI_THREAD_SERIALIZED` — `MPI_THREAD_MULTIPLE` when it calls MPI while Starling runs
+/// ([`MpiConfig::application_calls_mpi`]) — and finalizes it after
+/// [`MpiRank::shutdown`]. Every member of `comm` must call `init_comm` at the same point
+/// of its program: the duplicates are made here, on the calling thread, collectively
+/// over `comm` ([`MpiConfig::communicators`] of them). `comm` itself is not used again
+/// and may be freed. The default [`MpiConfig::hang_dir`] gets a subdirectory per
+/// communicator (`comm-<world rank of its rank 0>`), so that two worlds' reports do not
+/// mix.
+///
+/// ```no_run
+/// use starling_mpi::mpi::topology::{Color, Communicator};
+///
+/// let (universe, _) = starling_mpi::mpi::initialize_with_threading(starling_mpi::Threading::Serialized)
+///     .expect("MPI initialises");
+/// let world = universe.world();
+/// // Even and odd processes: two Starling worlds in one job.
+/// let half = world
+///     .split_by_color(Color::with_value(world.rank() % 2))
+///     .expect("every process has a colour");
+/// let rank = starling_mpi::init_comm(starling_mpi::MpiConfig::from_env(), &half)?;
+/// assert_eq!(rank.size(), half.size() as u32);
+/// rank.shutdown()?;
+/// drop(universe); // MPI_Finalize, by the application
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// [`MpiError::NotInitialized`] when MPI is not initialised (or was finalized);
+/// [`MpiError::Threading`] when its thread level is below [`MpiConfig::threading`]
+/// (checked before any collective call); and as [`init`].
+pub fn init_comm<C: Communicator>(mut config: MpiConfig, comm: &C) -> Result<MpiRank, MpiError> {
+    if !mpi::environment::is_initialized() || mpi::environment::is_finalized() {
+        return Err(MpiError::NotInitialized);
+    }
+    let required = config.threading();
+    let provided = mpi::environment::threading_support();
+    if provided < required {
+        return Err(MpiError::Threading { required, provided });
+    }
+    if RUNNING.swap(true, Ordering::SeqCst) {
+        return Err(MpiError::AlreadyRunning);
+    }
+    let dups = (0..config.communicators.max(1))
+        .map(|_| comm.duplicate())
+        .collect();
+    if let Some(dir) = config.hang_dir.take() {
+        let leader = comm
+            .group()
+            .translate_rank(0, &SimpleCommunicator::world().group())
+            .unwrap_or(0);
+        config.hang_dir = Some(dir.join(format!("comm-{leader}")));
+    }
+    start(config, Some(transport::AppComms(dups)))
+}
+
+/// Starts the rank ([`init`], [`init_comm`]); `RUNNING` is set.
+fn start(config: MpiConfig, comms: Option<transport::AppComms>) -> Result<MpiRank, MpiError> {
     let abandon = Arc::new(AtomicBool::new(false));
     let settings = transport::Settings {
         threading: config.threading(),
         communicators: config.communicators,
         max_message: config.max_message,
         abandon: Arc::clone(&abandon),
+        comms,
     };
     let failure: Arc<Mutex<Option<MpiError>>> = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&failure);
@@ -372,12 +449,14 @@ impl MpiRank {
         self.runner().context()
     }
 
-    /// This rank (`MPI_Comm_rank` of the world).
+    /// This rank (`MPI_Comm_rank` of the world, or of the communicator given to
+    /// [`init_comm`]).
     pub fn rank(&self) -> Rank {
         self.context().rank()
     }
 
-    /// The number of ranks (`MPI_Comm_size` of the world).
+    /// The number of ranks (`MPI_Comm_size` of the world, or of the communicator given to
+    /// [`init_comm`]).
     pub fn size(&self) -> u32 {
         self.context().size()
     }

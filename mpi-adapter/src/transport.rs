@@ -6,7 +6,8 @@
 //! ([`starling_std::RankConfig::caller_drives`]), never by two threads at once.
 //!
 //! * **Communicators.** Starling's traffic runs on duplicates of `MPI_COMM_WORLD`
-//!   (`MPI_Comm_dup`), never on the application's communicator (internals §12.11). Every
+//!   (`MPI_Comm_dup`), or of the communicator the application gave [`crate::init_comm`],
+//!   never on the application's communicator itself (internals §12.11). Every
 //!   rank creates `n` of them at start-up, collectively and in the same order
 //!   ([`MpiConfig::communicators`], default 8): the engine's [`CommId`] `k < n - 1` is
 //!   the `k`-th (`CommId(0)`, the world, is the first; [`Context::comm_dup`] numbers the
@@ -156,7 +157,22 @@ pub(crate) struct Settings {
     pub(crate) max_message: usize,
     /// Set when the rank is dropped without a clean shutdown: do not finalize MPI.
     pub(crate) abandon: Arc<AtomicBool>,
+    /// Starling's duplicates of the application's communicator ([`crate::init_comm`]);
+    /// `None`: duplicate the world.
+    pub(crate) comms: Option<AppComms>,
 }
+
+/// Starling's duplicates of a communicator the application made ([`crate::init_comm`]),
+/// made on the application's thread (`MPI_Comm_dup` is collective over the application's
+/// communicator, so every member makes them at the same point of its program) and handed
+/// to the progression thread, which owns them from then on.
+pub(crate) struct AppComms(pub(crate) Vec<SimpleCommunicator>);
+
+// SAFETY: as for `MpiTransport` below: the handles move with exclusive ownership (nothing
+// else refers to these duplicates), and MPI provides at least `MPI_THREAD_SERIALIZED`
+// (`init_comm` checked it before making them), which allows calls from any thread that
+// are not concurrent.
+unsafe impl Send for AppComms {}
 
 /// Sent buffers smaller than this are dropped, not handed back for reuse.
 const SPENT_MIN: usize = 64 << 10;
@@ -279,7 +295,8 @@ impl MpiTransport {
     }
 
     /// Initialises MPI (or adopts the application's), checks the thread level, and
-    /// duplicates the world communicator into the pool of Starling's communicators.
+    /// duplicates the world communicator into the pool of Starling's communicators (or
+    /// takes the duplicates of the application's communicator that `settings` carries).
     pub(crate) fn new(settings: Settings) -> Result<Self, MpiError> {
         let required = settings.threading;
         let universe = if mpi::environment::is_initialized() {
@@ -300,12 +317,20 @@ impl MpiTransport {
             }
             Some(universe)
         };
+        // `MPI_TAG_UB` is an attribute of the world (the standard does not promise it on
+        // other communicators); it bounds tags on every communicator.
         let world = SimpleCommunicator::world();
         let tag_ub = read_tag_ub(&world).ok_or(MpiError::TagUb)?;
         let pool = usize::from(settings.communicators.max(1));
-        let comms: Vec<Comm> = (0..pool)
-            .map(|i| Comm {
-                comm: world.duplicate(),
+        let dups = match settings.comms {
+            Some(AppComms(dups)) if !dups.is_empty() => dups,
+            _ => (0..pool).map(|_| world.duplicate()).collect(),
+        };
+        let comms: Vec<Comm> = dups
+            .into_iter()
+            .enumerate()
+            .map(|(i, comm)| Comm {
+                comm,
                 active: i == 0,
                 envelope: None,
             })

@@ -142,6 +142,19 @@ const JOBS: &[Job] = &[
         opt_in: None,
     },
     Job {
+        ranks: 4,
+        name: "split",
+        env: &[],
+        expect: &[
+            "world rank 0: split passed",
+            "world rank 1: split passed",
+            "world rank 2: split passed",
+            "world rank 3: split passed",
+        ],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
         ranks: 2,
         name: "big",
         // A payload over 2 GiB: two MPI messages (i32 counts). About 9 GB of memory.
@@ -296,6 +309,7 @@ fn main() -> ExitCode {
         "big" => big(),
         "serialized" => serialized(),
         "fake" => fake(),
+        "split" => split(),
         other => panic!("unknown job {other:?}"),
     }
     ExitCode::SUCCESS
@@ -1280,6 +1294,99 @@ fn adopt() {
     assert_eq!(x, [other]);
     drop(universe);
     println!("rank {me}: adopt passed");
+}
+
+/// Two Starling worlds in one job (`starpu_mpi_init_comm` with the application's
+/// communicator): the application splits the world into its even and odd processes and
+/// starts Starling on its half. Each half numbers its ranks 0 and 1, both use the same
+/// tags at the same time, and nothing crosses: a message, an insert-task flow with an
+/// owner on each rank, a barrier and a clean shutdown per half. MPI stays the
+/// application's, which talks on its own communicators afterwards and finalizes it.
+fn split() {
+    use mpi::point_to_point::{Destination, Source};
+    use mpi::topology::{Color, Communicator};
+    let (universe, _) =
+        mpi::initialize_with_threading(Threading::Serialized).expect("MPI initialises");
+    let world = universe.world();
+    let w = world.rank();
+    let colour = w % 2;
+    let half = world
+        .split_by_color(Color::with_value(colour))
+        .expect("every process has a colour");
+    let rank = starling_mpi::init_comm(config(), &half).expect("Starling starts on the half");
+    assert!(matches!(
+        starling_mpi::init_comm(config(), &half),
+        Err(MpiError::AlreadyRunning)
+    ));
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    assert_eq!((me, ctx.size()), ((w / 2) as u32, 2), "ranks of the half");
+    let other = Rank(1 - me);
+    let colour = colour as u32;
+
+    // The same tag in both halves, at the same time: each receiver gets its own half's.
+    let v = ctx.register(Variable::new(0u32));
+    if me == 0 {
+        ctx.acquire(&v, AccessMode::W).get_mut().set(1000 + colour);
+        ctx.send(&v, other, Tag(5)).unwrap();
+    } else {
+        ctx.recv(&v, other, Tag(5)).unwrap();
+        assert_eq!(ctx.acquire(&v, AccessMode::R).get().get(), 1000 + colour);
+    }
+
+    // An insert-task chain across the half's two ranks, same data tags in both halves.
+    let xs: Vec<_> = (0..2u32)
+        .map(|i| {
+            ctx.register_owned(Tag(100 + i64::from(i)), Owner::Rank(Rank(i)), || {
+                Variable::new(0u32)
+            })
+            .unwrap()
+        })
+        .collect();
+    let add = Codelet::new("add", |b| {
+        let x = b.r::<Variable<u32>>(1).get();
+        *b.w::<Variable<u32>>(0).value_mut() += x + 1;
+    });
+    let seed = Codelet::new("seed", move |b| {
+        b.w::<Variable<u32>>(0).set(10 * (colour + 1));
+    });
+    ctx.insert(&seed).w(&xs[0]).submit().unwrap();
+    for _ in 0..3 {
+        ctx.insert(&add).rw(&xs[1]).r(&xs[0]).submit().unwrap();
+        ctx.insert(&add).rw(&xs[0]).r(&xs[1]).submit().unwrap();
+    }
+    ctx.mpi_wait_for_all().unwrap();
+    // x0 = s, x1 = 0; three rounds of x1 += x0 + 1, x0 += x1 + 1.
+    let (mut x0, mut x1) = (10 * (colour + 1), 0);
+    for _ in 0..3 {
+        x1 += x0 + 1;
+        x0 += x1 + 1;
+    }
+    let mine = ctx.acquire(&xs[me as usize], AccessMode::R).get().get();
+    assert_eq!(
+        mine,
+        if me == 0 { x0 } else { x1 },
+        "half {colour}, rank {me}"
+    );
+    ctx.barrier();
+    rank.shutdown().expect("a clean shutdown");
+
+    // MPI is still the application's: its world still talks.
+    let partner = w ^ 1;
+    let (out, mut back) = ([w], [-1]);
+    mpi::request::scope(|scope| {
+        let s = world
+            .process_at_rank(partner)
+            .immediate_send_with_tag(scope, &out[..], 9);
+        world
+            .process_at_rank(partner)
+            .receive_into_with_tag(&mut back[..], 9);
+        s.wait();
+    });
+    assert_eq!(back, [partner]);
+    drop(half);
+    drop(universe);
+    println!("world rank {w}: split passed");
 }
 
 /// The application initialised MPI with `MPI_THREAD_SERIALIZED`: Starling refuses to
