@@ -877,6 +877,73 @@ fn a_blocking_call_whose_message_comes_late_completes() {
     }
 }
 
+/// Multiple-send (`STARPU_MPI_THREAD_MULTIPLE_SEND`, `ClusterConfig::multiple_send`): a
+/// send posted while the progression lock is free leaves from the posting thread — here
+/// the worker whose increment released the token, or the application thread — or, off,
+/// from the progression thread. The token ring over 3 ranks, 20 laps, ends with the same
+/// token either way, and a burst of prioritised sends all arrive intact.
+#[test]
+fn multiple_send_on_and_off_deliver_the_same() {
+    for multiple_send in [true, false] {
+        let config = ClusterConfig {
+            multiple_send,
+            ..config()
+        };
+        let got = run_local_with(3, config, |ctx| {
+            let (me, n) = (ctx.rank().0, ctx.size());
+            let (prev, next) = (Rank((me + n - 1) % n), Rank((me + 1) % n));
+            let token = ctx.register(Variable::new(0u64));
+            let inc = Codelet::new("inc", |b| *b.w::<Variable<u64>>(0).value_mut() += 1);
+            for lap in 0..20i64 {
+                if me != 0 {
+                    ctx.irecv_detached(&token, prev, Tag(lap), |r| r.unwrap())
+                        .unwrap();
+                } else if lap > 0 {
+                    ctx.irecv_detached(&token, prev, Tag(lap - 1), |r| r.unwrap())
+                        .unwrap();
+                }
+                ctx.task(&inc).rw(&token).submit();
+                ctx.isend_detached(&token, next, Tag(lap), |r| r.unwrap())
+                    .unwrap();
+            }
+            if me == 0 {
+                ctx.irecv_detached(&token, prev, Tag(19), |r| r.unwrap())
+                    .unwrap();
+            }
+            // A burst: rank 0 sends 16 handles to rank 1 with mixed priorities.
+            let hs: Vec<_> = (0..16u64)
+                .map(|i| ctx.register(Variable::new(if me == 0 { 100 + i } else { 0 })))
+                .collect();
+            for (i, h) in hs.iter().enumerate() {
+                let tag = Tag(1000 + i as i64);
+                if me == 0 {
+                    let opts = SendOpts {
+                        priority: (i % 5) as i32,
+                        ..SendOpts::default()
+                    };
+                    ctx.isend_detached_with(h, Rank(1), tag, opts, |r| r.unwrap())
+                        .unwrap();
+                } else if me == 1 {
+                    ctx.irecv_detached(h, Rank(0), tag, |r| r.unwrap()).unwrap();
+                }
+            }
+            ctx.wait_for_all();
+            let burst: Vec<u64> = hs
+                .iter()
+                .map(|h| ctx.acquire(h, AccessMode::R).get().get())
+                .collect();
+            (ctx.acquire(&token, AccessMode::R).get().get(), burst)
+        })
+        .expect("a clean shutdown");
+        assert_eq!(got[0].0, 60, "multiple_send = {multiple_send}");
+        assert_eq!(
+            got[1].1,
+            (100..116).collect::<Vec<u64>>(),
+            "multiple_send = {multiple_send}"
+        );
+    }
+}
+
 /// Driver mode (`STARPU_MPI_DRIVER_CALL_FREQUENCY` / `_TASK_FREQUENCY`) with one worker:
 /// the progression thread takes the worker's place and runs every task, and the ping-pong
 /// of tasks and messages completes (the reference's token ring deadlocks in this setting:

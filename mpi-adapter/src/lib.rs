@@ -32,8 +32,10 @@
 //!   blocked in a wait (`Request::wait`, a blocking `send`/`recv`, a barrier) drives them
 //!   itself meanwhile, under the same lock, so a blocking call crosses no thread
 //!   ([`starling_std::RankConfig::caller_drives`], `STARLING_CALLER_DRIVES=0` turns it
-//!   off); MPI calls are never concurrent, as `MPI_THREAD_SERIALIZED` asks. Workers never
-//!   call MPI.
+//!   off); so does a thread that posts a send while the lock is free, for that send's
+//!   transmission only ([`starling_std::RankConfig::multiple_send`], the reference's
+//!   multiple-send; `STARLING_MPI_THREAD_MULTIPLE_SEND=0` turns it off). MPI calls are
+//!   never concurrent, as `MPI_THREAD_SERIALIZED` asks.
 //! * Starling's traffic runs on duplicates of the world communicator, never on the
 //!   application's own (internals §12.11); see [`transport`] for the protocol's use of MPI.
 //! * [`MpiRank::shutdown`] waits for the rank's tasks and requests (with a watchdog: a

@@ -50,6 +50,10 @@ pub struct ClusterConfig {
     /// Threads blocked in a wait drive their rank's progress themselves
     /// ([`RankConfig::caller_drives`]; `STARLING_CALLER_DRIVES=0` turns it off).
     pub caller_drives: bool,
+    /// A thread posting a send hands it to the transport itself when the progression
+    /// lock is free ([`RankConfig::multiple_send`];
+    /// `STARLING_MPI_THREAD_MULTIPLE_SEND=0` turns it off).
+    pub multiple_send: bool,
     /// Driver mode: each rank's progression thread also runs tasks
     /// ([`RankConfig::driver`]).
     pub driver: Option<DriverMode>,
@@ -87,6 +91,7 @@ impl Default for ClusterConfig {
             priorities: true,
             max_inflight_sends: 10,
             caller_drives: true,
+            multiple_send: true,
             driver: None,
             check_agreement: cfg!(debug_assertions),
             watchdog: Some(Duration::from_secs(60)),
@@ -113,6 +118,7 @@ impl ClusterConfig {
             priorities: r.priorities,
             max_inflight_sends: r.max_inflight_sends,
             caller_drives: r.caller_drives,
+            multiple_send: r.multiple_send,
             driver: r.driver,
             check_agreement: r.check_agreement,
             watchdog: match std::env::var("STARLING_WATCHDOG_SECS")
@@ -140,6 +146,7 @@ impl ClusterConfig {
             priorities: self.priorities,
             max_inflight_sends: self.max_inflight_sends,
             caller_drives: self.caller_drives,
+            multiple_send: self.multiple_send,
             driver: self.driver,
             // The in-process transport copies every payload anyway.
             in_place_min: usize::MAX,

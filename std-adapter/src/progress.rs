@@ -226,6 +226,8 @@ pub(crate) struct ProgressConfig {
     pub(crate) in_place_min: usize,
     /// The rank's timeline trace, when tracing.
     pub(crate) timeline: Option<Arc<Recorder>>,
+    /// [`crate::RankConfig::multiple_send`].
+    pub(crate) multiple_send: bool,
 }
 
 struct Progress<T: Transport> {
@@ -257,6 +259,8 @@ pub(crate) struct Driver<T: Transport> {
     shared: Arc<Shared>,
     polling: bool,
     driver_mode: Option<DriverMode>,
+    /// [`crate::RankConfig::multiple_send`]: [`Drive::post`] transmits at once.
+    send_now: bool,
 }
 
 struct State<T: Transport> {
@@ -364,6 +368,13 @@ impl<T: Transport> Drive for Driver<T> {
             return Err(command);
         };
         p.command(command);
+        if self.send_now {
+            // Multiple-send: what the engine lets leave goes to the transport from this
+            // thread. Only transmissions: completions and their callbacks stay for the
+            // next drive, so a thread posting with locks of its own held runs no
+            // callback.
+            p.transmit();
+        }
         st.moved = true;
         self.shared.posted.store(true, Ordering::SeqCst);
         drop(st);
@@ -491,6 +502,7 @@ pub(crate) fn start<T: Transport>(
         shared,
         polling,
         driver_mode: config.driver,
+        send_now: config.multiple_send,
     })
 }
 
@@ -663,9 +675,7 @@ impl<T: Transport> Progress<T> {
     }
 
     fn drain_outputs(&mut self) {
-        while let Some(t) = self.engine.poll_transmit() {
-            self.perform(t);
-        }
+        self.transmit();
         while let Some(e) = self.engine.poll_event() {
             self.on_event(e);
         }
@@ -699,6 +709,13 @@ impl<T: Transport> Progress<T> {
             progressed = true;
         }
         progressed
+    }
+
+    /// Performs every transmission the engine has (and no event).
+    fn transmit(&mut self) {
+        while let Some(t) = self.engine.poll_transmit() {
+            self.perform(t);
+        }
     }
 
     /// Performs every transmission and event the engine has; whether there was any.

@@ -47,6 +47,15 @@ pub struct RankConfig {
     /// until the progression thread wakes it: a blocking call then crosses no thread.
     /// `STARLING_CALLER_DRIVES=0` turns it off (default on).
     pub caller_drives: bool,
+    /// A thread that posts a send while the progression lock is free hands it to the
+    /// transport itself (`MPI_Isend` on that thread, under the lock), instead of leaving
+    /// it for the progression thread's next poll — the reference's
+    /// `STARPU_MPI_THREAD_MULTIPLE_SEND`, without needing `MPI_THREAD_MULTIPLE`: the lock
+    /// keeps MPI calls serialized. A worker finishing a task sends its result without
+    /// waking the progression thread first. It runs no completion callback on the
+    /// posting thread (it only transmits). `STARLING_MPI_THREAD_MULTIPLE_SEND=0` turns it
+    /// off (default on).
+    pub multiple_send: bool,
     /// Driver mode: the progression thread also runs tasks, in place of one worker
     /// (`STARLING_MPI_DRIVER_CALL_FREQUENCY` > 0). `None` (the default): it runs none.
     pub driver: Option<DriverMode>,
@@ -123,6 +132,7 @@ impl Default for RankConfig {
             priorities: true,
             max_inflight_sends: 10,
             caller_drives: true,
+            multiple_send: true,
             driver: None,
             in_place_min: 256 << 10,
             check_agreement: cfg!(debug_assertions),
@@ -136,7 +146,8 @@ impl RankConfig {
     /// The defaults, overridden by the environment: `STARLING_NCPU`,
     /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
     /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
-    /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_CALLER_DRIVES=0`, `STARLING_IN_PLACE_MIN`,
+    /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_CALLER_DRIVES=0`,
+    /// `STARLING_MPI_THREAD_MULTIPLE_SEND=0`, `STARLING_IN_PLACE_MIN`,
     /// `STARLING_MPI_DRIVER_CALL_FREQUENCY`, `STARLING_MPI_DRIVER_TASK_FREQUENCY`,
     /// `STARLING_CHECK_AGREEMENT`, `STARLING_TRACE` and `STARLING_PROGRESS`. A flag is on
     /// when set to anything but empty or `0`.
@@ -157,6 +168,9 @@ impl RankConfig {
         }
         if std::env::var("STARLING_CALLER_DRIVES").is_ok_and(|v| v == "0") {
             c.caller_drives = false;
+        }
+        if std::env::var("STARLING_MPI_THREAD_MULTIPLE_SEND").is_ok_and(|v| v == "0") {
+            c.multiple_send = false;
         }
         if let Ok(v) = std::env::var("STARLING_IN_PLACE_MIN") {
             if v.trim() == "off" {
@@ -285,6 +299,7 @@ impl RankRunner {
         let (priorities, max_inflight_sends) = (config.priorities, config.max_inflight_sends);
         let driver_mode = config.driver;
         let in_place_min = config.in_place_min;
+        let multiple_send = config.multiple_send;
         let pshared = Arc::clone(&shared);
         let progression = thread::Builder::new()
             .name("starling-progress".into())
@@ -314,6 +329,7 @@ impl RankRunner {
                     driver: driver_mode,
                     in_place_min,
                     timeline,
+                    multiple_send,
                 };
                 let driver = progress::start(transport, rx, config, pshared);
                 let erased: Arc<dyn Drive> = driver.clone();

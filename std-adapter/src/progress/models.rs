@@ -109,6 +109,7 @@ fn config(driver: Option<DriverMode>) -> ProgressConfig {
         driver,
         in_place_min: usize::MAX,
         timeline: None,
+        multiple_send: true,
     }
 }
 
