@@ -877,6 +877,57 @@ fn a_blocking_call_whose_message_comes_late_completes() {
     }
 }
 
+/// The eager limit (`ClusterConfig::eager_limit`, `STARLING_EAGER_LIMIT`): whatever it
+/// is — never eager, the core's 256 B, the default 4 KiB, the largest 64 KiB, or beyond
+/// it (clamped) — payloads on either side of it arrive intact, blocking and detached.
+#[test]
+fn payloads_around_every_eager_limit_arrive_intact() {
+    for eager_limit in [0, 256, 4096, 64 << 10, u32::MAX] {
+        let config = ClusterConfig {
+            eager_limit,
+            ..config()
+        };
+        let sizes = [0usize, 1, 255, 256, 257, 4096, 4097, 65536, 65537, 200_000];
+        let got = run_local_with(2, config, move |ctx| {
+            let me = ctx.rank().0;
+            let other = peer(ctx);
+            let mut ok = 0;
+            for (i, &n) in sizes.iter().enumerate() {
+                let fill = |k: usize| ((k * 7 + n) % 251) as u8;
+                let h = ctx.register(Vector::from_vec(if me == 0 {
+                    (0..n).map(fill).collect()
+                } else {
+                    vec![0u8; n]
+                }));
+                let tag = Tag(i as i64);
+                if me == 0 {
+                    if i % 2 == 0 {
+                        ctx.send(&h, other, tag).unwrap();
+                    } else {
+                        ctx.isend_detached(&h, other, tag, |r| r.unwrap()).unwrap();
+                    }
+                } else {
+                    ctx.recv(&h, other, tag).unwrap();
+                    let v = ctx.acquire(&h, AccessMode::R);
+                    assert!(
+                        v.get()
+                            .as_slice()
+                            .iter()
+                            .enumerate()
+                            .all(|(k, b)| *b == fill(k)),
+                        "{n} bytes with eager limit {eager_limit}"
+                    );
+                    ok += 1;
+                }
+                ctx.wait_for_all();
+            }
+            ok
+        })
+        .expect("a clean shutdown");
+        assert_eq!(got, vec![0, sizes.len()], "eager limit {eager_limit}");
+    }
+}
+
 /// Multiple-send (`STARPU_MPI_THREAD_MULTIPLE_SEND`, `ClusterConfig::multiple_send`): a
 /// send posted while the progression lock is free leaves from the posting thread — here
 /// the worker whose increment released the token, or the application thread — or, off,

@@ -156,6 +156,14 @@ const JOBS: &[Job] = &[
     },
     Job {
         ranks: 2,
+        name: "eager",
+        env: &[],
+        expect: &["rank 0: eager passed", "rank 1: eager passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
         name: "big",
         // A payload over 2 GiB: two MPI messages (i32 counts). About 9 GB of memory.
         env: &[],
@@ -310,6 +318,7 @@ fn main() -> ExitCode {
         "serialized" => serialized(),
         "fake" => fake(),
         "split" => split(),
+        "eager" => eager(),
         other => panic!("unknown job {other:?}"),
     }
     ExitCode::SUCCESS
@@ -1294,6 +1303,53 @@ fn adopt() {
     assert_eq!(x, [other]);
     drop(universe);
     println!("rank {me}: adopt passed");
+}
+
+/// Ranks with different eager limits (`RankConfig::eager_limit`): rank 0 puts payloads
+/// of up to 64 KiB inside their envelope, rank 1 never does. Every rank receives
+/// envelopes into room for the largest limit, so payloads on either side of both limits
+/// cross intact both ways — no MPI truncation error.
+fn eager() {
+    let world_rank: u32 = ["OMPI_COMM_WORLD_RANK", "PMI_RANK"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
+        .expect("the launcher names this rank");
+    let mut c = config();
+    c.rank.eager_limit = if world_rank == 0 { 64 << 10 } else { 0 };
+    let rank = starling_mpi::init(c).expect("MPI starts");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    let other = Rank(1 - me);
+    let sizes = [0usize, 1, 4096, 4097, 65536, 65537, 300_000];
+    for round in 0..2u32 {
+        for (i, &n) in sizes.iter().enumerate() {
+            let fill = |k: usize| ((k * 13 + n + round as usize) % 253) as u8;
+            let sender = round;
+            let h = ctx.register(Vector::from_vec(if me == sender {
+                (0..n).map(fill).collect()
+            } else {
+                vec![0u8; n]
+            }));
+            let tag = Tag(i64::from(round) * 100 + i as i64);
+            if me == sender {
+                ctx.send(&h, other, tag).unwrap();
+            } else {
+                ctx.recv(&h, other, tag).unwrap();
+                let v = ctx.acquire(&h, AccessMode::R);
+                assert!(
+                    v.get()
+                        .as_slice()
+                        .iter()
+                        .enumerate()
+                        .all(|(k, b)| *b == fill(k)),
+                    "{n} bytes from rank {sender}"
+                );
+            }
+        }
+    }
+    ctx.barrier();
+    rank.shutdown().expect("a clean shutdown");
+    println!("rank {me}: eager passed");
 }
 
 /// Two Starling worlds in one job (`starpu_mpi_init_comm` with the application's

@@ -54,6 +54,9 @@ pub struct ClusterConfig {
     /// lock is free ([`RankConfig::multiple_send`];
     /// `STARLING_MPI_THREAD_MULTIPLE_SEND=0` turns it off).
     pub multiple_send: bool,
+    /// The largest payload that travels inside its envelope ([`RankConfig::eager_limit`];
+    /// `STARLING_EAGER_LIMIT`).
+    pub eager_limit: u32,
     /// Driver mode: each rank's progression thread also runs tasks
     /// ([`RankConfig::driver`]).
     pub driver: Option<DriverMode>,
@@ -92,6 +95,7 @@ impl Default for ClusterConfig {
             max_inflight_sends: 10,
             caller_drives: true,
             multiple_send: true,
+            eager_limit: RankConfig::DEFAULT_EAGER_LIMIT,
             driver: None,
             check_agreement: cfg!(debug_assertions),
             watchdog: Some(Duration::from_secs(60)),
@@ -119,6 +123,7 @@ impl ClusterConfig {
             max_inflight_sends: r.max_inflight_sends,
             caller_drives: r.caller_drives,
             multiple_send: r.multiple_send,
+            eager_limit: r.eager_limit,
             driver: r.driver,
             check_agreement: r.check_agreement,
             watchdog: match std::env::var("STARLING_WATCHDOG_SECS")
@@ -147,6 +152,7 @@ impl ClusterConfig {
             max_inflight_sends: self.max_inflight_sends,
             caller_drives: self.caller_drives,
             multiple_send: self.multiple_send,
+            eager_limit: self.eager_limit,
             driver: self.driver,
             // The in-process transport copies every payload anyway.
             in_place_min: usize::MAX,

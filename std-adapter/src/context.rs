@@ -47,6 +47,8 @@ pub struct Context {
     pool: Arc<BufferPool>,
     /// Sends from this size up read their data in place.
     in_place_min: usize,
+    /// [`Progression::blocking_in_place_min`].
+    blocking_in_place_min: usize,
     /// The next free id of a split or duplicated communicator (`crate::comm`).
     pub(crate) next_split: AtomicU32,
     /// Pending requests and collectives, for the hang explainer.
@@ -508,6 +510,9 @@ pub(crate) struct Progression {
     pub(crate) pool: Arc<BufferPool>,
     /// Sends from this size up read their data in place ([`crate::RankConfig::in_place_min`]).
     pub(crate) in_place_min: usize,
+    /// Blocking sends from this size up read their data in place: the first size above
+    /// the eager limit, or `in_place_min` when smaller.
+    pub(crate) blocking_in_place_min: usize,
 }
 
 impl Context {
@@ -524,6 +529,7 @@ impl Context {
             driver,
             pool,
             in_place_min,
+            blocking_in_place_min,
         } = progression;
         Self {
             rank,
@@ -541,6 +547,7 @@ impl Context {
             driver,
             pool,
             in_place_min,
+            blocking_in_place_min,
             next_split: AtomicU32::new(crate::comm::FIRST_SPLIT_ID),
             tracker: Arc::new(crate::hang::Tracker::new()),
         }
@@ -1042,9 +1049,14 @@ impl Context {
         // The caller waits until the send completes: holding the handle for reading
         // until then costs nothing, so every payload that travels as its own message
         // is sent from the handle's memory.
-        let in_place_min = crate::progress::lend_min(self.in_place_min);
-        self.isend_from(h, dest, tag, SendOpts::default(), in_place_min)?
-            .wait_driving(driving)
+        self.isend_from(
+            h,
+            dest,
+            tag,
+            SendOpts::default(),
+            self.blocking_in_place_min,
+        )?
+        .wait_driving(driving)
     }
 
     /// Starts a send and forgets it; `callback` runs once with its outcome, on the thread

@@ -36,19 +36,16 @@ use crate::transport::{Completion, SendBuffer, Transport};
 /// polling without sleeping.
 const HOT: Duration = Duration::from_millis(1);
 
-/// The largest payload that travels inside its envelope (the engine's eager limit).
-pub(crate) const EAGER_LIMIT: u32 = 4096;
-
 /// The size from which a transfer that holds its handle until it completes anyway (a
 /// receive, a blocking send) lends the handle's memory to the transport: the first size
-/// that travels as a message of its own, unless `in_place_min` (the configured size for
-/// the others, [`crate::RankConfig::in_place_min`]) is smaller or in-place transfers are
-/// off (`usize::MAX`).
-pub(crate) fn lend_min(in_place_min: usize) -> usize {
+/// that travels as a message of its own (above `eager_limit`), unless `in_place_min` (the
+/// configured size for the others, [`crate::RankConfig::in_place_min`]) is smaller or
+/// in-place transfers are off (`usize::MAX`).
+pub(crate) fn lend_min(in_place_min: usize, eager_limit: u32) -> usize {
     if in_place_min == usize::MAX {
         usize::MAX
     } else {
-        in_place_min.min(EAGER_LIMIT as usize + 1)
+        in_place_min.min(eager_limit as usize + 1)
     }
 }
 
@@ -228,6 +225,8 @@ pub(crate) struct ProgressConfig {
     pub(crate) timeline: Option<Arc<Recorder>>,
     /// [`crate::RankConfig::multiple_send`].
     pub(crate) multiple_send: bool,
+    /// [`crate::RankConfig::eager_limit`], at most [`crate::RankConfig::MAX_EAGER_LIMIT`].
+    pub(crate) eager_limit: u32,
 }
 
 struct Progress<T: Transport> {
@@ -465,9 +464,14 @@ pub(crate) fn start<T: Transport>(
     let rank = transport.rank();
     let size = transport.size();
     transport.set_envelope_tag(config.tags.envelope());
-    transport.set_envelope_limit(starling_core::envelope::HEADER_LEN + EAGER_LIMIT as usize);
+    // Room for the largest eager payload any rank may send, whatever this rank's own
+    // limit: ranks need not agree on it.
+    transport.set_envelope_limit(
+        starling_core::envelope::HEADER_LEN + crate::RankConfig::MAX_EAGER_LIMIT as usize,
+    );
+    let eager_limit = config.eager_limit.min(crate::RankConfig::MAX_EAGER_LIMIT);
     let mut engine_config = Config::new(rank, size, config.tags);
-    engine_config.eager_limit = EAGER_LIMIT;
+    engine_config.eager_limit = eager_limit;
     engine_config.priorities = config.priorities;
     engine_config.max_inflight_sends = config.max_inflight_sends;
     let mut engine = Box::new(RankEngine::new(engine_config));
@@ -487,7 +491,7 @@ pub(crate) fn start<T: Transport>(
         rank,
         start: std::time::Instant::now(),
         pool: Arc::clone(&shared.pool),
-        recv_in_place_min: lend_min(config.in_place_min),
+        recv_in_place_min: lend_min(config.in_place_min, eager_limit),
         timeline: CommTrace::new(config.timeline, rank, config.tags.envelope()),
     };
     let _ = shared.thread.set(thread::current());
@@ -977,11 +981,12 @@ mod tests {
     #[test]
     fn transfers_that_hold_their_handle_lend_it_from_the_first_size_past_the_envelope() {
         // The default (256 KiB) and anything larger: lent from 4 KiB + 1.
-        assert_eq!(lend_min(256 << 10), EAGER_LIMIT as usize + 1);
-        assert_eq!(lend_min(usize::MAX - 1), EAGER_LIMIT as usize + 1);
+        assert_eq!(lend_min(256 << 10, 4096), 4097);
+        assert_eq!(lend_min(usize::MAX - 1, 4096), 4097);
+        assert_eq!(lend_min(256 << 10, 0), 1);
         // A smaller configured size wins.
-        assert_eq!(lend_min(1024), 1024);
+        assert_eq!(lend_min(1024, 4096), 1024);
         // Off stays off.
-        assert_eq!(lend_min(usize::MAX), usize::MAX);
+        assert_eq!(lend_min(usize::MAX, 4096), usize::MAX);
     }
 }

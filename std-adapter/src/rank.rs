@@ -65,9 +65,17 @@ pub struct RankConfig {
     /// writes straight into it. Smaller ones are copied, and a send releases the handle at
     /// once. Receives and blocking sends, which hold their handle until they complete
     /// anyway, travel in place from the first size that does not ride inside its envelope
-    /// (above 4 KiB) whatever this size, unless it is `off`.
+    /// (above [`RankConfig::eager_limit`]) whatever this size, unless it is `off`.
     /// `STARLING_IN_PLACE_MIN=<bytes>` (default 256 KiB; `off` never).
     pub in_place_min: usize,
+    /// The largest payload that travels inside its envelope, as one MPI message instead
+    /// of an envelope and a payload message (`STARLING_EAGER_LIMIT=<bytes>`, default
+    /// [`RankConfig::DEFAULT_EAGER_LIMIT`], at most [`RankConfig::MAX_EAGER_LIMIT`]; 0:
+    /// never). An eager payload is copied on both sides (packed into the envelope,
+    /// unpacked from it) where a larger one is received in place, so the best limit is
+    /// where one message's saving meets the copies' cost: `docs/performance.md` measures
+    /// it. Ranks need not agree: every rank receives envelopes into room for the largest.
+    pub eager_limit: u32,
     /// Fold every insert into a digest and compare the ranks' digests at
     /// `mpi_wait_for_all` and barriers: the graph-agreement check
     /// ([`Context::check_agreement`]). On by default in debug builds, off in release;
@@ -135,6 +143,7 @@ impl Default for RankConfig {
             multiple_send: true,
             driver: None,
             in_place_min: 256 << 10,
+            eager_limit: Self::DEFAULT_EAGER_LIMIT,
             check_agreement: cfg!(debug_assertions),
             trace_file: None,
             progress: false,
@@ -143,6 +152,17 @@ impl Default for RankConfig {
 }
 
 impl RankConfig {
+    /// [`RankConfig::eager_limit`] by default: 3968 bytes, 4 KiB less 128. An envelope
+    /// is its 24-byte header and the payload; with Open MPI's own headers it then fits
+    /// the shared-memory transport's 4 KiB eager size (`btl_vader_eager_limit`), past
+    /// which a message costs a rendezvous. Measured (`scripts/bench-eager.sh`, blocking
+    /// ping-pong, half round trip): 8 B inside its envelope 0.98 µs, outside 1.45 µs; a
+    /// 4 KiB payload inside (limit 4096) 3.75 µs, outside (this default) 1.92 µs; from 2 to
+    /// 4 KiB the two ways are within this machine's noise.
+    pub const DEFAULT_EAGER_LIMIT: u32 = 4096 - 128;
+    /// The largest [`RankConfig::eager_limit`]: 64 KiB. Larger settings are clamped.
+    pub const MAX_EAGER_LIMIT: u32 = 64 << 10;
+
     /// The defaults, overridden by the environment: `STARLING_NCPU`,
     /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
     /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
@@ -178,6 +198,14 @@ impl RankConfig {
             } else if let Ok(n) = v.trim().parse() {
                 c.in_place_min = n;
             }
+        }
+        if let Some(n) = std::env::var("STARLING_EAGER_LIMIT")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            c.eager_limit = u32::try_from(n)
+                .unwrap_or(u32::MAX)
+                .min(Self::MAX_EAGER_LIMIT);
         }
         if let Some(n) = std::env::var("STARLING_MPI_NDETACHED_SEND")
             .ok()
@@ -300,6 +328,7 @@ impl RankRunner {
         let driver_mode = config.driver;
         let in_place_min = config.in_place_min;
         let multiple_send = config.multiple_send;
+        let eager_limit = config.eager_limit.min(RankConfig::MAX_EAGER_LIMIT);
         let pshared = Arc::clone(&shared);
         let progression = thread::Builder::new()
             .name("starling-progress".into())
@@ -330,6 +359,7 @@ impl RankRunner {
                     in_place_min,
                     timeline,
                     multiple_send,
+                    eager_limit,
                 };
                 let driver = progress::start(transport, rx, config, pshared);
                 let erased: Arc<dyn Drive> = driver.clone();
@@ -391,6 +421,7 @@ impl RankRunner {
                 driver,
                 pool: Arc::clone(&shared.pool),
                 in_place_min,
+                blocking_in_place_min: progress::lend_min(in_place_min, eager_limit),
             },
             config.pedantic_isend,
             config.communication_tag,

@@ -110,6 +110,7 @@ fn config(driver: Option<DriverMode>) -> ProgressConfig {
         in_place_min: usize::MAX,
         timeline: None,
         multiple_send: true,
+        eager_limit: crate::RankConfig::DEFAULT_EAGER_LIMIT,
     }
 }
 
