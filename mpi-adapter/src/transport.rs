@@ -35,6 +35,12 @@
 //!   [`MpiConfig::max_message`] (at most `i32::MAX` bytes, MPI's count type) is split
 //!   into chunks of that size, alike on both sides. (Envelopes are never split: they
 //!   carry a header and at most an eager payload of a few KiB.)
+//! * **What a peer sends cannot abort the job.** Starling's communicators (and the world,
+//!   when Starling initialised MPI) have `MPI_ERRORS_RETURN`: a message longer than the
+//!   receive posted for it — an envelope past the largest eager limit, a payload longer
+//!   than its envelope said — completes truncated instead of aborting with
+//!   `MPI_ERR_TRUNCATE`, and a truncated envelope is dropped as malformed, with a line
+//!   naming the peer (`mpi-adapter/tests/mpi_p2p.rs`, job `oversize`).
 //! * **Barriers** never block the progression thread, and they *flush*: a barrier
 //!   completes on a rank only once every envelope any rank sent it before entering the
 //!   barrier was received. MPI orders messages per sender only, so an `MPI_Ibarrier`
@@ -326,6 +332,15 @@ impl MpiTransport {
             Some(AppComms(dups)) if !dups.is_empty() => dups,
             _ => (0..pool).map(|_| world.duplicate()).collect(),
         };
+        for comm in &dups {
+            errors_return(comm);
+        }
+        if universe.is_some() {
+            // MPICH raises a failed `MPI_Test` on the world's handler, not the request's
+            // communicator's. The world is Starling's here (it initialised MPI); an
+            // application that initialised MPI keeps its own handler on its world.
+            errors_return(&world);
+        }
         let comms: Vec<Comm> = dups
             .into_iter()
             .enumerate()
@@ -602,6 +617,24 @@ impl MpiTransport {
                 None => break,
             }
         }
+    }
+}
+
+/// Makes MPI errors on Starling's communicator `comm` return instead of aborting the job
+/// (`MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN)`; rsmpi does not wrap it). What a
+/// peer sends must not abort this process: a message longer than the receive posted for
+/// it (an envelope past the largest eager limit, a payload longer than its envelope
+/// said) is `MPI_ERR_TRUNCATE`, fatal under MPI's default handler. With this handler the
+/// receive completes with the bytes that fit; a truncated envelope then fails the
+/// engine's decoding (dropped with a message naming the peer, like any malformed
+/// envelope), and a payload keeps the length its envelope announced. (MPICH raises a
+/// failed `MPI_Test` on the world's handler, so under MPICH an application that
+/// initialised MPI itself must set `MPI_ERRORS_RETURN` on its world for the same.)
+fn errors_return(comm: &SimpleCommunicator) {
+    // SAFETY: MPI is initialised; `comm` is a valid communicator owned by the transport;
+    // `RSMPI_ERRORS_RETURN` is the predefined `MPI_ERRORS_RETURN` handle.
+    unsafe {
+        mpi::ffi::MPI_Comm_set_errhandler(comm.as_raw(), mpi::ffi::RSMPI_ERRORS_RETURN);
     }
 }
 

@@ -164,6 +164,18 @@ const JOBS: &[Job] = &[
     },
     Job {
         ranks: 2,
+        name: "oversize",
+        env: &[],
+        expect: &[
+            "rank 0: oversize passed",
+            "rank 1: oversize passed",
+            "dropped a message from rank 0",
+        ],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
         name: "big",
         // A payload over 2 GiB: two MPI messages (i32 counts). About 9 GB of memory.
         env: &[],
@@ -319,6 +331,7 @@ fn main() -> ExitCode {
         "fake" => fake(),
         "split" => split(),
         "eager" => eager(),
+        "oversize" => oversize(),
         other => panic!("unknown job {other:?}"),
     }
     ExitCode::SUCCESS
@@ -1303,6 +1316,61 @@ fn adopt() {
     assert_eq!(x, [other]);
     drop(universe);
     println!("rank {me}: adopt passed");
+}
+
+/// A peer that is not Starling sends an "envelope" twice the size of any receive posted
+/// for one (128 KiB on Starling's envelope tag and communicator). Under MPI's default
+/// error handler that is `MPI_ERR_TRUNCATE` and the job aborts; Starling's communicators
+/// return errors instead, so rank 1 drops the message with a line naming the peer, goes
+/// on (a task runs), and shuts down cleanly. Rank 0 is plain MPI: it makes the same
+/// duplicates of the world as Starling's start-up (collective), and joins the shutdown
+/// barrier's exchange of envelope counts.
+fn oversize() {
+    use mpi::collective::CommunicatorCollectives;
+    use mpi::point_to_point::Destination;
+    use mpi::topology::Communicator;
+    let world_rank: u32 = ["OMPI_COMM_WORLD_RANK", "PMI_RANK"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
+        .expect("the launcher names this rank");
+    let mut c = config();
+    if world_rank == 0 {
+        let (universe, _) =
+            mpi::initialize_with_threading(Threading::Serialized).expect("MPI initialises");
+        let world = universe.world();
+        let dups: Vec<_> = (0..c.communicators.max(1))
+            .map(|_| world.duplicate())
+            .collect();
+        let junk = vec![0xA5u8; 128 << 10];
+        let envelope_tag = c.rank.communication_tag;
+        dups[0]
+            .process_at_rank(1)
+            .send_with_tag(&junk[..], envelope_tag);
+        // Rank 1's shutdown barrier: each rank's count of envelopes sent to each rank.
+        let mine: Vec<u8> = [0u64, 1].iter().flat_map(|n| n.to_le_bytes()).collect();
+        let mut theirs = vec![0u8; 16];
+        // Non-blocking, as Starling's (a blocking collective never matches one).
+        mpi::request::scope(|scope| {
+            dups[0]
+                .immediate_all_to_all_into(scope, &mine[..], &mut theirs[..])
+                .wait();
+        });
+        drop(dups);
+        drop(universe);
+        println!("rank 0: oversize passed");
+        return;
+    }
+    c.rank.check_agreement = false; // rank 0 has no digest to compare
+    let rank = starling_mpi::init(c).expect("MPI starts");
+    let ctx = rank.context();
+    let v = ctx.register(Variable::new(1u32));
+    let double = Codelet::new("double", |b| *b.w::<Variable<u32>>(0).value_mut() *= 2);
+    ctx.task(&double).rw(&v).submit();
+    ctx.wait_for_all();
+    assert_eq!(ctx.acquire(&v, AccessMode::R).get().get(), 2);
+    rank.shutdown()
+        .expect("a clean shutdown after dropping the message");
+    println!("rank 1: oversize passed");
 }
 
 /// Ranks with different eager limits (`RankConfig::eager_limit`): rank 0 puts payloads
