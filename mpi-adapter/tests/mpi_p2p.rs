@@ -1348,7 +1348,7 @@ fn oversize() {
             .send_with_tag(&junk[..], envelope_tag);
         // Rank 1's shutdown barrier: each rank's count of envelopes sent to each rank.
         let mine: Vec<u8> = [0u64, 1].iter().flat_map(|n| n.to_le_bytes()).collect();
-        let mut theirs = vec![0u8; 16];
+        let mut theirs = [0u8; 16];
         // Non-blocking, as Starling's (a blocking collective never matches one).
         mpi::request::scope(|scope| {
             dups[0]
