@@ -512,14 +512,15 @@ impl MpiRank {
     /// pending — now, or earlier while the rank ran — it returns at once (without the
     /// barrier) with a first line saying so, the merged explanation of the ranks' hang
     /// reports, and the pending requests; MPI is then left unfinalized, so return an
-    /// error from the process and `mpirun` ends the job.
+    /// error from the process and `mpirun` ends the job. So it does when a peer does not
+    /// come to the closing barrier within [`MpiConfig::watchdog`] (the explanation then
+    /// names it: "rank 1 never entered it").
     pub fn shutdown(mut self) -> Result<(), ShutdownError> {
         let runner = self
             .runner
             .take()
             .expect("the rank runs until shutdown consumes it");
-        let fired = self.stop_watchdog();
-        let result = shutdown_runner(runner, &self.config, &self.abandon, fired);
+        let result = self.finish(runner);
         RUNNING.store(false, Ordering::SeqCst);
         result
     }
@@ -531,73 +532,99 @@ impl MpiRank {
         if let Some(w) = self.watchdog.take() {
             w.stop();
         }
+        self.fired_so_far()
+    }
+
+    /// What the watchdog found, if it fired (emptied); it goes on watching.
+    fn fired_so_far(&self) -> Vec<String> {
         core::mem::take(&mut *self.fired.lock().unwrap_or_else(PoisonError::into_inner))
     }
-}
 
-fn shutdown_runner(
-    runner: RankRunner,
-    config: &MpiConfig,
-    abandon: &AtomicBool,
-    fired: Vec<String>,
-) -> Result<(), ShutdownError> {
-    let rank = runner.context().rank();
-    if !fired.is_empty() {
-        // The watchdog gave up while the rank ran: it is failing, its peers may be hung.
-        let mut leftovers = fired;
-        leftovers.extend(runner.leftovers());
-        abandon.store(true, Ordering::SeqCst);
-        runner.stop();
-        return Err(ShutdownError { leftovers });
-    }
-    let finished = if config.watchdog.is_zero() {
-        runner.context().wait_for_all();
-        true
-    } else {
-        runner.wait_for_all_or_idle(config.watchdog)
-    };
-    if !finished {
-        let header = format!(
-            "rank {}: nothing progressed for {} s while tasks or requests were pending \
-             (STARLING_WATCHDOG_SECS); giving up",
-            rank.0,
-            config.watchdog.as_secs_f64()
-        );
-        let mut leftovers = watchdog::explain(
-            &runner.probe(),
-            runner.context().size(),
-            config.hang_dir.as_deref(),
-            config.watchdog,
-            header,
-        );
-        leftovers.extend(runner.leftovers());
-        abandon.store(true, Ordering::SeqCst);
-        runner.stop();
-        return Err(ShutdownError { leftovers });
-    }
-    runner.context().barrier();
-    let leftovers = runner.leftovers();
-    if config.rank.stats || config.stats_dir.is_some() {
-        let report = runner.stats_report();
-        eprint!("{report}");
-        if let Some(dir) = &config.stats_dir {
-            let path = dir.join(format!("rank{}.txt", rank.0));
-            if let Err(e) =
-                std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &report))
-            {
-                eprintln!(
-                    "[starling-mpi] rank {}: cannot write {}: {e}",
-                    rank.0,
-                    path.display()
-                );
+    /// Shuts `runner` down ([`MpiRank::shutdown`]). A watchdog watches the closing
+    /// barrier too: a peer that never comes to it (deadlocked, or stuck outside
+    /// Starling) makes this rank give up with the explanation after
+    /// [`MpiConfig::watchdog`], as a hang while the rank runs does, instead of waiting
+    /// forever.
+    fn finish(&mut self, runner: RankRunner) -> Result<(), ShutdownError> {
+        let rank = runner.context().rank();
+        let fired = self.stop_watchdog();
+        if !fired.is_empty() {
+            // The watchdog gave up while the rank ran: it is failing, its peers may be
+            // hung.
+            return Err(self.give_up(runner, fired));
+        }
+        let finished = if self.config.watchdog.is_zero() {
+            runner.context().wait_for_all();
+            true
+        } else {
+            runner.wait_for_all_or_idle(self.config.watchdog)
+        };
+        if !finished {
+            let header = format!(
+                "rank {}: nothing progressed for {} s while tasks or requests were pending \
+                 (STARLING_WATCHDOG_SECS); giving up",
+                rank.0,
+                self.config.watchdog.as_secs_f64()
+            );
+            let explained = watchdog::explain(
+                &runner.probe(),
+                runner.context().size(),
+                self.config.hang_dir.as_deref(),
+                self.config.watchdog,
+                header,
+            );
+            return Err(self.give_up(runner, explained));
+        }
+        if !self.config.watchdog.is_zero() {
+            // The closing barrier waits for every peer: watched like any wait.
+            self.watchdog = Some(watchdog::start(
+                runner.probe(),
+                runner.context().size(),
+                self.config.watchdog,
+                self.config.hang_dir.clone(),
+                Arc::clone(&self.fired),
+            ));
+        }
+        runner.context().barrier();
+        let fired = self.stop_watchdog();
+        if !fired.is_empty() {
+            // The barrier (or a request before it) stalled and the watchdog failed it.
+            return Err(self.give_up(runner, fired));
+        }
+        let leftovers = runner.leftovers();
+        if self.config.rank.stats || self.config.stats_dir.is_some() {
+            let report = runner.stats_report();
+            eprint!("{report}");
+            if let Some(dir) = &self.config.stats_dir {
+                let path = dir.join(format!("rank{}.txt", rank.0));
+                if let Err(e) =
+                    std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &report))
+                {
+                    eprintln!(
+                        "[starling-mpi] rank {}: cannot write {}: {e}",
+                        rank.0,
+                        path.display()
+                    );
+                }
             }
         }
+        runner.stop();
+        if leftovers.is_empty() {
+            Ok(())
+        } else {
+            Err(ShutdownError { leftovers })
+        }
     }
-    runner.stop();
-    if leftovers.is_empty() {
-        Ok(())
-    } else {
-        Err(ShutdownError { leftovers })
+
+    /// Stops `runner` without finalizing MPI (its peers may be hung: `mpirun` ends the
+    /// job once this process exits); the error to return: `first`, then what the rank
+    /// left behind.
+    fn give_up(&self, runner: RankRunner, first: Vec<String>) -> ShutdownError {
+        let mut leftovers = first;
+        leftovers.extend(runner.leftovers());
+        self.abandon.store(true, Ordering::SeqCst);
+        runner.stop();
+        ShutdownError { leftovers }
     }
 }
 
@@ -606,11 +633,11 @@ impl Drop for MpiRank {
         let Some(runner) = self.runner.take() else {
             return;
         };
-        let fired = self.stop_watchdog();
         if std::thread::panicking() {
+            self.stop_watchdog();
             self.abandon.store(true, Ordering::SeqCst);
             drop(runner);
-        } else if let Err(e) = shutdown_runner(runner, &self.config, &self.abandon, fired) {
+        } else if let Err(e) = self.finish(runner) {
             eprintln!("[starling-mpi] {e}");
         }
         RUNNING.store(false, Ordering::SeqCst);

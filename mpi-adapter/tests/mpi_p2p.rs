@@ -176,6 +176,15 @@ const JOBS: &[Job] = &[
     },
     Job {
         ranks: 2,
+        name: "late",
+        env: &[("STARLING_WATCHDOG_SECS", "1")],
+        expect: &["rank 0: late passed"],
+        // Rank 0 gives up and leaves MPI unfinalized; the launcher then ends rank 1.
+        must_succeed: false,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
         name: "big",
         // A payload over 2 GiB: two MPI messages (i32 counts). About 9 GB of memory.
         env: &[],
@@ -332,6 +341,7 @@ fn main() -> ExitCode {
         "split" => split(),
         "eager" => eager(),
         "oversize" => oversize(),
+        "late" => late(),
         other => panic!("unknown job {other:?}"),
     }
     ExitCode::SUCCESS
@@ -1316,6 +1326,38 @@ fn adopt() {
     assert_eq!(x, [other]);
     drop(universe);
     println!("rank {me}: adopt passed");
+}
+
+/// Rank 1 never comes to the closing barrier (it is stuck elsewhere for a minute):
+/// rank 0's shutdown gives up after the watchdog's second with the explanation, instead
+/// of waiting in the barrier for as long as rank 1 is stuck.
+fn late() {
+    let c = config();
+    assert_eq!(
+        c.watchdog,
+        Duration::from_secs(1),
+        "run with STARLING_WATCHDOG_SECS=1"
+    );
+    let dir = c.hang_dir.clone();
+    let rank = starling_mpi::init(c).expect("MPI starts");
+    let me = rank.context().rank().0;
+    if me == 1 {
+        std::thread::sleep(Duration::from_secs(60));
+        let _ = rank.shutdown();
+        return;
+    }
+    let start = Instant::now();
+    let err = rank
+        .shutdown()
+        .expect_err("the watchdog gives up on the barrier");
+    let text = err.to_string();
+    assert!(start.elapsed() < Duration::from_secs(15), "{text}");
+    // The closing barrier begins with the agreement check's exchange (debug builds):
+    // what rank 0 waits for is rank 1's digest.
+    assert!(text.contains("nothing progressed for 1.0 s"), "{text}");
+    assert!(text.contains("no report from rank 1"), "{text}");
+    clean_hang_dir(dir.as_deref(), me);
+    println!("rank 0: late passed");
 }
 
 /// A peer that is not Starling sends an "envelope" twice the size of any receive posted
