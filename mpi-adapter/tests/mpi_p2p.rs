@@ -347,6 +347,15 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// This process's rank in the job, as the launcher says (before MPI is initialised):
+/// Open MPI's `OMPI_COMM_WORLD_RANK`, or the `PMI_RANK` of MPICH's Hydra.
+fn launcher_rank() -> u32 {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
+        .expect("the launcher names this rank")
+}
+
 fn config() -> MpiConfig {
     let mut c = MpiConfig::from_env();
     c.rank.runtime.workers = 1;
@@ -1371,10 +1380,7 @@ fn oversize() {
     use mpi::collective::CommunicatorCollectives;
     use mpi::point_to_point::Destination;
     use mpi::topology::Communicator;
-    let world_rank: u32 = ["OMPI_COMM_WORLD_RANK", "PMI_RANK"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok()?.parse().ok())
-        .expect("the launcher names this rank");
+    let world_rank = launcher_rank();
     let mut c = config();
     if world_rank == 0 {
         let (universe, _) =
@@ -1420,10 +1426,7 @@ fn oversize() {
 /// envelopes into room for the largest limit, so payloads on either side of both limits
 /// cross intact both ways — no MPI truncation error.
 fn eager() {
-    let world_rank: u32 = ["OMPI_COMM_WORLD_RANK", "PMI_RANK"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok()?.parse().ok())
-        .expect("the launcher names this rank");
+    let world_rank = launcher_rank();
     let mut c = config();
     c.rank.eager_limit = if world_rank == 0 { 64 << 10 } else { 0 };
     let rank = starling_mpi::init(c).expect("MPI starts");
