@@ -36,8 +36,9 @@
 //!   transmission only ([`starling_std::RankConfig::multiple_send`], the reference's
 //!   multiple-send; `STARLING_MPI_THREAD_MULTIPLE_SEND=0` turns it off). MPI calls are
 //!   never concurrent, as `MPI_THREAD_SERIALIZED` asks.
-//! * Starling's traffic runs on duplicates of the world communicator, never on the
-//!   application's own (internals §12.11); see [`transport`] for the protocol's use of MPI.
+//! * Starling's traffic runs on duplicates of the world communicator — or of the
+//!   communicator the application gave [`init_comm`] — never on the application's own
+//!   (internals §12.11); see [`transport`] for the protocol's use of MPI.
 //! * [`MpiRank::shutdown`] waits for the rank's tasks and requests (with a watchdog: a
 //!   job whose requests can never complete reports them instead of hanging), meets the
 //!   other ranks in a barrier, reports what was left behind (messages never received,
