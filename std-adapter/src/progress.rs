@@ -225,7 +225,8 @@ pub(crate) struct ProgressConfig {
     pub(crate) timeline: Option<Arc<Recorder>>,
     /// [`crate::RankConfig::multiple_send`].
     pub(crate) multiple_send: bool,
-    /// [`crate::RankConfig::eager_limit`], at most [`crate::RankConfig::MAX_EAGER_LIMIT`].
+    /// [`crate::RankConfig::eager_limit`], already clamped to
+    /// [`crate::RankConfig::MAX_EAGER_LIMIT`] (by [`crate::RankRunner::start`]).
     pub(crate) eager_limit: u32,
 }
 
@@ -469,7 +470,7 @@ pub(crate) fn start<T: Transport>(
     transport.set_envelope_limit(
         starling_core::envelope::HEADER_LEN + crate::RankConfig::MAX_EAGER_LIMIT as usize,
     );
-    let eager_limit = config.eager_limit.min(crate::RankConfig::MAX_EAGER_LIMIT);
+    let eager_limit = config.eager_limit;
     let mut engine_config = Config::new(rank, size, config.tags);
     engine_config.eager_limit = eager_limit;
     engine_config.priorities = config.priorities;
