@@ -76,7 +76,7 @@ cargo test -p starling-core --bench core
 cargo test -p starling --bench runtime
 cargo test -p starling --bench insert
 
-step "loom: the dependency queue, request completions, lazy handles, and the progression thread's inbox, wake-up, caller-driven progress and quiescence witness under every interleaving (bounded)"
+step "loom: the dependency queue, request completions, lazy handles, and the progression thread's inbox, wake-up, caller-driven progress, posted sends (multiple-send) and quiescence witness under every interleaving (bounded)"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p starling-std --release --lib loom 2>&1 | tee -a "$log"
 
 # --- fuzz targets (docs/verification.md) ------------------------------------------------

@@ -2,8 +2,9 @@
 //! ([`InboxTx`] and the loop of [`run`]), its wake-up (`Shared::wake` and the park in
 //! [`run`]), caller-driven progress ([`Drive::enter`], [`Drive::try_drive`],
 //! [`DriverGuard`](super::DriverGuard)'s drop and `hand_back`, and the progression thread
-//! standing back while `drivers > 0`) and the quiescence witness ([`Shared::settled`])
-//! that the in-process cluster reads at shutdown.
+//! standing back while `drivers > 0`), a send posted straight into the engine
+//! ([`Drive::post`], with and without multiple-send) and the quiescence witness
+//! ([`Shared::settled`]) that the in-process cluster reads at shutdown.
 //!
 //! Each model runs the real [`start`] and [`run`] on a progression thread, with a
 //! transport that only counts (`Probe`). Under `loom` the thread parks without a timeout
@@ -18,7 +19,7 @@ use core::mem::ManuallyDrop;
 
 use loom::sync::mpsc;
 use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB, TagSpace};
-use starling_core::{CommId, PhysTag, Rank, ReqId};
+use starling_core::{CommId, PhysTag, Rank, ReqId, Tag};
 
 use super::{Command, Drive, Driver, InboxTx, Input, ProgressConfig, Shared, run, start};
 use crate::rank::DriverMode;
@@ -26,11 +27,13 @@ use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering, inbox, lock, thread};
 use crate::task::{Codelet, Runtime, RuntimeConfig};
 use crate::transport::{Completion, Deliver, InProcess, InProcessWire, Transport};
 
-/// A transport that takes `()` from peers and reports each on `delivered`. With `inside`
-/// it checks that no two threads are in it (drive the engine) at once.
+/// A transport that takes `()` from peers and reports each on `delivered`, and counts
+/// what it is asked to send in `sent`. With `inside` it checks that no two threads are
+/// in it (drive the engine) at once.
 struct Probe {
     delivered: mpsc::Sender<()>,
     inside: Option<Arc<AtomicBool>>,
+    sent: Arc<AtomicUsize>,
 }
 
 impl Probe {
@@ -64,7 +67,9 @@ impl Transport for Probe {
     }
     fn set_envelope_tag(&mut self, _tag: PhysTag) {}
     fn send(&mut self, _: Rank, _: CommId, _: PhysTag, _: Vec<u8>, _: Option<ReqId>) {
-        unreachable!("the models send nothing");
+        self.enter();
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        self.leave();
     }
     fn recv(&mut self, _: Rank, _: CommId, _: PhysTag, _: usize, _: ReqId) {
         unreachable!("the models receive nothing");
@@ -92,13 +97,16 @@ impl Transport for Probe {
 struct Rank0 {
     tx: Arc<InboxTx<()>>,
     shared: Arc<Shared>,
+    /// What the transport was asked to send.
+    sent: Arc<AtomicUsize>,
     /// Dropped only once the thread stopped (`loom`'s receiver drains itself on drop,
     /// which a model that failed cannot do).
     driver: ManuallyDrop<mpsc::Receiver<Arc<Driver<Probe>>>>,
     thread: thread::JoinHandle<()>,
 }
 
-/// The progression thread's configuration in the models.
+/// The progression thread's configuration in the models (multiple-send on, as by
+/// default).
 fn config(driver: Option<DriverMode>) -> ProgressConfig {
     ProgressConfig {
         tags: TagSpace::with_base(DEFAULT_BASE, MIN_TAG_UB).expect("the default tags fit"),
@@ -119,15 +127,28 @@ fn rank0(
     inside: Option<Arc<AtomicBool>>,
     driver_mode: Option<DriverMode>,
 ) -> Rank0 {
+    rank0_with(delivered, inside, config(driver_mode))
+}
+
+fn rank0_with(
+    delivered: mpsc::Sender<()>,
+    inside: Option<Arc<AtomicBool>>,
+    config: ProgressConfig,
+) -> Rank0 {
     let (tx, rx) = inbox();
     let shared = Arc::new(Shared::new());
-    let config = config(driver_mode);
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&sent);
     let (driver_tx, driver) = mpsc::channel();
     let pshared = Arc::clone(&shared);
     let thread = thread::Builder::new()
         .stack_size(16 << 20)
         .spawn(move || {
-            let transport = Probe { delivered, inside };
+            let transport = Probe {
+                delivered,
+                inside,
+                sent: counted,
+            };
             let d = start(transport, rx, config, pshared);
             let _ = driver_tx.send(Arc::clone(&d));
             run(&d);
@@ -136,6 +157,7 @@ fn rank0(
     Rank0 {
         tx: Arc::new(InboxTx::new(tx, Arc::clone(&shared))),
         shared,
+        sent,
         driver: ManuallyDrop::new(driver),
         thread,
     }
@@ -226,6 +248,47 @@ fn loom_an_input_queued_as_a_driver_drops_its_guard_is_taken() {
 #[test]
 fn loom_an_input_queued_as_a_driver_hands_back_is_taken() {
     a_driver_and_the_progression_thread_take_turns(Leave::HandBack);
+}
+
+/// A thread posts a send straight into the engine ([`Drive::post`]; into the inbox when
+/// the progression lock is taken) while the progression thread runs. With multiple-send
+/// the posting thread hands it to the transport itself; without, the progression thread
+/// does. Either way the transport is asked to send it exactly once, by one thread at a
+/// time, and soon: a send left in the engine with the progression thread parked would
+/// never leave (a deadlock, which `loom` reports).
+fn a_posted_send_leaves_once(multiple_send: bool) {
+    explore(Some(3), move || {
+        let (delivered, _arrivals) = mpsc::channel();
+        let mut c = config(None);
+        c.multiple_send = multiple_send;
+        let rank = rank0_with(delivered, Some(Arc::new(AtomicBool::new(false))), c);
+        let d = rank.driver.recv().expect("the driver");
+        let send = Command::Send {
+            args: starling_core::engine::SendArgs::new(CommId::WORLD, Rank(0), Tag(1), 8),
+            bytes: super::Payload::Bytes(vec![7; 8]),
+            done: Box::new(|_| {}),
+        };
+        if let Err(send) = d.post(send) {
+            rank.tx.send(Input::Command(send));
+        }
+        while rank.sent.load(Ordering::SeqCst) == 0 {
+            thread::yield_now();
+        }
+        drop(d);
+        let sent = Arc::clone(&rank.sent);
+        rank.stop();
+        assert_eq!(sent.load(Ordering::SeqCst), 1, "the envelope is sent once");
+    });
+}
+
+#[test]
+fn loom_a_send_posted_with_multiple_send_leaves_once() {
+    a_posted_send_leaves_once(true);
+}
+
+#[test]
+fn loom_a_send_posted_without_multiple_send_leaves_once() {
+    a_posted_send_leaves_once(false);
 }
 
 /// Two application threads drive at once (`drivers` reaches 2) while a peer delivers:
