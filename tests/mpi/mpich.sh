@@ -6,6 +6,9 @@
 # `mpirun`; this shows that nothing in the adapter is Open MPI's alone (MPICH's
 # `MPI_TAG_UB`, thread levels, request and cancellation behaviour differ).
 #
+# `STARLING_MPICH_EXAMPLES=1` also runs every example under MPICH against the in-process
+# run (tests/mpi/examples.sh; it builds the workspace again, so it is not part of CI).
+#
 # Needs Debian's `mpich` and `libmpich-dev` (scripts/test.sh installs them); without them
 # it prints "skipped". The last line is the tally, which scripts/test.sh adds to its total
 # (the mpi_p2p jobs count there too).
@@ -38,9 +41,16 @@ else
     echo "mpich: $what ... FAILED"
     failed=$((failed + 1))
 fi
+# Every example against the in-process run, as tests/mpi/examples.sh does on Open MPI:
+# opt-in (STARLING_MPICH_EXAMPLES=1), since it builds the whole workspace a second time.
+examples=0
+if [ "${STARLING_MPICH_EXAMPLES:-0}" = 1 ]; then
+    bash tests/mpi/examples.sh
+    examples=$?
+fi
 if [ "$failed" -eq 0 ]; then
     echo "test result: ok. $passed passed; 0 failed; 0 ignored"
 else
     echo "test result: FAILED. $passed passed; $failed failed; 0 ignored"
 fi
-[ "$failed" -eq 0 ] && [ "$p2p" -eq 0 ]
+[ "$failed" -eq 0 ] && [ "$p2p" -eq 0 ] && [ "$examples" -eq 0 ]
