@@ -347,6 +347,24 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Swaps `mine` with `partner` over the application's own `world` with raw rsmpi calls,
+/// on `tag`: what `partner` sent.
+fn swap_raw(world: &mpi::topology::SimpleCommunicator, partner: i32, mine: i32, tag: i32) -> i32 {
+    use mpi::point_to_point::{Destination, Source};
+    use mpi::topology::Communicator;
+    let (out, mut back) = ([mine], [-1]);
+    mpi::request::scope(|scope| {
+        let s = world
+            .process_at_rank(partner)
+            .immediate_send_with_tag(scope, &out[..], tag);
+        world
+            .process_at_rank(partner)
+            .receive_into_with_tag(&mut back[..], tag);
+        s.wait();
+    });
+    back[0]
+}
+
 /// This process's rank in the job, as the launcher says (before MPI is initialised):
 /// Open MPI's `OMPI_COMM_WORLD_RANK`, or the `PMI_RANK` of MPICH's Hydra.
 fn launcher_rank() -> u32 {
@@ -1322,17 +1340,7 @@ fn adopt() {
     }
     rank.shutdown().expect("a clean shutdown");
     // MPI is still the application's: it can still talk, and finalizes on drop.
-    let (out, mut x) = ([me], [-1]);
-    mpi::request::scope(|scope| {
-        let s = world
-            .process_at_rank(other)
-            .immediate_send_with_tag(scope, &out[..], 1);
-        world
-            .process_at_rank(other)
-            .receive_into_with_tag(&mut x[..], 1);
-        s.wait();
-    });
-    assert_eq!(x, [other]);
+    assert_eq!(swap_raw(&world, other, me, 1), other);
     drop(universe);
     println!("rank {me}: adopt passed");
 }
@@ -1472,7 +1480,6 @@ fn eager() {
 /// owner on each rank, a barrier and a clean shutdown per half. MPI stays the
 /// application's, which talks on its own communicators afterwards and finalizes it.
 fn split() {
-    use mpi::point_to_point::{Destination, Source};
     use mpi::topology::{Color, Communicator};
     let (universe, _) =
         mpi::initialize_with_threading(Threading::Serialized).expect("MPI initialises");
@@ -1542,17 +1549,7 @@ fn split() {
 
     // MPI is still the application's: its world still talks.
     let partner = w ^ 1;
-    let (out, mut back) = ([w], [-1]);
-    mpi::request::scope(|scope| {
-        let s = world
-            .process_at_rank(partner)
-            .immediate_send_with_tag(scope, &out[..], 9);
-        world
-            .process_at_rank(partner)
-            .receive_into_with_tag(&mut back[..], 9);
-        s.wait();
-    });
-    assert_eq!(back, [partner]);
+    assert_eq!(swap_raw(&world, partner, w, 9), partner);
     drop(universe);
     // Once MPI is finalized a communicator is no basis for a rank: a typed error, and
     // `half` is never touched (freeing it now would be an MPI error: it is leaked).
