@@ -374,6 +374,18 @@ fn launcher_rank() -> u32 {
         .expect("the launcher names this rank")
 }
 
+/// [`config`] for the jobs that wait for the watchdog: they run with
+/// `STARLING_WATCHDOG_SECS=1`.
+fn watched_config() -> MpiConfig {
+    let c = config();
+    assert_eq!(
+        c.watchdog,
+        Duration::from_secs(1),
+        "run with STARLING_WATCHDOG_SECS=1"
+    );
+    c
+}
+
 fn config() -> MpiConfig {
     let mut c = MpiConfig::from_env();
     c.rank.runtime.workers = 1;
@@ -1349,12 +1361,7 @@ fn adopt() {
 /// rank 0's shutdown gives up after the watchdog's second with the explanation, instead
 /// of waiting in the barrier for as long as rank 1 is stuck.
 fn late() {
-    let c = config();
-    assert_eq!(
-        c.watchdog,
-        Duration::from_secs(1),
-        "run with STARLING_WATCHDOG_SECS=1"
-    );
+    let c = watched_config();
     let dir = c.hang_dir.clone();
     let rank = starling_mpi::init(c).expect("MPI starts");
     let me = rank.context().rank().0;
@@ -1653,12 +1660,7 @@ fn serialized() {
 /// A receive whose message never comes: shutdown's watchdog reports it instead of
 /// hanging (`STARLING_WATCHDOG_SECS=1`). MPI stays unfinalized on purpose.
 fn watchdog() {
-    let c = config();
-    assert_eq!(
-        c.watchdog,
-        Duration::from_secs(1),
-        "run with STARLING_WATCHDOG_SECS=1"
-    );
+    let c = watched_config();
     let dir = c.hang_dir.clone();
     let rank = starling_mpi::init(c).expect("MPI starts");
     let ctx = rank.context();
@@ -1687,12 +1689,7 @@ fn watchdog() {
 /// explains it from both ranks' reports, merged through the job's hang directory, and
 /// the blocking receives return with the explanation instead of hanging.
 fn hang() {
-    let c = config();
-    assert_eq!(
-        c.watchdog,
-        Duration::from_secs(1),
-        "run with STARLING_WATCHDOG_SECS=1"
-    );
+    let c = watched_config();
     assert!(c.hang_dir.is_some(), "the launcher names the job: {c:?}");
     let dir = c.hang_dir.clone();
     let rank = starling_mpi::init(c).expect("MPI starts");
