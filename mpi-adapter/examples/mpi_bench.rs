@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! mpirun -n 2 target/release/examples/mpi_bench raw
-//! mpirun -n 2 target/release/examples/mpi_bench raw-pattern 8 1024
+//! mpirun -n 2 target/release/examples/mpi_bench raw-pattern [bytes...]
 //! mpirun -n 2 target/release/examples/mpi_bench starling [bytes...]
 //! ```
 //!
@@ -85,60 +85,76 @@ fn raw() {
     }
 }
 
-/// The MPI calls a Starling ping-pong of an eager payload makes, without Starling: each
-/// message is a 24-byte header and the payload in one `MPI_Isend`, completed by
-/// `MPI_Test`, received by an `MPI_Irecv` from any source posted ahead of time (of the
-/// envelope limit) and polled with `MPI_Test` — the floor of the protocol's own MPI
-/// traffic under the runtime (`raw-pattern`, sizes up to 4 KiB).
+/// Waits for `req` by polling `MPI_Test`, as Starling's progression does.
+fn poll<'a, S: mpi::request::Scope<'a>>(mut req: mpi::request::Request<'a, [u8], S>) {
+    loop {
+        match req.test() {
+            Ok(_) => return,
+            Err(r) => req = r,
+        }
+    }
+}
+
+/// The MPI calls a Starling ping-pong makes, without Starling — the floor of the
+/// protocol's own MPI traffic under the runtime (`raw-pattern`). Every message starts
+/// with a 24-byte header sent by `MPI_Isend` and received by an `MPI_Irecv` from any
+/// source posted ahead of time (with room for the eager limit), each completed by polling
+/// `MPI_Test`. A payload of at most the default eager limit (3968 bytes) travels in the
+/// header's message; a longer one is its own message, sent right after the header from
+/// the sender's buffer and received into the receiver's buffer by an `MPI_Irecv` posted
+/// once the header arrived (Starling's `Data` envelope, both sides in place).
 fn raw_pattern() {
     use mpi::request::StaticScope;
+    const HEADER: usize = 24;
+    const EAGER: usize = 3968;
     let universe = mpi::initialize().expect("MPI initialises");
     let world = universe.world();
     let me = world.rank();
     assert_eq!(world.size(), 2, "run with mpirun -n 2");
     let other = world.process_at_rank(1 - me);
     let any = world.any_process();
-    for size in sizes().into_iter().filter(|s| *s <= 4096) {
-        let out: &'static mut [u8] = Vec::leak(vec![0u8; 24 + size]);
-        let inbox: &'static mut [u8] = Vec::leak(vec![0u8; 24 + 4096]);
-        let (ptr, len) = (inbox.as_mut_ptr(), inbox.len());
-        let mut posted = Some(any.immediate_receive_into_with_tag(StaticScope, inbox, 7));
+    let inbox: &'static mut [u8] = Vec::leak(vec![0u8; HEADER + 4096]);
+    let (ptr, len) = (inbox.as_mut_ptr(), inbox.len());
+    let mut posted = Some(any.immediate_receive_into_with_tag(StaticScope, inbox, 7));
+    for size in sizes() {
+        let eager = size <= EAGER;
+        let out: &'static [u8] = Vec::leak(vec![0u8; HEADER + if eager { size } else { 0 }]);
+        let data: &'static mut [u8] = Vec::leak(vec![0u8; if eager { 0 } else { size }]);
+        let (data_ptr, data_len) = (data.as_mut_ptr(), data.len());
         let mut receive = || {
-            let mut req = posted.take().expect("a posted receive");
-            loop {
-                match req.test() {
-                    Ok(_) => break,
-                    Err(r) => req = r,
-                }
-            }
+            poll(posted.take().expect("a posted receive"));
             // SAFETY: the receive that borrowed the buffer completed (its request is
             // gone), so nothing else uses it; it was leaked, so it lives forever.
             let again = unsafe { core::slice::from_raw_parts_mut(ptr, len) };
             posted = Some(any.immediate_receive_into_with_tag(StaticScope, again, 7));
-        };
-        let send = |out: &'static [u8]| {
-            let mut req = other.immediate_send_with_tag(StaticScope, out, 7);
-            loop {
-                match req.test() {
-                    Ok(_) => break,
-                    Err(r) => req = r,
-                }
+            if !eager {
+                // SAFETY: as above; no send of this buffer is in flight (ping-pong).
+                let into = unsafe { core::slice::from_raw_parts_mut(data_ptr, data_len) };
+                poll(other.immediate_receive_into_with_tag(StaticScope, into, 8));
             }
         };
-        let out: &'static [u8] = out;
+        let send = || {
+            let header = other.immediate_send_with_tag(StaticScope, out, 7);
+            if !eager {
+                // SAFETY: no receive into this buffer is in flight (ping-pong).
+                let from = unsafe { core::slice::from_raw_parts(data_ptr, data_len) };
+                poll(other.immediate_send_with_tag(StaticScope, from, 8));
+            }
+            poll(header);
+        };
         measure("raw-pattern", me, size, iterations(true, size), || {
             if me == 0 {
-                send(out);
+                send();
                 receive();
             } else {
                 receive();
-                send(out);
+                send();
             }
         });
-        let last = posted.take().expect("a posted receive");
-        last.cancel();
-        let _ = last.wait();
     }
+    let last = posted.take().expect("a posted receive");
+    last.cancel();
+    let _ = last.wait();
 }
 
 /// Starling's blocking `send`/`recv`; `caller_drives` off leaves every MPI call to the
