@@ -1,10 +1,20 @@
-//! A seeded, deterministic cluster of N protocol engines in one thread.
+//! A seeded, deterministic cluster of N protocol engines in one thread, and an explorer
+//! of every interleaving of a small one.
 //!
-//! [`Cluster`] drives N [`Engine`]s over a simulated network that keeps MPI's guarantee —
-//! messages between one ordered pair of ranks arrive in the order they were sent — and
-//! nothing more: which pair delivers next, and when a send is reported complete, are
-//! chosen by a seeded random generator. Every run with the same seed and the same calls
-//! is the same run, so a failing interleaving is replayed from its seed.
+//! [`Cluster`] drives N [`Engine`]s over a simulated network whose order is its
+//! [`Network`]: by default ([`Network::PerPair`]) the messages from one rank to another
+//! arrive in the order they were sent, whatever their tags; [`Network::PerTag`] keeps
+//! exactly MPI's guarantee and nothing more — order within one (source, destination,
+//! communicator, physical tag) channel, so that a payload may overtake the envelope sent
+//! before it, and the messages of two communicators pass each other. Which message arrives
+//! next is chosen by a seeded random generator ([`Cluster::step`]) or by the caller
+//! ([`Cluster::step_channel`]). Every run with the same seed and the same calls is the
+//! same run, so a failing interleaving is replayed from its seed.
+//!
+//! [`Explorer`] runs a deterministic program once per sequence of its choices, depth
+//! first, until every sequence ran: driven by it, a small workload on a cluster is checked
+//! in *every* interleaving that the network allows (stateless model checking). A failing
+//! path is printed as its list of choices, which [`Explorer::replay`] runs again.
 //!
 //! The simulated transport models the part of MPI the engine relies on: an envelope tag
 //! whose messages are handed to [`Engine::handle_message`] as they arrive, and payload
@@ -16,7 +26,7 @@
 //! returns is a bug in the core or in the test, and the simulator panics on it with the
 //! error's message. (The core's handling of *misbehaving* peers is tested in the core.)
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use starling_core::engine::{
     Arrival, Config, Engine, Event, Leftover, RecvArgs, RequestError, SendArgs, SubmitError,
@@ -119,11 +129,32 @@ struct Node {
     completions: Vec<Completion>,
 }
 
-/// N engines over a seeded, per-pair-FIFO network. See the [module docs](self).
+/// Which messages of a simulated network keep their order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Network {
+    /// Every message from one rank to another arrives in the order it was sent, whatever
+    /// its communicator and tag: stronger than MPI (what shared memory usually does).
+    #[default]
+    PerPair,
+    /// Exactly MPI's non-overtaking rule: order is kept only within one (source,
+    /// destination, communicator, physical tag) channel. A payload may arrive before the
+    /// envelope that announced it, and messages of different communicators or tags pass
+    /// each other.
+    PerTag,
+}
+
+/// A channel of the network: messages in it arrive in the order they were sent.
+/// (`PerPair` uses communicator 0 and tag 0 for every message of a pair.)
+type Channel = (u32, u32, u16, i32);
+
+/// N engines over a seeded network whose order is a [`Network`]. See the
+/// [module docs](self).
 pub struct Cluster {
     nodes: Vec<Node>,
-    /// `links[src * n + dst]`: messages in flight from `src` to `dst`, in order.
-    links: Vec<VecDeque<Wire>>,
+    /// Messages in flight, per channel, in order; a channel leaves the map when it empties
+    /// (so the map's order, source first, is the order of [`Cluster::step_channel`]).
+    links: BTreeMap<Channel, VecDeque<Wire>>,
+    network: Network,
     rng: SplitMix64,
     delivered: u64,
 }
@@ -170,13 +201,20 @@ impl Cluster {
                 }
             })
             .collect();
-        let links = (0..n * n).map(|_| VecDeque::new()).collect();
         Self {
             nodes,
-            links,
+            links: BTreeMap::new(),
+            network: Network::PerPair,
             rng: SplitMix64::new(seed),
             delivered: 0,
         }
+    }
+
+    /// The same cluster over a network that orders messages by `network`.
+    #[must_use]
+    pub fn with_network(mut self, network: Network) -> Self {
+        self.network = network;
+        self
     }
 
     /// The number of ranks.
@@ -285,23 +323,42 @@ impl Cluster {
         core::mem::take(&mut self.nodes[rank.index()].completions)
     }
 
-    /// Delivers one in-flight message, from a pair chosen at random. Returns `false` when
-    /// nothing is in flight.
+    /// Delivers one in-flight message, the first of a channel chosen at random. Returns
+    /// `false` when nothing is in flight.
     pub fn step(&mut self) -> bool {
-        let busy: Vec<usize> = (0..self.links.len())
-            .filter(|&i| !self.links[i].is_empty())
-            .collect();
-        if busy.is_empty() {
+        let busy = self.channels();
+        if busy == 0 {
             return false;
         }
-        let link = busy[self.rng.below(busy.len())];
-        let n = self.nodes.len();
-        let (src, dst) = (Rank((link / n) as u32), Rank((link % n) as u32));
-        let Some(msg) = self.links[link].pop_front() else {
+        let i = self.rng.below(busy);
+        self.step_channel(i)
+    }
+
+    /// How many channels have a message in flight: the choices of
+    /// [`Cluster::step_channel`].
+    pub fn channels(&self) -> usize {
+        self.links.len()
+    }
+
+    /// Delivers the first message of the `i`-th channel that has one in flight (in the
+    /// order source rank, destination rank, communicator, physical tag). Returns `false`
+    /// when there is no such channel.
+    pub fn step_channel(&mut self, i: usize) -> bool {
+        let Some(&channel) = self.links.keys().nth(i) else {
+            return false;
+        };
+        let Some(queue) = self.links.get_mut(&channel) else {
+            return false;
+        };
+        let msg = queue.pop_front();
+        if queue.is_empty() {
+            self.links.remove(&channel);
+        }
+        let Some(msg) = msg else {
             return false;
         };
         self.delivered += 1;
-        self.deliver(src, dst, msg);
+        self.deliver(Rank(channel.0), Rank(channel.1), msg);
         true
     }
 
@@ -319,7 +376,7 @@ impl Cluster {
 
     /// Whether every rank is idle and nothing is in flight.
     pub fn is_quiet(&self) -> bool {
-        self.links.iter().all(VecDeque::is_empty) && self.nodes.iter().all(|n| n.engine.is_idle())
+        self.links.is_empty() && self.nodes.iter().all(|n| n.engine.is_idle())
     }
 
     /// The random generator, for workloads that want to share the seed.
@@ -327,9 +384,13 @@ impl Cluster {
         &mut self.rng
     }
 
-    fn link(&mut self, src: Rank, dst: Rank) -> &mut VecDeque<Wire> {
-        let n = self.nodes.len();
-        &mut self.links[src.index() * n + dst.index()]
+    /// Queues `msg` from `src` to `dst`, sent on `comm` with physical tag `tag`.
+    fn push(&mut self, src: Rank, dst: Rank, comm: CommId, tag: PhysTag, msg: Wire) {
+        let channel = match self.network {
+            Network::PerPair => (src.0, dst.0, 0, 0),
+            Network::PerTag => (src.0, dst.0, comm.0, tag.0),
+        };
+        self.links.entry(channel).or_default().push_back(msg);
     }
 
     fn deliver(&mut self, src: Rank, dst: Rank, msg: Wire) {
@@ -428,19 +489,20 @@ impl Cluster {
             Transmit::Envelope {
                 dest,
                 comm,
+                tag,
                 header,
                 inline,
-                ..
             } => {
                 let mut bytes = header.to_vec();
                 if let Some(req) = inline {
                     bytes.extend_from_slice(&self.nodes[rank.index()].buffers[&req]);
                 }
-                self.link(rank, dest).push_back(Wire::Envelope {
+                let msg = Wire::Envelope {
                     comm,
                     bytes,
                     inline,
-                });
+                };
+                self.push(rank, dest, comm, tag, msg);
             }
             Transmit::Payload {
                 req,
@@ -450,12 +512,13 @@ impl Cluster {
                 ..
             } => {
                 let bytes = self.nodes[rank.index()].buffers[&req].clone();
-                self.link(rank, dest).push_back(Wire::Payload {
+                let msg = Wire::Payload {
                     comm,
                     tag,
                     bytes,
                     sender: req,
-                });
+                };
+                self.push(rank, dest, comm, tag, msg);
             }
             Transmit::Receive {
                 req,
@@ -527,5 +590,256 @@ impl Cluster {
                 node.early.remove(&early);
             }
         }
+    }
+}
+
+/// One choice of a path: the option taken, of how many.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Choice {
+    taken: usize,
+    of: usize,
+}
+
+/// Runs a deterministic program once per sequence of its choices, depth first, until every
+/// sequence ran (stateless model checking, as `loom` does for threads).
+///
+/// The program asks [`Explorer::choose`] whenever it has options — which rank acts next,
+/// which channel delivers — and must make the same choices, with the same numbers of
+/// options, whenever it is given the same answers: a program that does not is reported.
+/// The first path takes option 0 everywhere; each next path changes the last choice that
+/// has an untried option and takes option 0 after it.
+///
+/// ```
+/// use starling_std::sim::Explorer;
+///
+/// // Three ranks acting in every order: 3! paths.
+/// let mut orders = Vec::new();
+/// let done = Explorer::run(1000, |e| {
+///     let mut left = vec![0, 1, 2];
+///     let mut order = Vec::new();
+///     while !left.is_empty() {
+///         order.push(left.remove(e.choose(left.len())));
+///     }
+///     orders.push(order);
+/// });
+/// assert_eq!((done.paths, done.complete), (6, true));
+/// assert_eq!(orders[0], [0, 1, 2]);
+/// assert_eq!(orders[5], [2, 1, 0]);
+/// ```
+#[derive(Debug, Default)]
+pub struct Explorer {
+    /// The choices of the current path (those replayed first, then those made).
+    trail: Vec<Choice>,
+    /// Choices made so far in the current path.
+    depth: usize,
+    /// Following a given path ([`Explorer::replay`]), whose numbers of options are unknown.
+    replaying: bool,
+}
+
+/// What [`Explorer::run`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exploration {
+    /// Paths run.
+    pub paths: u64,
+    /// Whether they were all of them (`false`: the limit stopped the exploration first).
+    pub complete: bool,
+    /// The most choices made in one path.
+    pub longest: usize,
+}
+
+impl Explorer {
+    /// A choice among `options` (at least 1): the option this path takes, in
+    /// `0..options`.
+    ///
+    /// # Panics
+    /// When `options` is 0, or when a replayed choice had a different number of options
+    /// (the program is not deterministic).
+    pub fn choose(&mut self, options: usize) -> usize {
+        assert!(options > 0, "a choice needs at least one option");
+        let taken = match self.trail.get(self.depth) {
+            Some(c) if self.replaying => {
+                assert!(
+                    c.taken < options,
+                    "the replayed path does not fit this program"
+                );
+                c.taken
+            }
+            Some(c) => {
+                assert_eq!(
+                    c.of, options,
+                    "choice {} had {} options before and {options} now: the explored \
+                     program is not deterministic",
+                    self.depth, c.of
+                );
+                c.taken
+            }
+            None => {
+                self.trail.push(Choice {
+                    taken: 0,
+                    of: options,
+                });
+                0
+            }
+        };
+        self.depth += 1;
+        taken
+    }
+
+    /// The options taken so far in the current path: [`Explorer::replay`] runs it again.
+    pub fn path(&self) -> Vec<usize> {
+        self.trail[..self.depth].iter().map(|c| c.taken).collect()
+    }
+
+    /// Prepares the next path; `false` when every path ran.
+    fn advance(&mut self) -> bool {
+        self.trail.truncate(self.depth);
+        while let Some(last) = self.trail.last_mut() {
+            if last.taken + 1 < last.of {
+                last.taken += 1;
+                self.depth = 0;
+                return true;
+            }
+            self.trail.pop();
+        }
+        false
+    }
+
+    /// Runs `program` once per path, at most `limit` times. A panic in `program` is
+    /// re-raised after printing the failing path (for [`Explorer::replay`]).
+    pub fn run(limit: u64, mut program: impl FnMut(&mut Self)) -> Exploration {
+        let mut e = Self::default();
+        let mut done = Exploration {
+            paths: 0,
+            complete: false,
+            longest: 0,
+        };
+        while done.paths < limit {
+            let outcome = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+                program(&mut e);
+            }));
+            if let Err(panic) = outcome {
+                eprintln!(
+                    "explored path {} failed; replay it with Explorer::replay(&{:?}, ..)",
+                    done.paths,
+                    e.path()
+                );
+                std::panic::resume_unwind(panic);
+            }
+            done.paths += 1;
+            done.longest = done.longest.max(e.depth);
+            if !e.advance() {
+                done.complete = true;
+                break;
+            }
+        }
+        done
+    }
+
+    /// Runs `program` once along `path` (a failing path printed by [`Explorer::run`]);
+    /// choices beyond it take option 0.
+    pub fn replay(path: &[usize], program: impl FnOnce(&mut Self)) {
+        let mut e = Self {
+            trail: path
+                .iter()
+                .map(|&taken| Choice {
+                    taken,
+                    of: usize::MAX,
+                })
+                .collect(),
+            depth: 0,
+            replaying: true,
+        };
+        program(&mut e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use starling_core::Tag;
+
+    use super::*;
+
+    /// Rank 0 sends `size` bytes to rank 1, which receives them; both ready at once.
+    fn one_message(network: Network, size: usize) -> (Cluster, ReqId) {
+        let mut c = Cluster::with_config(2, 1, |cfg| cfg.eager_limit = 8).with_network(network);
+        let recv = c.recv(
+            Rank(1),
+            RecvArgs::new(CommId::WORLD, Rank(0), Tag(9), 64),
+            true,
+        );
+        c.send(
+            Rank(0),
+            SendArgs::new(CommId::WORLD, Rank(1), Tag(9), 0),
+            vec![7; size],
+            true,
+        );
+        (c, recv)
+    }
+
+    #[test]
+    fn over_mpi_ordering_a_payload_may_arrive_before_its_envelope() {
+        // A 20-byte payload travels after its envelope, on another physical tag.
+        let (pair, _) = one_message(Network::PerPair, 20);
+        assert_eq!(pair.channels(), 1, "one ordered link from 0 to 1");
+        let (mut c, recv) = one_message(Network::PerTag, 20);
+        assert_eq!(c.channels(), 2, "the envelope's tag and the payload's");
+        // Deliver the payload first: it waits as unexpected until the envelope makes
+        // rank 1 post its receive.
+        assert!(c.step_channel(1));
+        assert!(c.take_completions(Rank(1)).is_empty());
+        assert!(c.step_channel(0));
+        let done = c.take_completions(Rank(1));
+        assert_eq!(done.len(), 1);
+        assert_eq!((done[0].req, done[0].data.clone()), (recv, vec![7; 20]));
+        assert!(!c.step_channel(0), "nothing left in flight");
+        assert!(c.is_quiet());
+    }
+
+    #[test]
+    fn every_path_runs_once_and_the_limit_stops_early() {
+        let mut seen = Vec::new();
+        let all = Explorer::run(100, |e| {
+            let a = e.choose(2);
+            let b = if a == 0 { e.choose(3) } else { 9 };
+            seen.push((a, b));
+        });
+        assert_eq!(
+            (all.paths, all.complete, all.longest),
+            (4, true, 2),
+            "{seen:?}"
+        );
+        assert_eq!(seen, [(0, 0), (0, 1), (0, 2), (1, 9)]);
+        let cut = Explorer::run(3, |e| {
+            e.choose(2);
+            e.choose(3);
+        });
+        assert_eq!((cut.paths, cut.complete), (3, false));
+    }
+
+    #[test]
+    #[should_panic(expected = "not deterministic")]
+    fn a_program_whose_options_change_between_runs_is_reported() {
+        let mut runs = 0;
+        Explorer::run(10, |e| {
+            runs += 1;
+            e.choose(2);
+            e.choose(runs + 1);
+        });
+    }
+
+    #[test]
+    fn a_failing_path_is_re_raised_and_replays() {
+        let failed = std::panic::catch_unwind(|| {
+            Explorer::run(100, |e| {
+                let path = (e.choose(3), e.choose(2));
+                assert_ne!(path, (2, 1), "the planted failure");
+            })
+        });
+        assert!(failed.is_err(), "the last path fails");
+        let mut taken = None;
+        Explorer::replay(&[2, 1], |e| {
+            taken = Some((e.choose(3), e.choose(2), e.path()))
+        });
+        assert_eq!(taken, Some((2, 1, vec![2, 1])));
     }
 }
