@@ -6,7 +6,7 @@
 //! eager and two-message payloads, same-tag bursts, receives posted before and after
 //! their messages arrive, data made ready late) and runs it on `starling::sim::Cluster`.
 //! A failure prints its seed; replay one seed with `STARLING_SIM_SEED=<seed> cargo test
-//! --test delivery`. Odd seeds run over MPI's ordering only (`Network::PerTag`: a payload
+//! --test delivery`; search longer with `STARLING_SIM_SEEDS=<count>` (seeds per test). Odd seeds run over MPI's ordering only (`Network::PerTag`: a payload
 //! may overtake its envelope), even seeds keep each pair's order.
 //!
 //! The `every_interleaving_of_*` tests run small fixed workloads in every interleaving
@@ -340,11 +340,16 @@ fn execute(
     assert!(cluster.is_quiet(), "{run}: cluster not quiet");
 }
 
+/// Runs `count` seeds from `first` (`STARLING_SIM_SEEDS=<count>` runs that many instead,
+/// for a longer search), or only `STARLING_SIM_SEED`.
 fn run_seeds(first: u64, count: u64) {
     if let Ok(s) = std::env::var("STARLING_SIM_SEED") {
         run_seed(s.parse().expect("STARLING_SIM_SEED must be a number"));
         return;
     }
+    let count = std::env::var("STARLING_SIM_SEEDS").map_or(count, |n| {
+        n.parse().expect("STARLING_SIM_SEEDS must be a number")
+    });
     for seed in first..first + count {
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| run_seed(seed))) {
             eprintln!(
