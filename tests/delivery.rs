@@ -16,7 +16,7 @@ use core::panic::AssertUnwindSafe;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::panic::{catch_unwind, resume_unwind};
 
-use starling::core::engine::{RecvArgs, SendArgs};
+use starling::core::engine::{RecvArgs, RequestError, SendArgs};
 use starling::core::request::Kind;
 use starling::core::{CommId, Priority, Rank, ReqId, Tag};
 use starling::sim::{Cluster, Explorer, Network, SplitMix64};
@@ -33,6 +33,9 @@ struct Msg {
     detached_send: bool,
     detached_recv: bool,
     slack: usize,
+    /// Bytes its receive lacks (with no slack): more than 0 and the receive fails with
+    /// `Truncated`, the send succeeds, and the payload is dropped.
+    short: usize,
     /// Its send and its receive acquire their data as a step of their own, after being
     /// submitted (otherwise in the same step).
     late: bool,
@@ -43,6 +46,11 @@ type Key = (CommId, u32, u32, Tag);
 impl Msg {
     fn key(&self) -> Key {
         (self.comm, self.src, self.dst, self.tag)
+    }
+
+    /// The receive's buffer.
+    fn capacity(&self) -> usize {
+        (self.size + self.slack).saturating_sub(self.short)
     }
 
     fn payload(&self, index: usize) -> Vec<u8> {
@@ -80,6 +88,7 @@ fn workload(rng: &mut SplitMix64, nranks: u32) -> Vec<Msg> {
                 detached_send: rng.chance(1, 2),
                 detached_recv: rng.chance(1, 2),
                 slack: if rng.chance(1, 3) { rng.below(16) } else { 0 },
+                short: 0,
                 late: true,
             }
         })
@@ -219,7 +228,20 @@ fn execute(
             for c in cluster.take_completions(Rank(r)) {
                 *done[r as usize].entry(c.req).or_default() += 1;
                 let op = ops[r as usize][&c.req];
-                assert!(c.error.is_none(), "{run}: {op:?} failed: {:?}", c.error);
+                let truncated = match op {
+                    Op::Recv(i) => msgs[i].capacity() < msgs[i].size,
+                    Op::Send(_) => false,
+                };
+                if truncated {
+                    let (Op::Send(i) | Op::Recv(i)) = op;
+                    let want = RequestError::Truncated {
+                        capacity: msgs[i].capacity() as u64,
+                        size: msgs[i].size as u64,
+                    };
+                    assert_eq!(c.error, Some(want), "{run}: {op:?}");
+                } else {
+                    assert!(c.error.is_none(), "{run}: {op:?} failed: {:?}", c.error);
+                }
                 completed_ops += 1;
                 match (op, c.kind) {
                     (Op::Send(i), Kind::Send) => {
@@ -235,7 +257,9 @@ fn execute(
                         // may differ: an eager message matched second can finish
                         // before a two-message payload matched first.
                         received.entry(m.key()).or_default().push(i);
-                        assert_eq!(c.data, m.payload(i), "{run}: wrong payload for {m:?}");
+                        if !truncated {
+                            assert_eq!(c.data, m.payload(i), "{run}: wrong payload for {m:?}");
+                        }
                         if !m.detached_recv {
                             cluster.retire(Rank(r), c.req);
                         }
@@ -304,7 +328,7 @@ fn execute(
                 }
                 Op::Recv(_) => {
                     let mut args =
-                        RecvArgs::new(m.comm, Rank(m.src), m.tag, (m.size + m.slack) as u64);
+                        RecvArgs::new(m.comm, Rank(m.src), m.tag, m.capacity() as u64);
                     args.detached = m.detached_recv;
                     cluster.recv(rank, args, !late)
                 }
@@ -386,6 +410,7 @@ fn msg(src: u32, dst: u32, comm: u16, tag: i64, size: usize) -> Msg {
         detached_send: false,
         detached_recv: false,
         slack: 0,
+        short: 0,
         late: false,
     }
 }
@@ -495,6 +520,18 @@ fn every_interleaving_of_capped_sends() {
 fn every_interleaving_of_sends_to_self() {
     let msgs = [late(msg(0, 0, 0, 4, 20)), msg(0, 0, 0, 4, 1)];
     every_interleaving("sends to self", TWO, &msgs);
+}
+
+#[test]
+fn every_interleaving_of_a_truncated_message_then_a_whole_one_on_one_key() {
+    // The first receive is 16 bytes short of its 20-byte message (then 3 bytes short of
+    // an inline one): it fails with `Truncated` and the payload is dropped, the sends
+    // succeed, and the next message of the key still reaches the next receive.
+    let short = |m: Msg, by| Msg { short: by, ..m };
+    let msgs = [short(msg(0, 1, 0, 6, 20), 16), msg(0, 1, 0, 6, 1)];
+    every_interleaving("truncated then whole", TWO, &msgs);
+    let msgs = [short(msg(0, 1, 0, 6, 4), 3), msg(0, 1, 0, 6, 20)];
+    every_interleaving("truncated inline then whole", TWO, &msgs);
 }
 
 /// Three-message workloads: about 39 000, 60 000 and 440 000 interleavings, half a
