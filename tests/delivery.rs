@@ -327,8 +327,7 @@ fn execute(
                     cluster.send(rank, args, m.payload(i), !late)
                 }
                 Op::Recv(_) => {
-                    let mut args =
-                        RecvArgs::new(m.comm, Rank(m.src), m.tag, m.capacity() as u64);
+                    let mut args = RecvArgs::new(m.comm, Rank(m.src), m.tag, m.capacity() as u64);
                     args.detached = m.detached_recv;
                     cluster.recv(rank, args, !late)
                 }
