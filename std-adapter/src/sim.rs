@@ -139,7 +139,8 @@ pub enum Network {
     /// Exactly MPI's non-overtaking rule: order is kept only within one (source,
     /// destination, communicator, physical tag) channel. A payload may arrive before the
     /// envelope that announced it, and messages of different communicators or tags pass
-    /// each other.
+    /// each other. And a send completes at any time after it was posted, before or after
+    /// its message arrives (MPI may buffer it), as a step of its own.
     PerTag,
 }
 
@@ -154,6 +155,9 @@ pub struct Cluster {
     /// Messages in flight, per channel, in order; a channel leaves the map when it empties
     /// (so the map's order, source first, is the order of [`Cluster::step_channel`]).
     links: BTreeMap<Channel, VecDeque<Wire>>,
+    /// Sends posted and not reported complete yet ([`Network::PerTag`] only; otherwise a
+    /// send completes when its message is delivered), oldest first.
+    unsent: Vec<(Rank, ReqId)>,
     network: Network,
     rng: SplitMix64,
     delivered: u64,
@@ -204,6 +208,7 @@ impl Cluster {
         Self {
             nodes,
             links: BTreeMap::new(),
+            unsent: Vec::new(),
             network: Network::PerPair,
             rng: SplitMix64::new(seed),
             delivered: 0,
@@ -334,16 +339,26 @@ impl Cluster {
         self.step_channel(i)
     }
 
-    /// How many channels have a message in flight: the choices of
-    /// [`Cluster::step_channel`].
+    /// How many network steps can happen now, the choices of [`Cluster::step_channel`]:
+    /// the channels with a message in flight, then (over [`Network::PerTag`]) the sends
+    /// not yet reported complete.
     pub fn channels(&self) -> usize {
-        self.links.len()
+        self.links.len() + self.unsent.len()
     }
 
-    /// Delivers the first message of the `i`-th channel that has one in flight (in the
-    /// order source rank, destination rank, communicator, physical tag). Returns `false`
-    /// when there is no such channel.
+    /// Takes network step `i` of [`Cluster::channels`]: delivers the first message of the
+    /// `i`-th channel that has one in flight (in the order source rank, destination rank,
+    /// communicator, physical tag), or, past the channels, reports a send complete (oldest
+    /// first). Returns `false` when there is no such step.
     pub fn step_channel(&mut self, i: usize) -> bool {
+        if let Some(j) = i.checked_sub(self.links.len()) {
+            if j >= self.unsent.len() {
+                return false;
+            }
+            let (rank, req) = self.unsent.remove(j);
+            self.sent(rank, req);
+            return true;
+        }
         let Some(&channel) = self.links.keys().nth(i) else {
             return false;
         };
@@ -376,7 +391,9 @@ impl Cluster {
 
     /// Whether every rank is idle and nothing is in flight.
     pub fn is_quiet(&self) -> bool {
-        self.links.is_empty() && self.nodes.iter().all(|n| n.engine.is_idle())
+        self.links.is_empty()
+            && self.unsent.is_empty()
+            && self.nodes.iter().all(|n| n.engine.is_idle())
     }
 
     /// The random generator, for workloads that want to share the seed.
@@ -388,7 +405,16 @@ impl Cluster {
     fn push(&mut self, src: Rank, dst: Rank, comm: CommId, tag: PhysTag, msg: Wire) {
         let channel = match self.network {
             Network::PerPair => (src.0, dst.0, 0, 0),
-            Network::PerTag => (src.0, dst.0, comm.0, tag.0),
+            Network::PerTag => {
+                let sender = match msg {
+                    Wire::Envelope { inline, .. } => inline,
+                    Wire::Payload { sender, .. } => Some(sender),
+                };
+                if let Some(req) = sender {
+                    self.unsent.push((src, req));
+                }
+                (src.0, dst.0, comm.0, tag.0)
+            }
         };
         self.links.entry(channel).or_default().push_back(msg);
     }
@@ -400,7 +426,7 @@ impl Cluster {
                 bytes,
                 inline,
             } => {
-                if let Some(req) = inline {
+                if let (Some(req), Network::PerPair) = (inline, self.network) {
                     self.sent(src, req);
                 }
                 let node = &mut self.nodes[dst.index()];
@@ -423,7 +449,9 @@ impl Cluster {
                 bytes,
                 sender,
             } => {
-                self.sent(src, sender);
+                if self.network == Network::PerPair {
+                    self.sent(src, sender);
+                }
                 let node = &mut self.nodes[dst.index()];
                 let pos = node
                     .posted
@@ -782,7 +810,11 @@ mod tests {
         let (pair, _) = one_message(Network::PerPair, 20);
         assert_eq!(pair.channels(), 1, "one ordered link from 0 to 1");
         let (mut c, recv) = one_message(Network::PerTag, 20);
-        assert_eq!(c.channels(), 2, "the envelope's tag and the payload's");
+        assert_eq!(
+            c.channels(),
+            3,
+            "the envelope's tag, the payload's, and the payload's send to complete"
+        );
         // Deliver the payload first: it waits as unexpected until the envelope makes
         // rank 1 post its receive.
         assert!(c.step_channel(1));
@@ -791,6 +823,11 @@ mod tests {
         let done = c.take_completions(Rank(1));
         assert_eq!(done.len(), 1);
         assert_eq!((done[0].req, done[0].data.clone()), (recv, vec![7; 20]));
+        // The send completes on its own step, here after the receive.
+        assert!(c.take_completions(Rank(0)).is_empty());
+        assert_eq!(c.channels(), 1);
+        assert!(c.step_channel(0));
+        assert_eq!(c.take_completions(Rank(0)).len(), 1);
         assert!(!c.step_channel(0), "nothing left in flight");
         assert!(c.is_quiet());
     }
