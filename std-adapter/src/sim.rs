@@ -16,6 +16,10 @@
 //! in *every* interleaving that the network allows (stateless model checking). A failing
 //! path is printed as its list of choices, which [`Explorer::replay`] runs again.
 //!
+//! The engines' tables are large by default; [`Cluster::sized`] makes them small, and the
+//! cluster then does the adapter's part for a full table: it keeps an envelope the engine
+//! refused and hands it in again, before any later one, after every step.
+//!
 //! The simulated transport models the part of MPI the engine relies on: an envelope tag
 //! whose messages are handed to [`Engine::handle_message`] as they arrive, and payload
 //! messages matched to posted receives on (communicator, source, physical tag) in
@@ -29,8 +33,8 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use starling_core::engine::{
-    Arrival, Config, Engine, Event, Leftover, RecvArgs, RequestError, SendArgs, SubmitError,
-    Transmit,
+    Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RequestError, SendArgs,
+    SubmitError, Transmit,
 };
 use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
@@ -118,8 +122,12 @@ struct UnexpectedPayload {
     bytes: Vec<u8>,
 }
 
-struct Node {
-    engine: Box<SimEngine>,
+struct Node<const REQ: usize, const KEYS: usize, const PEERS: usize> {
+    engine: Box<Engine<REQ, KEYS, PEERS>>,
+    /// Envelopes the engine refused for a full table ([`MessageError::Full`]), kept in
+    /// arrival order and handed in again, before any later one, as the threaded adapter
+    /// does: (source, communicator, message).
+    refused: VecDeque<(Rank, CommId, Vec<u8>)>,
     /// Send payloads and receive buffers of application requests.
     buffers: HashMap<ReqId, Vec<u8>>,
     /// Early buffers of the engine's own requests.
@@ -150,8 +158,13 @@ type Channel = (u32, u32, u16, i32);
 
 /// N engines over a seeded network whose order is a [`Network`]. See the
 /// [module docs](self).
-pub struct Cluster {
-    nodes: Vec<Node>,
+///
+/// The engines hold `REQ` requests, `KEYS` match keys and `PEERS` peers: by default those
+/// of [`SimEngine`], so large that no table fills; [`Cluster::sized`] makes them small, so
+/// that full tables (receives deferred in order, envelopes refused and handed in again)
+/// are part of the run.
+pub struct Cluster<const REQ: usize = 1024, const KEYS: usize = 256, const PEERS: usize = 64> {
+    nodes: Vec<Node<REQ, KEYS, PEERS>>,
     /// Messages in flight, per channel, in order; a channel leaves the map when it empties
     /// (so the map's order, source first, is the order of [`Cluster::step_channel`]).
     links: BTreeMap<Channel, VecDeque<Wire>>,
@@ -161,9 +174,12 @@ pub struct Cluster {
     network: Network,
     rng: SplitMix64,
     delivered: u64,
+    refusals: u64,
 }
 
-impl core::fmt::Debug for Cluster {
+impl<const REQ: usize, const KEYS: usize, const PEERS: usize> core::fmt::Debug
+    for Cluster<REQ, KEYS, PEERS>
+{
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Cluster")
             .field("ranks", &self.nodes.len())
@@ -187,16 +203,28 @@ impl Cluster {
     /// # Panics
     /// When `n` is 0.
     pub fn with_config(n: u32, seed: u64, tweak: impl Fn(&mut Config)) -> Self {
+        Self::sized(n, seed, tweak)
+    }
+}
+
+impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS, PEERS> {
+    /// [`Cluster::with_config`] with engines of `REQ` requests, `KEYS` match keys and
+    /// `PEERS` peers, e.g. `Cluster::<32, 1, 4>::sized(..)`.
+    ///
+    /// # Panics
+    /// When `n` is 0.
+    pub fn sized(n: u32, seed: u64, tweak: impl Fn(&mut Config)) -> Self {
         assert!(n > 0, "a cluster needs at least one rank");
         let tags = TagSpace::new(32767).expect("32767 is the smallest legal bound");
         let nodes = (0..n)
             .map(|r| {
                 let mut config = Config::new(Rank(r), n, tags);
                 tweak(&mut config);
-                let mut engine = Box::new(SimEngine::new(config));
+                let mut engine = Box::new(Engine::new(config));
                 engine.stats_mut().enable();
                 Node {
                     engine,
+                    refused: VecDeque::new(),
                     buffers: HashMap::new(),
                     early: HashMap::new(),
                     posted: Vec::new(),
@@ -212,6 +240,7 @@ impl Cluster {
             network: Network::PerPair,
             rng: SplitMix64::new(seed),
             delivered: 0,
+            refusals: 0,
         }
     }
 
@@ -228,13 +257,19 @@ impl Cluster {
     }
 
     /// The engine of `rank`.
-    pub fn engine(&self, rank: Rank) -> &SimEngine {
+    pub fn engine(&self, rank: Rank) -> &Engine<REQ, KEYS, PEERS> {
         &self.nodes[rank.index()].engine
     }
 
     /// Messages delivered so far (envelopes and payloads).
     pub const fn delivered(&self) -> u64 {
         self.delivered
+    }
+
+    /// Envelopes an engine refused so far for a full table (each was kept and handed in
+    /// again later; a retry refused again counts again).
+    pub const fn refusals(&self) -> u64 {
+        self.refusals
     }
 
     /// Submits a send of `data` from `rank`; it waits for [`Cluster::data_ready`] unless
@@ -312,6 +347,7 @@ impl Cluster {
             .handle_data_ready(req)
             .expect("handle_data_ready");
         self.drain(rank);
+        self.retry_refused();
     }
 
     /// Retires a completed, non-detached request on `rank` (the application waited).
@@ -321,6 +357,7 @@ impl Cluster {
     pub fn retire(&mut self, rank: Rank, req: ReqId) {
         self.nodes[rank.index()].engine.retire(req).expect("retire");
         self.nodes[rank.index()].buffers.remove(&req);
+        self.retry_refused();
     }
 
     /// Takes the requests of `rank` that finished since the last call.
@@ -357,6 +394,7 @@ impl Cluster {
             }
             let (rank, req) = self.unsent.remove(j);
             self.sent(rank, req);
+            self.retry_refused();
             return true;
         }
         let Some(&channel) = self.links.keys().nth(i) else {
@@ -374,6 +412,7 @@ impl Cluster {
         };
         self.delivered += 1;
         self.deliver(Rank(channel.0), Rank(channel.1), msg);
+        self.retry_refused();
         true
     }
 
@@ -393,7 +432,10 @@ impl Cluster {
     pub fn is_quiet(&self) -> bool {
         self.links.is_empty()
             && self.unsent.is_empty()
-            && self.nodes.iter().all(|n| n.engine.is_idle())
+            && self
+                .nodes
+                .iter()
+                .all(|n| n.refused.is_empty() && n.engine.is_idle())
     }
 
     /// The random generator, for workloads that want to share the seed.
@@ -430,18 +472,12 @@ impl Cluster {
                     self.sent(src, req);
                 }
                 let node = &mut self.nodes[dst.index()];
-                match node.engine.handle_message(src, comm, &bytes) {
-                    Ok(Arrival::Nothing) => {}
-                    Ok(Arrival::Deliver { req, inline }) => {
-                        let buf = node.buffers.get_mut(&req).expect("receive buffer");
-                        buf[..inline.len()].copy_from_slice(inline);
-                    }
-                    Ok(Arrival::Stash { early, inline }) => {
-                        node.early.insert(early, inline.to_vec());
-                    }
-                    Err(e) => panic!("rank {} refused a message from {src}: {e}", dst.0),
+                if node.refused.is_empty() {
+                    self.hand_in(dst, src, comm, bytes);
+                } else {
+                    // Behind the refused ones, in arrival order.
+                    node.refused.push_back((src, comm, bytes));
                 }
-                self.drain(dst);
             }
             Wire::Payload {
                 comm,
@@ -468,6 +504,54 @@ impl Cluster {
                         tag,
                         bytes,
                     }),
+                }
+            }
+        }
+    }
+
+    /// Hands envelope `bytes` from `src` to `dst`'s engine; a refusal for a full table
+    /// keeps it (at the back of `dst`'s refused envelopes). Whether it went in.
+    fn hand_in(&mut self, dst: Rank, src: Rank, comm: CommId, bytes: Vec<u8>) -> bool {
+        let node = &mut self.nodes[dst.index()];
+        match node.engine.handle_message(src, comm, &bytes) {
+            Ok(Arrival::Nothing) => {}
+            Ok(Arrival::Deliver { req, inline }) => {
+                let buf = node.buffers.get_mut(&req).expect("receive buffer");
+                buf[..inline.len()].copy_from_slice(inline);
+            }
+            Ok(Arrival::Stash { early, inline }) => {
+                node.early.insert(early, inline.to_vec());
+            }
+            Err(MessageError::Full(_)) => {
+                node.refused.push_back((src, comm, bytes));
+                self.refusals += 1;
+                return false;
+            }
+            Err(e) => panic!("rank {} refused a message from {src}: {e}", dst.0),
+        }
+        self.drain(dst);
+        true
+    }
+
+    /// Hands every rank's refused envelopes in again, in arrival order, until one is
+    /// refused again; repeats while any went in (each may free room for another rank's).
+    fn retry_refused(&mut self) {
+        let mut moved = true;
+        while moved {
+            moved = false;
+            for r in 0..self.nodes.len() {
+                while let Some((src, comm, bytes)) = self.nodes[r].refused.pop_front() {
+                    let rank = Rank(r as u32);
+                    if self.hand_in(rank, src, comm, bytes) {
+                        moved = true;
+                    } else {
+                        // Refused again: back to the front, order kept.
+                        let node = &mut self.nodes[r];
+                        if let Some(m) = node.refused.pop_back() {
+                            node.refused.push_front(m);
+                        }
+                        break;
+                    }
                 }
             }
         }
@@ -580,7 +664,7 @@ impl Cluster {
         }
     }
 
-    fn on_event(node: &mut Node, rank: Rank, e: Event) {
+    fn on_event(node: &mut Node<REQ, KEYS, PEERS>, rank: Rank, e: Event) {
         match e {
             Event::Completed {
                 req,
