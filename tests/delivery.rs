@@ -548,6 +548,10 @@ fn every_interleaving_of_a_truncated_message_then_a_whole_one_on_one_key() {
     every_interleaving("truncated then whole", TWO, &msgs);
     let msgs = [short(msg(0, 1, 0, 6, 4), 3), msg(0, 1, 0, 6, 20)];
     every_interleaving("truncated inline then whole", TWO, &msgs);
+    // A synchronous payload into a short receive: the receiver answers, takes the payload
+    // into a discard buffer and fails the receive; the send completes.
+    let msgs = [short(sync(msg(0, 1, 0, 6, 20)), 16), msg(0, 1, 0, 6, 1)];
+    every_interleaving("truncated synchronous then whole", TWO, &msgs);
 }
 
 #[test]
