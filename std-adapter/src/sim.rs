@@ -41,7 +41,14 @@ use starling_core::tags::TagSpace;
 use starling_core::{CommId, PhysTag, Rank, ReqId};
 
 /// The engine type the simulator runs: 1024 requests, 256 match keys, 64 peers.
-pub type SimEngine = Engine<1024, 256, 64>;
+pub type SimEngine = Engine<REQUESTS, MATCH_KEYS, PEER_SLOTS>;
+
+/// Requests of a [`SimEngine`] (and of a [`Cluster`] by default).
+pub const REQUESTS: usize = 1024;
+/// Match keys of a [`SimEngine`].
+pub const MATCH_KEYS: usize = 256;
+/// Peers of a [`SimEngine`].
+pub const PEER_SLOTS: usize = 64;
 
 /// A small, fast, seedable generator (SplitMix64): reproducible across platforms.
 #[derive(Clone, Debug)]
@@ -163,7 +170,11 @@ type Channel = (u32, u32, u16, i32);
 /// of [`SimEngine`], so large that no table fills; [`Cluster::sized`] makes them small, so
 /// that full tables (receives deferred in order, envelopes refused and handed in again)
 /// are part of the run.
-pub struct Cluster<const REQ: usize = 1024, const KEYS: usize = 256, const PEERS: usize = 64> {
+pub struct Cluster<
+    const REQ: usize = REQUESTS,
+    const KEYS: usize = MATCH_KEYS,
+    const PEERS: usize = PEER_SLOTS,
+> {
     nodes: Vec<Node<REQ, KEYS, PEERS>>,
     /// Messages in flight, per channel, in order; a channel leaves the map when it empties
     /// (so the map's order, source first, is the order of [`Cluster::step_channel`]).
