@@ -181,6 +181,23 @@ impl Blas {
         Ok(())
     }
 
+    /// POTRF queued on the stream, not waited for: returns the device buffer that will
+    /// hold cuSOLVER's result code (`info`, 0 when the tile was positive definite), for
+    /// [`Kernels::defer_check`](crate::runtime::Kernels::defer_check).
+    ///
+    /// # Errors
+    /// [`GpuError::LengthMismatch`] when the tile is not `n × n`; [`GpuError::Cusolver`];
+    /// [`GpuError::Driver`].
+    pub fn potrf_async(
+        &mut self,
+        n: usize,
+        a: &mut CudaSlice<f64>,
+    ) -> Result<CudaSlice<i32>, GpuError> {
+        let mut info = self.device.alloc_zeros::<i32>(1)?;
+        self.potrf_into(n, a, &mut info)?;
+        Ok(info)
+    }
+
     /// POTRF: the lower triangle of `a` becomes its Cholesky factor `L` (`a = L·Lᵀ`); the
     /// strict upper triangle is left as it was. Waits for the result code.
     ///
@@ -188,6 +205,27 @@ impl Blas {
     /// [`GpuError::NotPositiveDefinite`]; [`GpuError::LengthMismatch`] when the tile is not
     /// `n × n`; [`GpuError::Cusolver`]; [`GpuError::Driver`].
     pub fn potrf(&mut self, n: usize, a: &mut CudaSlice<f64>) -> Result<(), GpuError> {
+        let mut info = core::mem::replace(&mut self.info, self.device.alloc_zeros(1)?);
+        self.potrf_into(n, a, &mut info)?;
+        self.info = info;
+        let info = self.device.download(&self.info)?;
+        match info.first().copied().unwrap_or(0) {
+            0 => Ok(()),
+            i if i > 0 => Err(GpuError::NotPositiveDefinite(i)),
+            i => Err(GpuError::Cusolver(format!(
+                "potrf: argument {} is invalid",
+                -i
+            ))),
+        }
+    }
+
+    /// Queues POTRF of `a`, its result code into `info`.
+    fn potrf_into(
+        &mut self,
+        n: usize,
+        a: &mut CudaSlice<f64>,
+        info: &mut CudaSlice<i32>,
+    ) -> Result<(), GpuError> {
         let n32 = square(n, &[a.len()])?;
         let stream = self.device.stream().clone();
         let lower = solver::cublasFillMode_t::CUBLAS_FILL_MODE_LOWER;
@@ -218,7 +256,7 @@ impl Blas {
         {
             let (pa, _ga) = a.device_ptr_mut(&stream);
             let (pw, _gw) = work.device_ptr_mut(&stream);
-            let (pi, _gi) = self.info.device_ptr_mut(&stream);
+            let (pi, _gi) = info.device_ptr_mut(&stream);
             // SAFETY: the tile holds n*n doubles (checked), the workspace at least lwork
             // doubles, `info` one int; all are ordered on the handle's stream.
             unsafe {
@@ -235,14 +273,6 @@ impl Blas {
             }
             .result()?;
         }
-        let info = self.device.download(&self.info)?;
-        match info.first().copied().unwrap_or(0) {
-            0 => Ok(()),
-            i if i > 0 => Err(GpuError::NotPositiveDefinite(i)),
-            i => Err(GpuError::Cusolver(format!(
-                "potrf: argument {} is invalid",
-                -i
-            ))),
-        }
+        Ok(())
     }
 }

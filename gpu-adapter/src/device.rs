@@ -37,6 +37,17 @@ impl Device {
         Ok(Self { ctx, stream })
     }
 
+    /// The same device with a new stream of its own (another compute or copy stream).
+    ///
+    /// # Errors
+    /// [`GpuError::Driver`].
+    pub fn with_new_stream(&self) -> Result<Self, GpuError> {
+        Ok(Self {
+            ctx: Arc::clone(&self.ctx),
+            stream: self.ctx.new_stream()?,
+        })
+    }
+
     /// The device's number.
     pub fn ordinal(&self) -> usize {
         self.ctx.ordinal()

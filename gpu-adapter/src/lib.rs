@@ -63,10 +63,13 @@
 //! The driver must support the CUDA 12.6 API (`cuda-12060`), and the shipped PTX is
 //! ISA 8.5 (NVRTC 12.6), which needs a 12.6 driver to load.
 
+pub mod backend;
 pub mod blas;
 mod device;
 mod error;
+pub mod fake;
 pub mod kernels;
+pub mod pipeline;
 pub mod probe;
 pub mod replicas;
 pub mod runtime;
@@ -74,5 +77,6 @@ pub mod tiles;
 
 pub use device::Device;
 pub use error::GpuError;
+pub use pipeline::{GpuStats, Layer, PipelineConfig, Policy};
 pub use probe::{DeviceInfo, probe};
-pub use runtime::{CudaBuffers, DeviceBuf, Gpu, GpuConfig, GpuStats, Policy, Shape};
+pub use runtime::{CudaBuffers, DeviceBuf, Gpu, GpuConfig, Shape};

@@ -26,7 +26,9 @@ pub fn potrf(cb: &mut CudaBuffers<'_>) -> Result<(), GpuError> {
         return Err(GpuError::Unsupported("potrf takes one tile"));
     };
     let n = order(a)?;
-    cb.kernels.blas()?.potrf(n, &mut a.data)
+    let info = cb.kernels.blas()?.potrf_async(n, &mut a.data)?;
+    cb.kernels.defer_check(info);
+    Ok(())
 }
 
 /// TRSM: access 1 (RW) ← access 1 · L⁻ᵀ, `L` the lower triangle of access 0 (R).

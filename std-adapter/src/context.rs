@@ -632,7 +632,8 @@ impl Context {
     /// A task or request submitted later through a clone of `h` panics when it touches the
     /// data: the handle is gone.
     pub fn unregister<I: Interface>(&self, h: Handle<I>) -> I {
-        let acquired = self.acquire(&h, AccessMode::W);
+        // Read-write, not write: the value must come home from a device copy, if any.
+        let acquired = self.acquire(&h, AccessMode::RW);
         drop(acquired);
         {
             let mut guard = lock(&self.tags);
@@ -645,6 +646,7 @@ impl Context {
         if let Some(offload) = self.runtime.offload() {
             offload.forget(&h.erased());
         }
+        self.runtime.layers().forget(h.erased().uid());
         // The last access is done: nothing else can be scheduled on a handle we own.
         h.cell
             .take()

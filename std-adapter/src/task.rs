@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use starling_core::{AccessMode, DataId};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Interface};
+use crate::device::{DeviceImpl, DeviceTask, Layers};
 use crate::id_hash::IdMap;
 use crate::ready::ReadyQueue;
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard, lock};
@@ -35,6 +36,7 @@ pub(crate) type Kernel = dyn Fn(&mut Buffers<'_>) + Send + Sync;
 pub struct Codelet {
     name: Arc<str>,
     kernel: Option<Arc<Kernel>>,
+    device: Option<DeviceImpl>,
 }
 
 impl fmt::Debug for Codelet {
@@ -51,7 +53,28 @@ impl Codelet {
         Self {
             name: Arc::from(name),
             kernel: Some(Arc::new(kernel)),
+            device: None,
         }
+    }
+
+    /// A codelet named `name` with a device implementation, run by the device layer
+    /// `device` names ([`crate::device`]), and optionally a CPU one, `cpu`, for the tasks
+    /// the layer gives back.
+    pub fn with_device(
+        name: &str,
+        cpu: Option<Arc<dyn Fn(&mut Buffers<'_>) + Send + Sync>>,
+        device: DeviceImpl,
+    ) -> Self {
+        Self {
+            name: Arc::from(name),
+            kernel: cpu,
+            device: Some(device),
+        }
+    }
+
+    /// The device implementation, if the codelet has one.
+    pub fn device(&self) -> Option<&DeviceImpl> {
+        self.device.as_ref()
     }
 
     /// A codelet with no implementation: its tasks only order accesses and run their
@@ -60,6 +83,7 @@ impl Codelet {
         Self {
             name: Arc::from(name),
             kernel: None,
+            device: None,
         }
     }
 
@@ -70,7 +94,7 @@ impl Codelet {
 
     /// Whether the codelet has an implementation (not [`Codelet::empty`]).
     pub fn has_kernel(&self) -> bool {
-        self.kernel.is_some()
+        self.kernel.is_some() || self.device.is_some()
     }
 
     /// The CPU implementation, if any.
@@ -83,6 +107,7 @@ impl Codelet {
         Self {
             name: Arc::from(name),
             kernel: Some(kernel),
+            device: None,
         }
     }
 }
@@ -97,6 +122,18 @@ impl fmt::Debug for Buffers<'_> {
         f.debug_struct("Buffers")
             .field("len", &self.accesses.len())
             .finish()
+    }
+}
+
+impl<'a> Buffers<'a> {
+    /// The buffers of `accesses`.
+    pub(crate) fn of(accesses: &'a [Access]) -> Self {
+        Self { accesses }
+    }
+
+    /// Access `i`.
+    pub(crate) fn access(&self, i: usize) -> &'a Access {
+        &self.accesses[i]
     }
 }
 
@@ -345,6 +382,8 @@ struct Shared {
     trace: Option<Arc<Recorder>>,
     /// Where tasks with a kernel run, when not on this runtime's workers.
     offload: std::sync::OnceLock<Arc<dyn Offload>>,
+    /// The device layers asked before every host access ([`crate::device`]).
+    layers: Layers,
 }
 
 /// The task runtime of one rank. Cheap to clone (shared).
@@ -370,6 +409,8 @@ impl Workers {
         for t in self.threads {
             let _ = t.join();
         }
+        // Nothing runs any more: every copy valid only on a device comes home.
+        self.runtime.shared.layers.flush();
     }
 }
 
@@ -408,6 +449,7 @@ impl Runtime {
                 trace,
                 threads,
                 offload: std::sync::OnceLock::new(),
+                layers: Layers::default(),
             }),
         };
         let threads = (0..threads)
@@ -456,6 +498,9 @@ impl Runtime {
         callback: Option<Callback>,
         tag: Option<TaskTag>,
     ) {
+        if let Some(device) = codelet.device() {
+            self.shared.layers.attach(&device.layer);
+        }
         let work = Work::Task {
             codelet,
             callback,
@@ -540,7 +585,7 @@ impl Runtime {
             self.make_ready(&mut st, id, &mut hooks);
         }
         drop(st);
-        hooks.run();
+        self.run_hooks(hooks);
     }
 
     /// A node's dependencies are met: queue a task, or collect a hook to run unlocked.
@@ -549,7 +594,15 @@ impl Runtime {
             return;
         };
         match node.work.take() {
-            Some(Work::Hook(h)) => hooks.push(id, h),
+            Some(Work::Hook(h)) => {
+                // A hook accesses host memory: the device layers bring it up to date first.
+                let host = if self.shared.layers.any() {
+                    node.accesses.clone()
+                } else {
+                    Vec::new()
+                };
+                hooks.push(id, h, host);
+            }
             Some(task @ Work::Task { .. }) => {
                 node.work = Some(task);
                 let priority = node.priority;
@@ -571,7 +624,7 @@ impl Runtime {
         let mut hooks = Hooks::default();
         self.complete_locked(&mut st, id, &mut hooks);
         drop(st);
-        hooks.run();
+        self.run_hooks(hooks);
     }
 
     fn complete_locked(&self, st: &mut State, id: NodeId, hooks: &mut Hooks) {
@@ -597,6 +650,27 @@ impl Runtime {
         st.outstanding -= 1;
         st.completed += 1;
         self.notify_progress(st);
+    }
+
+    /// Runs the hooks made ready, in order, each once the device layers made main memory's
+    /// copies of its accesses valid. A copy that failed is reported at shutdown like a
+    /// failed task, so that the run cannot end with `Ok`.
+    fn run_hooks(&self, hooks: Hooks) {
+        for (id, hook, host) in hooks.first.into_iter().chain(hooks.rest) {
+            if !host.is_empty() {
+                if let Err(e) = self.shared.layers.to_host(&host) {
+                    self.state()
+                        .panics
+                        .push(format!("a host access could not bring its data back: {e}"));
+                }
+            }
+            hook(id);
+        }
+    }
+
+    /// The device layers attached to this runtime.
+    pub(crate) fn layers(&self) -> &Layers {
+        &self.shared.layers
     }
 
     /// Wakes the threads waiting on `progress`, if any.
@@ -808,12 +882,56 @@ impl Runtime {
             return;
         }
 
+        let (codelet, accesses, callback) = match (&codelet.device, self.shared.disable_kernels) {
+            (Some(device), false) => {
+                // A device task: its layer queues it and this worker goes on at once; or
+                // the layer gives it back to run here, on the CPU.
+                let layer = Arc::clone(&device.layer);
+                let rt = self.clone();
+                let name = Arc::clone(&codelet.name);
+                let callback = Arc::new(Mutex::new(callback));
+                let cb = Arc::clone(&callback);
+                let finish: Finish = Box::new(move |outcome| {
+                    let mut failure = outcome.err();
+                    if let Some(cb) = lock(&cb).take() {
+                        if let Err(p) = std::panic::catch_unwind(core::panic::AssertUnwindSafe(cb))
+                        {
+                            failure.get_or_insert_with(|| {
+                                format!("its callback panicked: {}", panic_text(&*p))
+                            });
+                        }
+                    }
+                    rt.finish_task(id, &name, failure, tag);
+                });
+                let task = DeviceTask {
+                    codelet,
+                    accesses,
+                    priority,
+                    finish: Some(finish),
+                };
+                match layer.start(task) {
+                    Ok(()) => return,
+                    Err(mut task) => {
+                        // Back to the CPU: the task completes here, as any CPU task.
+                        drop(task.finish.take());
+                        let callback = lock(&callback).take();
+                        let codelet = task.codelet.clone();
+                        let accesses = core::mem::take(&mut task.accesses);
+                        (codelet, accesses, callback)
+                    }
+                }
+            }
+            _ => (codelet, accesses, callback),
+        };
+
         // A panicking kernel or callback must not wedge the rank: the task still
         // completes (its successors run) and the panic is reported at shutdown.
         let begin = timeline.begin();
         let ran = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
             if !self.shared.disable_kernels {
                 if let Some(kernel) = &codelet.kernel {
+                    // The device layers bring main memory's copies up to date first.
+                    self.shared.layers.to_host(&accesses)?;
                     let mut buffers = Buffers {
                         accesses: &accesses,
                     };
@@ -823,9 +941,14 @@ impl Runtime {
             if let Some(cb) = callback {
                 cb();
             }
+            Ok::<(), String>(())
         }));
         timeline.end(begin, &codelet.name);
-        let failure = ran.err().map(|p| format!("panicked: {}", panic_text(&*p)));
+        let failure = match ran {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(format!("did not run: {e}")),
+            Err(p) => Some(format!("panicked: {}", panic_text(&*p))),
+        };
         self.finish_task(id, &codelet.name, failure, tag);
     }
 
@@ -843,12 +966,12 @@ impl Runtime {
         let mut hooks = Hooks::default();
         self.complete_locked(&mut st, id, &mut hooks);
         drop(st);
-        hooks.run();
+        self.run_hooks(hooks);
     }
 }
 
 /// The text of a panic's payload.
-fn panic_text(payload: &(dyn core::any::Any + Send)) -> String {
+pub(crate) fn panic_text(payload: &(dyn core::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -877,22 +1000,20 @@ pub(crate) fn env_flag(name: &str) -> bool {
 /// nothing is allocated.
 #[derive(Default)]
 struct Hooks {
-    first: Option<(NodeId, Hook)>,
-    rest: Vec<(NodeId, Hook)>,
+    first: Option<ReadyHook>,
+    rest: Vec<ReadyHook>,
 }
 
-impl Hooks {
-    fn push(&mut self, id: NodeId, hook: Hook) {
-        if self.first.is_none() {
-            self.first = Some((id, hook));
-        } else {
-            self.rest.push((id, hook));
-        }
-    }
+/// A hook node made ready: its id, its hook, and the accesses the device layers bring to
+/// main memory before it runs (empty when no layer is attached).
+type ReadyHook = (NodeId, Hook, Vec<Access>);
 
-    fn run(self) {
-        for (id, hook) in self.first.into_iter().chain(self.rest) {
-            hook(id);
+impl Hooks {
+    fn push(&mut self, id: NodeId, hook: Hook, host: Vec<Access>) {
+        if self.first.is_none() {
+            self.first = Some((id, hook, host));
+        } else {
+            self.rest.push((id, hook, host));
         }
     }
 }

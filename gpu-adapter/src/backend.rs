@@ -1,0 +1,169 @@
+//! What the device pipeline ([`crate::pipeline`]) asks of a device: buffers, copies on
+//! their own streams, kernels on compute streams, and events marking the end of each.
+//!
+//! Two implementations: [`Cuda`](crate::runtime::Cuda) (the real devices, through
+//! `cudarc`) and [`Fake`](crate::fake::Fake) (host memory standing for device memory,
+//! streams as threads, a latency and a bandwidth you set), so that the whole pipeline —
+//! coherence, hooks, streams and events, prefetch, eviction, write-back — runs in CI
+//! without a GPU.
+//!
+//! # The contract
+//!
+//! - Every operation is *queued*: [`upload`](Backend::upload) on the device's upload
+//!   stream, [`launch`](Backend::launch) on one of its compute streams; each returns the
+//!   event that marks its end. [`download`](Backend::download) is the one synchronous
+//!   copy (a host access waits for it anyway).
+//! - **Ordering of a buffer's uses is the backend's**: a kernel that uses a buffer runs
+//!   after the upload that filled it and after the kernels that wrote it, whatever their
+//!   streams (CUDA: `cudarc`'s per-buffer events; the fake: a ready event per buffer).
+//!   The pipeline only starts a task once the tasks it depends on completed.
+//! - The host memory an upload reads stays valid and unchanged until the upload's event
+//!   completes: the pipeline keeps the handle alive and no writer of it runs before the
+//!   task that reads it completes (implicit dependencies).
+
+use std::sync::Arc;
+
+use starling_core::AccessMode;
+
+use crate::GpuError;
+
+/// The layout of a handle's storage on the device (its host storage, copied as is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Shape {
+    /// A `Variable<f64>`: one element.
+    Variable,
+    /// A `Vector<f64>` of `len` elements.
+    Vector {
+        /// Elements.
+        len: usize,
+    },
+    /// A `Matrix<f64>`, column-major: element (i, j) at `i + j·ld`.
+    Matrix {
+        /// Rows.
+        nx: usize,
+        /// Columns.
+        ny: usize,
+        /// Elements between the starts of two columns.
+        ld: usize,
+    },
+    /// A `Block<f64>`: element (x, y, z) at `x + y·ldy + z·ldz`.
+    Block {
+        /// Extent along x.
+        nx: usize,
+        /// Extent along y.
+        ny: usize,
+        /// Extent along z.
+        nz: usize,
+        /// Elements between two y.
+        ldy: usize,
+        /// Elements between two z.
+        ldz: usize,
+    },
+}
+
+/// One access of a task, on the device: the buffer, its layout and the access mode.
+#[derive(Debug)]
+pub struct DeviceBuf<B = cudarc::driver::CudaSlice<f64>> {
+    /// The handle's storage on the device (the whole host storage, padding included).
+    pub data: B,
+    /// Its layout.
+    pub shape: Shape,
+    /// How the task accesses it.
+    pub mode: AccessMode,
+}
+
+/// A device backend for the [pipeline](crate::pipeline): see the [module docs](self) for
+/// the contract.
+pub trait Backend: Send + Sync + 'static {
+    /// A buffer of `f64` in one device's memory.
+    type Buf: Send + 'static;
+    /// The end of a queued operation.
+    type Event: Send + 'static;
+    /// A codelet's implementation on this backend.
+    type Kernel: ?Sized + Send + Sync + 'static;
+    /// What a compute stream keeps between kernels (library handles); made on the
+    /// device's driver thread by [`exec`](Self::exec).
+    type Exec: Send + 'static;
+    /// A check to run once a kernel's event completed (a factorization's result code).
+    type Check: Send + 'static;
+
+    /// How many devices.
+    fn devices(&self) -> usize;
+
+    /// Compute streams per device.
+    fn streams(&self) -> usize;
+
+    /// What compute stream `stream` of device `dev` needs to run kernels.
+    ///
+    /// # Errors
+    /// The backend's failure (a library missing, a handle not created).
+    fn exec(&self, dev: usize, stream: usize) -> Result<Self::Exec, GpuError>;
+
+    /// Bytes of memory free on device `dev` now.
+    ///
+    /// # Errors
+    /// The backend's failure.
+    fn free_bytes(&self, dev: usize) -> Result<usize, GpuError>;
+
+    /// A buffer of `len` elements on device `dev` (its content is undefined).
+    ///
+    /// # Errors
+    /// Out of memory; the backend's failure.
+    fn alloc(&self, dev: usize, len: usize) -> Result<Self::Buf, GpuError>;
+
+    /// Queues the copy of `host` into `dst` on device `dev`'s upload stream; `pinned`
+    /// says that `host` lies in page-locked memory (the copy is then truly asynchronous).
+    ///
+    /// # Errors
+    /// The backend's failure (nothing was queued).
+    fn upload(
+        &self,
+        dev: usize,
+        host: &[f64],
+        pinned: bool,
+        dst: &mut Self::Buf,
+    ) -> Result<Self::Event, GpuError>;
+
+    /// Copies `src` (of device `dev`) into `host` and waits for the copy.
+    ///
+    /// # Errors
+    /// The backend's failure (an earlier asynchronous failure may be reported here).
+    fn download(&self, dev: usize, src: &Self::Buf, host: &mut [f64]) -> Result<(), GpuError>;
+
+    /// Queues `kernel` on `data` on compute stream `stream` of device `dev`; returns the
+    /// event of its end, and the checks to run once it completed.
+    ///
+    /// # Errors
+    /// The kernel's error (what it queued before failing still runs).
+    fn launch(
+        &self,
+        dev: usize,
+        stream: usize,
+        exec: &mut Self::Exec,
+        kernel: &Arc<Self::Kernel>,
+        data: &mut [DeviceBuf<Self::Buf>],
+    ) -> Result<(Self::Event, Vec<Self::Check>), GpuError>;
+
+    /// Whether `event` completed; an error reported by the device is returned.
+    ///
+    /// # Errors
+    /// The device's failure of the operation.
+    fn done(&self, event: &Self::Event) -> Result<bool, GpuError>;
+
+    /// Runs a check of a completed kernel.
+    ///
+    /// # Errors
+    /// What the check found (for POTRF: a matrix that is not positive definite).
+    fn check(&self, dev: usize, check: Self::Check) -> Result<(), GpuError>;
+
+    /// Page-locks `host` so that copies from and to it are asynchronous and run at the
+    /// bus's speed; returns whether it is pinned now.
+    ///
+    /// # Errors
+    /// The backend's failure (the memory stays pageable).
+    fn pin(&self, host: &[f64]) -> Result<(), GpuError>;
+
+    /// Undoes [`pin`](Self::pin) of the memory starting at `ptr`.
+    fn unpin(&self, ptr: usize);
+}

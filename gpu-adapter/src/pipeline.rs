@@ -1,0 +1,1087 @@
+//! The device pipeline: one [`Layer`] runs the device tasks of a process on every device
+//! of a [`Backend`], asynchronously, and keeps main memory coherent with the devices.
+//!
+//! # What it does
+//!
+//! - **Data stays on the device.** A task that writes a handle on a device leaves the
+//!   device copy the only valid one (the core's [`coherence`](starling_core::coherence)
+//!   state machine decides every copy). Main memory is brought up to date only when the
+//!   host needs it: `starling-std` calls [`DeviceLayer::to_host`] before every host
+//!   access (a CPU task, a send, a receive, an acquisition, an unregistration) and
+//!   [`DeviceLayer::flush`] at shutdown.
+//! - **No CPU worker waits for a device.** A worker that takes a ready device task hands
+//!   it to [`DeviceLayer::start`] and goes on. Each device has a *driver thread*: it
+//!   queues the task's input copies on the device's upload stream and its kernel on one of
+//!   the device's compute streams (round robin), up to [`PipelineConfig::window`] tasks in
+//!   flight, and completes a task when the event after its kernel fired. The inputs of
+//!   the tasks in the window are therefore copied while earlier tasks compute (prefetch).
+//! - **Device memory is a cache under a byte budget** ([`PipelineConfig::budget`]): before
+//!   a task's buffers are allocated, the least recently used copies that no task in
+//!   flight uses are freed; a copy that is the only valid one is written back to main
+//!   memory first, so nothing is ever lost. When nothing can be freed, the task waits for
+//!   the tasks in flight.
+//! - **Pinned memory.** A handle copied more than once ([`PipelineConfig::auto_pin`]
+//!   bytes or more), or pinned by the application ([`Layer::pin`], the reference's
+//!   `starpu_memory_pin`), has its host storage page-locked: its copies are asynchronous
+//!   and run at the bus's speed. It is unpinned when the handle is unregistered.
+//! - **Where tasks run.** [`Policy::PreferDevice`] queues every task on a device;
+//!   [`Policy::Eager`] gives a task back to the CPU when its device's window is full. A
+//!   task that fails on the device fails (reported at shutdown, never a wrong result),
+//!   unless [`PipelineConfig::fallback`] asks to run its CPU implementation instead.
+//!   [`Layer::stats`] counts tasks on each side and the bytes each way.
+//!
+//! A device for each task: the device that holds a valid copy of the data it writes, else
+//! the first written handle's [uid](starling_std::Buffers::uid) modulo the devices (owner
+//! computes, stable per handle), so every device of a process is used.
+
+use core::time::Duration;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use starling_core::AccessMode;
+use starling_core::coherence::{MemNode, Replicas};
+use starling_std::interfaces::{Block, Matrix, Variable, Vector};
+use starling_std::{Buffers, Codelet, DeviceImpl, DeviceLayer, DeviceTask, HostRef};
+
+use crate::GpuError;
+use crate::backend::{Backend, DeviceBuf, Shape};
+use crate::replicas::MAX_NODES;
+
+/// How tasks whose codelet has a device implementation choose between the CPU and a
+/// device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Policy {
+    /// Always on a device: when its window is full, the task waits in the device's queue.
+    #[default]
+    PreferDevice,
+    /// On a device when its window has room, else on the CPU (when the codelet has a CPU
+    /// implementation).
+    Eager,
+}
+
+/// How a [`Layer`] runs its devices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelineConfig {
+    /// CPU or device, per task.
+    pub policy: Policy,
+    /// Run a task's CPU implementation when the device fails it (off: the task fails).
+    pub fallback: bool,
+    /// Tasks in flight per device (queued on its streams).
+    pub window: usize,
+    /// Bytes of device memory the layer keeps copies in, per device.
+    pub budget: Vec<usize>,
+    /// A handle of this many bytes or more is pinned when it is copied a second time.
+    pub auto_pin: Option<usize>,
+    /// How long the driver thread sleeps between two looks at the events of the tasks in
+    /// flight; zero: it yields the processor instead (a busy device on a machine with
+    /// cores to spare).
+    pub poll: Duration,
+}
+
+/// How many tasks ran where, and the bytes copied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuStats {
+    /// Tasks whose device implementation ran.
+    pub device_tasks: u64,
+    /// Tasks of device codelets that ran their CPU implementation (given back under
+    /// [`Policy::Eager`], or a fallback).
+    pub cpu_tasks: u64,
+    /// Of those, tasks that failed on a device and fell back to the CPU.
+    pub fallbacks: u64,
+    /// Device tasks that failed (and did not fall back).
+    pub failed: u64,
+    /// Bytes copied from host to device.
+    pub bytes_to_device: u64,
+    /// Bytes copied from device to host (host accesses, write-backs, flushes).
+    pub bytes_to_host: u64,
+    /// Copies freed to make room.
+    pub evictions: u64,
+    /// Of those, copies written back to main memory first (the only valid ones).
+    pub write_backs: u64,
+    /// Bytes of host memory pinned.
+    pub pinned_bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    device_tasks: AtomicU64,
+    cpu_tasks: AtomicU64,
+    fallbacks: AtomicU64,
+    failed: AtomicU64,
+    bytes_to_device: AtomicU64,
+    bytes_to_host: AtomicU64,
+    evictions: AtomicU64,
+    write_backs: AtomicU64,
+    pinned_bytes: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: usize) {
+    c.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A codelet's kernel for backend `B`, as the runtime carries it ([`DeviceImpl`]).
+struct KernelOf<B: Backend>(Arc<B::Kernel>);
+
+/// One handle known to the layer: its copies and their coherence.
+struct Entry<B: Backend> {
+    state: Replicas<MAX_NODES>,
+    /// Index = memory node; entry 0 (main memory) is never used.
+    bufs: Vec<Option<B::Buf>>,
+    /// Elements.
+    len: usize,
+    /// The host version the state was last brought up to date with.
+    version: u64,
+    /// Tasks in flight using the copy on each node.
+    in_use: [u32; MAX_NODES],
+    last_use: u64,
+    /// Copies made between main memory and a device.
+    copies: u32,
+    /// The host storage, kept alive while the layer knows the handle.
+    host: HostRef,
+    /// The address of the host storage, when it is pinned.
+    pinned: Option<usize>,
+}
+
+impl<B: Backend> Entry<B> {
+    fn bytes(&self) -> usize {
+        self.len * size_of::<f64>()
+    }
+
+    fn buf(&self, node: MemNode) -> Option<&B::Buf> {
+        self.bufs.get(node.index()).and_then(Option::as_ref)
+    }
+
+    fn has_buf(&self, node: MemNode) -> bool {
+        self.buf(node).is_some()
+    }
+}
+
+/// A ready task in a device's queue: highest priority first, then first come.
+struct Queued {
+    priority: i32,
+    seq: u64,
+    task: DeviceTask,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        (self.priority, self.seq) == (other.priority, other.seq)
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Queued {
+    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
+        self.priority
+            .cmp(&other.priority)
+            .then(other.seq.cmp(&self.seq))
+    }
+}
+
+/// A task queued on a device's streams.
+struct InFlight<B: Backend> {
+    task: DeviceTask,
+    event: B::Event,
+    checks: Vec<B::Check>,
+    /// The handles it uses on the device, and how.
+    uses: Vec<(u64, AccessMode)>,
+}
+
+/// One device's queue and tasks in flight.
+struct Dev<B: Backend> {
+    queue: BinaryHeap<Queued>,
+    inflight: Vec<InFlight<B>>,
+    /// Bytes of copies on the device.
+    used: usize,
+    next_stream: usize,
+}
+
+struct State<B: Backend> {
+    entries: HashMap<u64, Entry<B>>,
+    devs: Vec<Dev<B>>,
+    clock: u64,
+    seq: u64,
+    stop: bool,
+}
+
+struct Shared<B: Backend> {
+    backend: B,
+    config: PipelineConfig,
+    state: Mutex<State<B>>,
+    /// One per device: its driver thread waits here for work.
+    wake: Vec<Condvar>,
+    counters: Counters,
+    stopped: AtomicBool,
+}
+
+/// The device layer of a process over backend `B`: see the [module docs](self).
+pub struct Layer<B: Backend> {
+    shared: Arc<Shared<B>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl<B: Backend> core::fmt::Debug for Layer<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Layer")
+            .field("devices", &self.shared.backend.devices())
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The memory node of device `d`.
+pub(crate) fn node_of(d: usize) -> MemNode {
+    MemNode(u8::try_from(d + 1).unwrap_or(u8::MAX))
+}
+
+impl<B: Backend> Layer<B> {
+    /// A layer over `backend`, with one driver thread per device.
+    ///
+    /// # Errors
+    /// [`GpuError::Unsupported`] when the backend has no device or more than
+    /// [`MAX_NODES`] − 1.
+    pub fn new(backend: B, mut config: PipelineConfig) -> Result<Arc<Self>, GpuError> {
+        let n = backend.devices();
+        if n == 0 || n >= MAX_NODES {
+            return Err(GpuError::Unsupported("a device count of 0 or above 16"));
+        }
+        config.window = config.window.max(1);
+        config.budget.resize(n, usize::MAX);
+        let shared = Arc::new(Shared {
+            backend,
+            config,
+            state: Mutex::new(State {
+                entries: HashMap::new(),
+                devs: (0..n)
+                    .map(|_| Dev {
+                        queue: BinaryHeap::new(),
+                        inflight: Vec::new(),
+                        used: 0,
+                        next_stream: 0,
+                    })
+                    .collect(),
+                clock: 0,
+                seq: 0,
+                stop: false,
+            }),
+            wake: (0..n).map(|_| Condvar::new()).collect(),
+            counters: Counters::default(),
+            stopped: AtomicBool::new(false),
+        });
+        let threads = (0..n)
+            .map(|d| {
+                let s = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("starling-dev{d}"))
+                    .spawn(move || s.drive(d))
+                    .map_err(|e| GpuError::Driver(format!("spawning a driver thread: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Arc::new(Self {
+            shared,
+            threads: Mutex::new(threads),
+        }))
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.shared.backend
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.shared.config
+    }
+
+    /// How many devices.
+    pub fn device_count(&self) -> usize {
+        self.shared.backend.devices()
+    }
+
+    /// The policy choosing between the CPU and a device.
+    pub fn policy(&self) -> Policy {
+        self.shared.config.policy
+    }
+
+    /// How many tasks ran where, and the bytes copied, so far.
+    pub fn stats(&self) -> GpuStats {
+        let c = &self.shared.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        GpuStats {
+            device_tasks: l(&c.device_tasks),
+            cpu_tasks: l(&c.cpu_tasks),
+            fallbacks: l(&c.fallbacks),
+            failed: l(&c.failed),
+            bytes_to_device: l(&c.bytes_to_device),
+            bytes_to_host: l(&c.bytes_to_host),
+            evictions: l(&c.evictions),
+            write_backs: l(&c.write_backs),
+            pinned_bytes: l(&c.pinned_bytes),
+        }
+    }
+
+    /// A codelet whose device implementation is `kernel` and CPU implementation `cpu`
+    /// (`None`: device only).
+    pub fn codelet_with(
+        self: &Arc<Self>,
+        name: &str,
+        cpu: Option<Arc<dyn Fn(&mut Buffers<'_>) + Send + Sync>>,
+        kernel: Arc<B::Kernel>,
+    ) -> Codelet {
+        let layer: Arc<dyn DeviceLayer> = Arc::clone(self) as Arc<dyn DeviceLayer>;
+        let device = DeviceImpl::new(layer, Arc::new(KernelOf::<B>(kernel)));
+        Codelet::with_device(name, cpu, device)
+    }
+
+    /// Pins the host storage of `data` (the reference's `starpu_memory_pin`): its copies
+    /// to and from the devices become asynchronous and run at the bus's speed. It stays
+    /// pinned until the handle is unregistered or the layer is dropped.
+    ///
+    /// # Errors
+    /// [`GpuError::Unsupported`] for an interface a device cannot hold; the backend's
+    /// failure to pin.
+    pub fn pin(&self, data: &HostRef) -> Result<(), GpuError> {
+        let bufs = data.buffers();
+        let len = with_host(&bufs, 0, <[f64]>::len)?;
+        let mut st = lock(&self.shared.state);
+        let version = bufs.version(0);
+        let e = st
+            .entries
+            .entry(data.uid())
+            .or_insert_with(|| Entry::new(len, version, data.clone()));
+        self.shared.pin_entry(e)
+    }
+
+    /// Writes every copy valid only on a device back to main memory, then frees every
+    /// device copy (a fresh start, e.g. between two benchmark runs). Nothing is in
+    /// flight when it is called.
+    pub fn clear(&self) {
+        self.shared.flush();
+        let mut st = lock(&self.shared.state);
+        let st = &mut *st;
+        for e in st.entries.values_mut() {
+            for d in 0..st.devs.len() {
+                let node = node_of(d);
+                if e.has_buf(node) && e.in_use[node.index()] == 0 && e.state.evict(node).is_ok() {
+                    e.bufs[node.index()] = None;
+                    st.devs[d].used = st.devs[d].used.saturating_sub(e.bytes());
+                }
+            }
+        }
+    }
+}
+
+impl<B: Backend> Drop for Layer<B> {
+    fn drop(&mut self) {
+        {
+            let mut st = lock(&self.shared.state);
+            st.stop = true;
+        }
+        self.shared.stopped.store(true, Ordering::Release);
+        for w in &self.shared.wake {
+            w.notify_all();
+        }
+        for t in lock(&self.threads).drain(..) {
+            let _ = t.join();
+        }
+        let mut st = lock(&self.shared.state);
+        for e in st.entries.values_mut() {
+            if let Some(p) = e.pinned.take() {
+                self.shared.backend.unpin(p);
+            }
+        }
+    }
+}
+
+impl<B: Backend> Entry<B> {
+    fn new(len: usize, version: u64, host: HostRef) -> Self {
+        Self {
+            state: Replicas::new(),
+            bufs: Vec::new(),
+            len,
+            version,
+            in_use: [0; MAX_NODES],
+            last_use: 0,
+            copies: 0,
+            host,
+            pinned: None,
+        }
+    }
+}
+
+/// What happened to a task the driver thread tried to queue.
+enum Issue {
+    Queued,
+    /// No room on the device while tasks are in flight: retry after a completion.
+    NoRoom(DeviceTask),
+    Failed(DeviceTask, GpuError),
+}
+
+impl<B: Backend> Shared<B> {
+    fn state(&self) -> MutexGuard<'_, State<B>> {
+        lock(&self.state)
+    }
+
+    /// Pins `e`'s host storage, if it is not yet.
+    fn pin_entry(&self, e: &mut Entry<B>) -> Result<(), GpuError> {
+        if e.pinned.is_some() {
+            return Ok(());
+        }
+        let bufs = e.host.buffers();
+        let (ptr, res) = with_host(&bufs, 0, |h| (h.as_ptr() as usize, self.backend.pin(h)))?;
+        res?;
+        e.pinned = Some(ptr);
+        add(&self.counters.pinned_bytes, e.bytes());
+        Ok(())
+    }
+
+    /// Whether the host storage of `bufs`' access `i` is pinned memory.
+    fn is_pinned(e: &Entry<B>, bufs: &Buffers<'_>, i: usize) -> bool {
+        e.pinned
+            .is_some_and(|p| with_host(bufs, i, |h| h.as_ptr() as usize == p).unwrap_or(false))
+    }
+
+    /// Counts a copy of `e`; pins it when it is copied a second time and large enough.
+    fn count_copy(&self, e: &mut Entry<B>) {
+        e.copies = e.copies.saturating_add(1);
+        if e.copies >= 2 && self.config.auto_pin.is_some_and(|min| e.bytes() >= min) {
+            // Pinning is an optimisation: a failure leaves the memory pageable.
+            let _ = self.pin_entry(e);
+        }
+    }
+
+    /// The host data changed since `e` last saw it (a receive, a CPU write): the host
+    /// copy is the only valid one.
+    fn sync_version(e: &mut Entry<B>, version: u64) -> Result<(), GpuError> {
+        if e.version != version {
+            let _stale = e.state.after_receive()?;
+            e.version = version;
+        }
+        Ok(())
+    }
+
+    /// Makes main memory's copy of `e` valid (copying from a device), writing into the
+    /// host storage of `bufs`' access `i`.
+    fn fetch_to_host(
+        &self,
+        e: &mut Entry<B>,
+        bufs: &Buffers<'_>,
+        i: usize,
+    ) -> Result<(), GpuError> {
+        if e.state.valid().contains(MemNode::MAIN_RAM) {
+            return Ok(());
+        }
+        let a = e.state.acquire(MemNode::MAIN_RAM, AccessMode::R)?;
+        if let Some(f) = a.fetch {
+            let dev = f.from.index() - 1;
+            let copied = match e.buf(f.from) {
+                Some(src) => {
+                    with_host_mut(bufs, i, |h| self.backend.download(dev, src, h)).and_then(|r| r)
+                }
+                None => Err(GpuError::Driver(format!("no buffer on valid {}", f.from))),
+            };
+            match copied {
+                Ok(()) => {
+                    let _stale = e.state.handle_transfer_done(f)?;
+                    add(&self.counters.bytes_to_host, e.bytes());
+                }
+                Err(err) => {
+                    e.state.handle_transfer_failed(f)?;
+                    let _ = e.state.release(MemNode::MAIN_RAM, AccessMode::R);
+                    return Err(err);
+                }
+            }
+        }
+        e.state.release(MemNode::MAIN_RAM, AccessMode::R)?;
+        // The download took write access to the host copy: the version the copies match.
+        e.version = bufs.version(i);
+        self.count_copy(e);
+        Ok(())
+    }
+
+    /// [`DeviceLayer::to_host`]: see the trait.
+    fn to_host(&self, bufs: &Buffers<'_>) -> Result<(), GpuError> {
+        let mut st = self.state();
+        let st = &mut *st;
+        for i in 0..bufs.len() {
+            let mode = bufs.mode(i);
+            if mode == AccessMode::SCRATCH {
+                continue;
+            }
+            let Some(e) = st.entries.get_mut(&bufs.uid(i)) else {
+                continue;
+            };
+            Self::sync_version(e, bufs.version(i))?;
+            let pure_write = mode.writes() && !mode.reads() && !mode.contains(AccessMode::REDUX);
+            if !pure_write {
+                self.fetch_to_host(e, bufs, i)?;
+            }
+            if mode.writes() || mode.intersects(AccessMode::REDUX | AccessMode::COMMUTE) {
+                let _ = e.state.acquire(MemNode::MAIN_RAM, AccessMode::W)?;
+                e.state.release(MemNode::MAIN_RAM, AccessMode::W)?;
+                // The device copies are stale: free them.
+                for d in 0..st.devs.len() {
+                    let node = node_of(d);
+                    if e.has_buf(node) && e.in_use[node.index()] == 0 {
+                        e.bufs[node.index()] = None;
+                        st.devs[d].used = st.devs[d].used.saturating_sub(e.bytes());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`DeviceLayer::flush`]: every copy valid only on a device goes home.
+    fn flush(&self) {
+        let mut st = self.state();
+        for e in st.entries.values_mut() {
+            if e.state.valid().contains(MemNode::MAIN_RAM) || e.state.valid().is_empty() {
+                continue;
+            }
+            let host = e.host.clone();
+            let bufs = host.buffers();
+            if let Err(err) = self.fetch_to_host(e, &bufs, 0) {
+                eprintln!("starling-gpu: a device copy could not be written back: {err}");
+            }
+        }
+    }
+
+    /// Frees copies on device `dev` (least recently used first, none that `keep` names or
+    /// a task in flight uses) until `need` more bytes fit in its budget; writes back the
+    /// only valid ones first. Whether they fit now.
+    fn make_room(&self, st: &mut State<B>, dev: usize, need: usize, keep: &[u64]) -> bool {
+        let node = node_of(dev);
+        let budget = self.config.budget[dev];
+        while st.devs[dev].used.saturating_add(need) > budget {
+            let victim = st
+                .entries
+                .iter()
+                .filter(|(uid, e)| {
+                    e.has_buf(node) && e.in_use[node.index()] == 0 && !keep.contains(uid)
+                })
+                .min_by_key(|(_, e)| e.last_use)
+                .map(|(uid, _)| *uid);
+            let Some(uid) = victim else {
+                return false;
+            };
+            let Some(e) = st.entries.get_mut(&uid) else {
+                return false;
+            };
+            if e.state.valid() == starling_core::coherence::NodeSet::single(node) {
+                let host = e.host.clone();
+                if let Err(err) = self.fetch_to_host(e, &host.buffers(), 0) {
+                    eprintln!("starling-gpu: writing back before an eviction failed: {err}");
+                    return false;
+                }
+                add(&self.counters.write_backs, 1);
+            }
+            if e.state.evict(node).is_err() {
+                return false;
+            }
+            e.bufs[node.index()] = None;
+            st.devs[dev].used = st.devs[dev].used.saturating_sub(e.bytes());
+            add(&self.counters.evictions, 1);
+        }
+        true
+    }
+
+    /// The device for `bufs`: the one holding a valid copy of a written handle, else the
+    /// first written handle's uid modulo the devices.
+    fn pick_device(&self, st: &State<B>, bufs: &Buffers<'_>) -> usize {
+        let n = st.devs.len();
+        if n == 1 {
+            return 0;
+        }
+        let written = (0..bufs.len()).filter(|&i| bufs.mode(i).writes());
+        for i in written.clone() {
+            if let Some(e) = st.entries.get(&bufs.uid(i)) {
+                if let Some(d) = (0..n).find(|&d| e.state.valid().contains(node_of(d))) {
+                    return d;
+                }
+            }
+        }
+        let key = written
+            .chain(0..bufs.len())
+            .next()
+            .map_or(0, |i| bufs.uid(i));
+        // Uids are handed out in steps: mix them before taking the remainder.
+        ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % n as u64) as usize
+    }
+
+    /// Queues `task`'s copies and kernel on device `dev`.
+    fn issue(&self, st: &mut State<B>, dev: usize, exec: &mut B::Exec, task: DeviceTask) -> Issue {
+        let Some(kernel) = task.kernel::<KernelOf<B>>() else {
+            return Issue::Failed(task, GpuError::Unsupported("a kernel of another backend"));
+        };
+        let node = node_of(dev);
+        let bufs = task.buffers();
+        let n = bufs.len();
+        let mut uids = Vec::with_capacity(n);
+        let mut shapes = Vec::with_capacity(n);
+        let mut lens = Vec::with_capacity(n);
+        for i in 0..n {
+            let uid = bufs.uid(i);
+            let mode = bufs.mode(i);
+            let checked = if uids.contains(&uid) {
+                Err(GpuError::Unsupported("one handle accessed twice by a task"))
+            } else if mode.contains(AccessMode::SCRATCH) || !(mode.reads() || mode.writes()) {
+                Err(GpuError::Unsupported("a SCRATCH access"))
+            } else {
+                shape_of(&bufs, i).and_then(|s| Ok((s, with_host(&bufs, i, <[f64]>::len)?)))
+            };
+            match checked {
+                Ok((shape, len)) => {
+                    uids.push(uid);
+                    shapes.push(shape);
+                    lens.push(len);
+                }
+                Err(e) => {
+                    drop(bufs);
+                    return Issue::Failed(task, e);
+                }
+            }
+        }
+        // Room for the copies the task needs on this device.
+        let need: usize = (0..n)
+            .filter(|&i| !st.entries.get(&uids[i]).is_some_and(|e| e.has_buf(node)))
+            .map(|i| lens[i] * size_of::<f64>())
+            .sum();
+        if !self.make_room(st, dev, need, &uids) && !st.devs[dev].inflight.is_empty() {
+            drop(bufs);
+            return Issue::NoRoom(task);
+        }
+        st.clock += 1;
+        let clock = st.clock;
+        let mut acquired: Vec<usize> = Vec::with_capacity(n);
+        let mut failure = None;
+        for i in 0..n {
+            if let Err(e) = self.acquire(st, dev, &bufs, i, lens[i], clock) {
+                failure = Some(e);
+                break;
+            }
+            acquired.push(i);
+        }
+        let mut data = Vec::with_capacity(n);
+        if failure.is_none() {
+            for i in 0..n {
+                let buf = st
+                    .entries
+                    .get_mut(&uids[i])
+                    .and_then(|e| e.bufs.get_mut(node.index()))
+                    .and_then(Option::take);
+                match buf {
+                    Some(b) => data.push(DeviceBuf {
+                        data: b,
+                        shape: shapes[i],
+                        mode: bufs.mode(i),
+                    }),
+                    None => {
+                        failure = Some(GpuError::Driver("an acquired copy has no buffer".into()));
+                        break;
+                    }
+                }
+            }
+        }
+        let stream = st.devs[dev].next_stream % self.backend.streams().max(1);
+        let launched = match failure {
+            Some(e) => Err(e),
+            None => {
+                st.devs[dev].next_stream = st.devs[dev].next_stream.wrapping_add(1);
+                self.backend.launch(dev, stream, exec, &kernel.0, &mut data)
+            }
+        };
+        // Give the buffers back: later users are ordered after this kernel by the backend.
+        for (i, b) in data.into_iter().enumerate() {
+            if let Some(e) = st.entries.get_mut(&uids[i]) {
+                e.bufs[node.index()] = Some(b.data);
+            }
+        }
+        let uses: Vec<(u64, AccessMode)> =
+            acquired.iter().map(|&i| (uids[i], bufs.mode(i))).collect();
+        drop(bufs);
+        match launched {
+            Ok((event, checks)) => {
+                st.devs[dev].inflight.push(InFlight {
+                    task,
+                    event,
+                    checks,
+                    uses,
+                });
+                Issue::Queued
+            }
+            Err(e) => {
+                Self::release(st, node, &uses);
+                Issue::Failed(task, e)
+            }
+        }
+    }
+
+    /// Acquires access `i` of `bufs` on device `dev`: the entry, its buffer, and the
+    /// upload of the host copy when the device copy is not valid.
+    fn acquire(
+        &self,
+        st: &mut State<B>,
+        dev: usize,
+        bufs: &Buffers<'_>,
+        i: usize,
+        len: usize,
+        clock: u64,
+    ) -> Result<(), GpuError> {
+        let node = node_of(dev);
+        let uid = bufs.uid(i);
+        let mode = bufs.mode(i);
+        let version = bufs.version(i);
+        let e = st
+            .entries
+            .entry(uid)
+            .or_insert_with(|| Entry::new(len, version, bufs.host_ref(i)));
+        if e.len != len {
+            // Reshaped since: start over (nothing of it is in flight: its writer is done).
+            if e.in_use.iter().any(|&u| u > 0) {
+                return Err(GpuError::Unsupported("a handle reshaped while in use"));
+            }
+            for d in 0..st.devs.len() {
+                if e.has_buf(node_of(d)) {
+                    st.devs[d].used = st.devs[d].used.saturating_sub(e.bytes());
+                }
+            }
+            let pinned = e.pinned.take();
+            if let Some(p) = pinned {
+                self.backend.unpin(p);
+            }
+            *e = Entry::new(len, version, bufs.host_ref(i));
+        }
+        Self::sync_version(e, version)?;
+        let reads = mode.reads() || mode.contains(AccessMode::REDUX);
+        if reads && !e.state.valid().contains(node) && !e.state.valid().contains(MemNode::MAIN_RAM)
+        {
+            // Valid only on another device: through main memory.
+            self.fetch_to_host(e, bufs, i)?;
+        }
+        if !e.has_buf(node) {
+            if e.bufs.len() <= node.index() {
+                e.bufs.resize_with(node.index() + 1, || None);
+            }
+            e.bufs[node.index()] = Some(self.backend.alloc(dev, len)?);
+            st.devs[dev].used += e.bytes();
+        }
+        let a = e.state.acquire(node, mode)?;
+        if let Some(f) = a.fetch {
+            let pinned = Self::is_pinned(e, bufs, i);
+            let Some(dst) = e.bufs[node.index()].as_mut() else {
+                e.state.handle_transfer_failed(f)?;
+                let _ = e.state.release(node, mode);
+                return Err(GpuError::Driver("a buffer vanished".into()));
+            };
+            let up =
+                with_host(bufs, i, |h| self.backend.upload(dev, h, pinned, dst)).and_then(|r| r);
+            match up {
+                Ok(_event) => {
+                    // The backend orders the kernel after the upload: the copy is as good
+                    // as landed for the state machine.
+                    let _stale = e.state.handle_transfer_done(f)?;
+                    add(&self.counters.bytes_to_device, e.bytes());
+                    self.count_copy(e);
+                }
+                Err(err) => {
+                    e.state.handle_transfer_failed(f)?;
+                    let _ = e.state.release(node, mode);
+                    return Err(err);
+                }
+            }
+        }
+        // Copies on other devices that the write made stale: free them.
+        for d in a.invalidate.iter().filter(|n| !n.is_main_ram()) {
+            let di = d.index();
+            if di < e.bufs.len() && e.bufs[di].is_some() && e.in_use[di] == 0 {
+                e.bufs[di] = None;
+                st.devs[di - 1].used = st.devs[di - 1].used.saturating_sub(e.bytes());
+            }
+        }
+        e.in_use[node.index()] += 1;
+        e.last_use = clock;
+        Ok(())
+    }
+
+    /// Releases the acquisitions `uses` of node `node`.
+    fn release(st: &mut State<B>, node: MemNode, uses: &[(u64, AccessMode)]) {
+        for &(uid, mode) in uses {
+            if let Some(e) = st.entries.get_mut(&uid) {
+                let _ = e.state.release(node, mode);
+                e.in_use[node.index()] = e.in_use[node.index()].saturating_sub(1);
+            }
+        }
+    }
+
+    /// The driver thread of device `dev`.
+    fn drive(self: Arc<Self>, dev: usize) {
+        let node = node_of(dev);
+        let mut execs: Vec<Option<B::Exec>> =
+            (0..self.backend.streams().max(1)).map(|_| None).collect();
+        let mut done: Vec<InFlight<B>> = Vec::new();
+        let mut failed: Vec<(DeviceTask, GpuError)> = Vec::new();
+        loop {
+            let mut st = self.state();
+            // Completions.
+            let mut k = 0;
+            while k < st.devs[dev].inflight.len() {
+                match self.backend.done(&st.devs[dev].inflight[k].event) {
+                    Ok(false) => k += 1,
+                    Ok(true) => {
+                        let f = st.devs[dev].inflight.swap_remove(k);
+                        Self::release(&mut st, node, &f.uses);
+                        done.push(f);
+                    }
+                    Err(e) => {
+                        let f = st.devs[dev].inflight.swap_remove(k);
+                        Self::release(&mut st, node, &f.uses);
+                        failed.push((f.task, e));
+                    }
+                }
+            }
+            // New tasks, up to the window.
+            let mut blocked = false;
+            while st.devs[dev].inflight.len() < self.config.window {
+                let Some(q) = st.devs[dev].queue.pop() else {
+                    break;
+                };
+                let stream = st.devs[dev].next_stream % execs.len();
+                if execs[stream].is_none() {
+                    match self.backend.exec(dev, stream) {
+                        Ok(x) => execs[stream] = Some(x),
+                        Err(e) => {
+                            failed.push((q.task, e));
+                            continue;
+                        }
+                    }
+                }
+                let Some(exec) = execs[stream].as_mut() else {
+                    continue;
+                };
+                match self.issue(&mut st, dev, exec, q.task) {
+                    Issue::Queued => {}
+                    Issue::NoRoom(task) => {
+                        st.devs[dev].queue.push(Queued { task, ..q });
+                        blocked = true;
+                        break;
+                    }
+                    Issue::Failed(task, e) => failed.push((task, e)),
+                }
+            }
+            let _ = blocked;
+            let idle = done.is_empty() && failed.is_empty();
+            if idle {
+                if st.stop && st.devs[dev].queue.is_empty() && st.devs[dev].inflight.is_empty() {
+                    return;
+                }
+                if st.devs[dev].inflight.is_empty() {
+                    // Nothing on the device: sleep until a task comes.
+                    drop(
+                        self.wake[dev]
+                            .wait_timeout(st, Duration::from_millis(50))
+                            .unwrap_or_else(PoisonError::into_inner),
+                    );
+                } else if self.config.poll.is_zero() {
+                    drop(st);
+                    std::thread::yield_now();
+                } else {
+                    drop(
+                        self.wake[dev]
+                            .wait_timeout(st, self.config.poll)
+                            .unwrap_or_else(PoisonError::into_inner),
+                    );
+                }
+                continue;
+            }
+            drop(st);
+            // Outside the lock: completions run the runtime's successors, which may ask
+            // for host copies.
+            for f in done.drain(..) {
+                let mut outcome = Ok(());
+                for c in f.checks {
+                    if let Err(e) = self.backend.check(dev, c) {
+                        outcome = Err(e);
+                    }
+                }
+                match outcome {
+                    Ok(()) => {
+                        add(&self.counters.device_tasks, 1);
+                        f.task.finish(Ok(()));
+                    }
+                    Err(e) => self.fail(f.task, e),
+                }
+            }
+            for (task, e) in failed.drain(..) {
+                self.fail(task, e);
+            }
+        }
+    }
+
+    /// A task failed on a device: its CPU implementation runs when falling back is asked
+    /// for, else it fails.
+    fn fail(&self, task: DeviceTask, e: GpuError) {
+        if self.config.fallback && task.has_cpu() {
+            add(&self.counters.cpu_tasks, 1);
+            add(&self.counters.fallbacks, 1);
+            task.run_on_cpu(&Facade(self));
+        } else {
+            add(&self.counters.failed, 1);
+            let name = task.name().to_owned();
+            task.finish(Err(format!("failed on the device ({name}): {e}")));
+        }
+    }
+}
+
+/// `Shared` as a [`DeviceLayer`], for [`DeviceTask::run_on_cpu`].
+struct Facade<'a, B: Backend>(&'a Shared<B>);
+
+impl<B: Backend> DeviceLayer for Facade<'_, B> {
+    fn start(&self, task: DeviceTask) -> Result<(), DeviceTask> {
+        Err(task)
+    }
+    fn to_host(&self, data: &Buffers<'_>) -> Result<(), String> {
+        self.0.to_host(data).map_err(|e| e.to_string())
+    }
+    fn forget(&self, _uid: u64) {}
+    fn flush(&self) {}
+}
+
+impl<B: Backend> DeviceLayer for Layer<B> {
+    fn start(&self, task: DeviceTask) -> Result<(), DeviceTask> {
+        let s = &self.shared;
+        let mut st = s.state();
+        if st.stop {
+            return Err(task);
+        }
+        let dev = s.pick_device(&st, &task.buffers());
+        let d = &st.devs[dev];
+        if s.config.policy == Policy::Eager
+            && task.has_cpu()
+            && d.inflight.len() + d.queue.len() >= s.config.window
+        {
+            add(&s.counters.cpu_tasks, 1);
+            return Err(task);
+        }
+        st.seq += 1;
+        let seq = st.seq;
+        let priority = task.priority();
+        st.devs[dev].queue.push(Queued {
+            priority,
+            seq,
+            task,
+        });
+        drop(st);
+        s.wake[dev].notify_one();
+        Ok(())
+    }
+
+    fn to_host(&self, data: &Buffers<'_>) -> Result<(), String> {
+        self.shared.to_host(data).map_err(|e| e.to_string())
+    }
+
+    fn forget(&self, uid: u64) {
+        let mut st = self.shared.state();
+        let st = &mut *st;
+        if let Some(mut e) = st.entries.remove(&uid) {
+            for d in 0..st.devs.len() {
+                if e.has_buf(node_of(d)) {
+                    st.devs[d].used = st.devs[d].used.saturating_sub(e.bytes());
+                }
+            }
+            if let Some(p) = e.pinned.take() {
+                self.shared.backend.unpin(p);
+            }
+        }
+    }
+
+    fn flush(&self) {
+        self.shared.flush();
+    }
+}
+
+/// The layout of `bufs`' access `i`, for the interfaces a device holds.
+pub(crate) fn shape_of(bufs: &Buffers<'_>, i: usize) -> Result<Shape, GpuError> {
+    if bufs.is::<Matrix<f64>>(i) {
+        let m = bufs.r::<Matrix<f64>>(i);
+        Ok(Shape::Matrix {
+            nx: m.nx(),
+            ny: m.ny(),
+            ld: m.ld(),
+        })
+    } else if bufs.is::<Vector<f64>>(i) {
+        Ok(Shape::Vector {
+            len: bufs.r::<Vector<f64>>(i).len(),
+        })
+    } else if bufs.is::<Variable<f64>>(i) {
+        Ok(Shape::Variable)
+    } else if bufs.is::<Block<f64>>(i) {
+        let b = bufs.r::<Block<f64>>(i);
+        Ok(Shape::Block {
+            nx: b.nx(),
+            ny: b.ny(),
+            nz: b.nz(),
+            ldy: b.ldy(),
+            ldz: b.ldz(),
+        })
+    } else {
+        Err(GpuError::Unsupported(
+            "an interface other than Variable, Vector, Matrix or Block of f64",
+        ))
+    }
+}
+
+/// Runs `f` on the host storage of access `i` (read).
+pub(crate) fn with_host<R>(
+    bufs: &Buffers<'_>,
+    i: usize,
+    f: impl FnOnce(&[f64]) -> R,
+) -> Result<R, GpuError> {
+    Ok(if bufs.is::<Matrix<f64>>(i) {
+        f(bufs.r::<Matrix<f64>>(i).as_slice())
+    } else if bufs.is::<Vector<f64>>(i) {
+        f(bufs.r::<Vector<f64>>(i).as_slice())
+    } else if bufs.is::<Block<f64>>(i) {
+        f(bufs.r::<Block<f64>>(i).as_slice())
+    } else if bufs.is::<Variable<f64>>(i) {
+        f(core::slice::from_ref(bufs.r::<Variable<f64>>(i).value()))
+    } else {
+        return Err(GpuError::Unsupported(
+            "an interface other than Variable, Vector, Matrix or Block of f64",
+        ));
+    })
+}
+
+/// Runs `f` on the host storage of access `i` (write: the handle takes a new version).
+pub(crate) fn with_host_mut<R>(
+    bufs: &Buffers<'_>,
+    i: usize,
+    f: impl FnOnce(&mut [f64]) -> R,
+) -> Result<R, GpuError> {
+    Ok(if bufs.is::<Matrix<f64>>(i) {
+        f(bufs.w::<Matrix<f64>>(i).as_mut_slice())
+    } else if bufs.is::<Vector<f64>>(i) {
+        f(bufs.w::<Vector<f64>>(i).as_mut_slice())
+    } else if bufs.is::<Block<f64>>(i) {
+        f(bufs.w::<Block<f64>>(i).as_mut_slice())
+    } else if bufs.is::<Variable<f64>>(i) {
+        f(core::slice::from_mut(
+            bufs.w::<Variable<f64>>(i).value_mut(),
+        ))
+    } else {
+        return Err(GpuError::Unsupported(
+            "an interface other than Variable, Vector, Matrix or Block of f64",
+        ));
+    })
+}

@@ -1,0 +1,283 @@
+//! Device layers: where the runtime hands the tasks of codelets with a device
+//! implementation, and whom it asks before any host access of a handle.
+//!
+//! A **device layer** ([`DeviceLayer`], implemented by `starling-gpu`) keeps copies of
+//! handles in a device's memory. After a device task, the device copy may be the only
+//! valid one (the reference's `STARPU_OWNER`), so main memory is brought up to date only
+//! when something on the host needs it. The runtime keeps that promise with one hook,
+//! [`DeviceLayer::to_host`], called with the accesses of every host access before it
+//! happens:
+//!
+//! | host access | where the runtime calls `to_host` |
+//! | --- | --- |
+//! | a CPU task (a codelet's CPU implementation) | the worker, before the kernel runs |
+//! | a send (MPI or in-process: packs or lends the data), a receive (writes it), an acquisition ([`Context::acquire`](crate::Context::acquire), `acquire_cb`, unregistration, `get_data_*`, migrations, cache flushes, collectives) | before the node's hook runs: every one of them is a hook node of the task graph |
+//! | shutdown | [`DeviceLayer::flush`], once the workers stopped |
+//!
+//! The runtime never looks at where a datum's valid copy is: whether `to_host` copies
+//! anything is the device layer's decision (the core's
+//! [`coherence`](starling_core::coherence) state machine). A write access (a receive, a
+//! CPU task's `W`) makes the device copies stale; a read leaves them valid.
+//!
+//! A codelet made by [`Codelet::with_device`] names its layer; the first task of such a
+//! codelet submitted on a rank attaches the layer to the rank's runtime (several layers
+//! may be attached; each is asked). A worker that takes a ready task of such a codelet
+//! hands it to the layer with [`DeviceLayer::start`] and goes on at once: the device task
+//! holds no worker thread for its length. The layer completes it with
+//! [`DeviceTask::finish`], from any thread, or gives it back to run on the CPU.
+
+use core::any::Any;
+use core::fmt;
+
+use crate::sync::Arc;
+use crate::task::{Access, Buffers, Codelet, Finish};
+
+/// A device layer: runs the tasks of the codelets that name it and keeps main memory's
+/// copies valid for every host access (see the [module docs](self)).
+pub trait DeviceLayer: Send + Sync {
+    /// Takes a ready task of a codelet that names this layer: queue it on a device and
+    /// return `Ok(())`, then call [`DeviceTask::finish`] exactly once when it is done; or
+    /// return it (`Err(task)`) to have the calling worker run its CPU implementation
+    /// (after [`to_host`](Self::to_host) for its accesses).
+    ///
+    /// # Errors
+    /// The task itself, handed back, when this layer does not run it.
+    fn start(&self, task: DeviceTask) -> Result<(), DeviceTask>;
+
+    /// The host is about to access `data` (every access in its mode): make main memory's
+    /// copy of each valid for it, copying from a device when it is not, and mark the
+    /// device copies stale for a write. Blocks until the host copies are valid.
+    ///
+    /// # Errors
+    /// A text naming the datum and the cause when a copy failed: the host access then
+    /// must not happen (a task fails, a send is not posted).
+    fn to_host(&self, data: &Buffers<'_>) -> Result<(), String>;
+
+    /// The handle whose [`Buffers::uid`] is `uid` is unregistered: free its device
+    /// copies (its host copy was brought up to date by the unregistration's acquisition).
+    fn forget(&self, uid: u64);
+
+    /// Writes every copy that is valid only on a device back to main memory (the rank is
+    /// shutting down).
+    fn flush(&self);
+}
+
+/// A codelet's device implementation: the layer that runs it and what the layer needs to
+/// know about it (for `starling-gpu`, its CUDA kernel), opaque to the runtime.
+#[derive(Clone)]
+pub struct DeviceImpl {
+    pub(crate) layer: Arc<dyn DeviceLayer>,
+    pub(crate) kernel: Arc<dyn Any + Send + Sync>,
+}
+
+impl DeviceImpl {
+    /// A device implementation run by `layer`; `kernel` is handed back to the layer with
+    /// each task ([`DeviceTask::kernel`]).
+    pub fn new(layer: Arc<dyn DeviceLayer>, kernel: Arc<dyn Any + Send + Sync>) -> Self {
+        Self { layer, kernel }
+    }
+}
+
+impl fmt::Debug for DeviceImpl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DeviceImpl(..)")
+    }
+}
+
+/// A ready task handed to a device layer ([`DeviceLayer::start`]): its accesses, its
+/// priority, the codelet's device kernel, and the completion to call once.
+pub struct DeviceTask {
+    pub(crate) codelet: Codelet,
+    pub(crate) accesses: Vec<Access>,
+    pub(crate) priority: i32,
+    pub(crate) finish: Option<Finish>,
+}
+
+impl fmt::Debug for DeviceTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceTask")
+            .field("codelet", &self.codelet.name())
+            .field("accesses", &self.accesses.len())
+            .field("priority", &self.priority)
+            .finish()
+    }
+}
+
+impl DeviceTask {
+    /// The task's data, in the order of its accesses.
+    pub fn buffers(&self) -> Buffers<'_> {
+        Buffers::of(&self.accesses)
+    }
+
+    /// The codelet's name.
+    pub fn name(&self) -> &str {
+        self.codelet.name()
+    }
+
+    /// The task's priority (higher first).
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// The codelet's device kernel as `K`, if it is one.
+    pub fn kernel<K: Any + Send + Sync>(&self) -> Option<Arc<K>> {
+        let device = self.codelet.device()?;
+        Arc::clone(&device.kernel).downcast::<K>().ok()
+    }
+
+    /// Whether the codelet has a CPU implementation to fall back on.
+    pub fn has_cpu(&self) -> bool {
+        self.codelet.kernel().is_some()
+    }
+
+    /// The task is done: `Ok` when it ran, `Err` with the reason when it failed (its
+    /// failure is reported like a panicking CPU kernel's).
+    pub fn finish(mut self, outcome: Result<(), String>) {
+        if let Some(f) = self.finish.take() {
+            f(outcome);
+        }
+    }
+
+    /// Runs the codelet's CPU implementation on the calling thread, after bringing the
+    /// host copies up to date with `layer`, and finishes the task: a device layer's
+    /// fallback when the device failed and falling back was asked for.
+    pub fn run_on_cpu(self, layer: &dyn DeviceLayer) {
+        let outcome = match layer.to_host(&self.buffers()) {
+            Err(e) => Err(e),
+            Ok(()) => match self.codelet.kernel() {
+                None => Err("the codelet has no CPU implementation".to_owned()),
+                Some(kernel) => {
+                    let kernel = Arc::clone(kernel);
+                    let mut buffers = Buffers::of(&self.accesses);
+                    std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+                        kernel(&mut buffers);
+                    }))
+                    .map_err(|p| format!("panicked: {}", crate::task::panic_text(&*p)))
+                }
+            },
+        };
+        self.finish(outcome);
+    }
+}
+
+impl Drop for DeviceTask {
+    fn drop(&mut self) {
+        // A layer that drops a task without finishing it must not wedge the rank.
+        if let Some(f) = self.finish.take() {
+            f(Err("the device layer dropped the task".to_owned()));
+        }
+    }
+}
+
+/// The device layers attached to a runtime, asked before every host access.
+#[derive(Default)]
+pub(crate) struct Layers {
+    layers: crate::sync::Mutex<Vec<Arc<dyn DeviceLayer>>>,
+    any: core::sync::atomic::AtomicBool,
+}
+
+impl Layers {
+    /// Attaches `layer` (once).
+    pub(crate) fn attach(&self, layer: &Arc<dyn DeviceLayer>) {
+        let mut ls = crate::sync::lock(&self.layers);
+        if !ls.iter().any(|l| Arc::ptr_eq(l, layer)) {
+            ls.push(Arc::clone(layer));
+            self.any.store(true, core::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Whether any layer is attached (cheap: the host-access path asks nothing else
+    /// when none is).
+    pub(crate) fn any(&self) -> bool {
+        self.any.load(core::sync::atomic::Ordering::Acquire)
+    }
+
+    fn all(&self) -> Vec<Arc<dyn DeviceLayer>> {
+        crate::sync::lock(&self.layers).clone()
+    }
+
+    /// [`DeviceLayer::to_host`] of every layer for `accesses`.
+    pub(crate) fn to_host(&self, accesses: &[Access]) -> Result<(), String> {
+        if !self.any() || accesses.is_empty() {
+            return Ok(());
+        }
+        let buffers = Buffers::of(accesses);
+        for l in self.all() {
+            l.to_host(&buffers)?;
+        }
+        Ok(())
+    }
+
+    /// [`DeviceLayer::forget`] of every layer.
+    pub(crate) fn forget(&self, uid: u64) {
+        if self.any() {
+            for l in self.all() {
+                l.forget(uid);
+            }
+        }
+    }
+
+    /// [`DeviceLayer::flush`] of every layer.
+    pub(crate) fn flush(&self) {
+        if self.any() {
+            for l in self.all() {
+                l.flush();
+            }
+        }
+    }
+}
+
+/// One handle's host data as a device layer keeps it between tasks (for write-backs,
+/// eviction, flushes): it keeps the handle's storage alive while held, and reads or
+/// writes it through [`HostRef::buffers`] (one access, read-write).
+#[derive(Clone)]
+pub struct HostRef {
+    access: Access,
+}
+
+impl fmt::Debug for HostRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostRef")
+            .field("uid", &self.access.cell.uid())
+            .finish()
+    }
+}
+
+impl HostRef {
+    /// The handle's data as one read-write access.
+    pub fn buffers(&self) -> Buffers<'_> {
+        Buffers::of(core::slice::from_ref(&self.access))
+    }
+
+    /// The handle's [`Buffers::uid`].
+    pub fn uid(&self) -> u64 {
+        self.access.cell.uid()
+    }
+}
+
+impl Buffers<'_> {
+    /// Access `i`'s handle, kept by a device layer ([`HostRef`]).
+    ///
+    /// # Panics
+    /// When `i` is out of range (a bug in the caller).
+    pub fn host_ref(&self, i: usize) -> HostRef {
+        HostRef {
+            access: Access {
+                cell: Arc::clone(&self.access(i).cell),
+                mode: starling_core::AccessMode::RW,
+            },
+        }
+    }
+}
+
+impl<I: crate::data::Interface> crate::data::Handle<I> {
+    /// The handle's data for a device layer ([`HostRef`]), e.g. to pin its host memory.
+    pub fn host_ref(&self) -> HostRef {
+        HostRef {
+            access: Access {
+                cell: self.erased(),
+                mode: starling_core::AccessMode::RW,
+            },
+        }
+    }
+}
