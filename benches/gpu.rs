@@ -24,8 +24,8 @@ use std::time::Instant;
 
 use starling::core::AccessMode;
 use starling::gpu::blas::Blas;
-use starling::gpu::replicas::{Devices, Replicated};
 use starling::gpu::{Device, Gpu, GpuConfig};
+use starling::interfaces::Vector;
 use starling::{ClusterConfig, run_local_with};
 
 #[allow(
@@ -59,45 +59,92 @@ fn dense(dev: &Device, n: usize) -> Duration {
     start.elapsed()
 }
 
-/// Starling's tiled factorization with the CUDA codelets, one rank.
-fn tiled(gpu: &Arc<Gpu>, n: usize, nb: usize) -> Duration {
+/// One run of Starling's tiled factorization with the CUDA codelets.
+struct Tiled {
+    time: Duration,
+    /// Bytes up and down during the factorization (between the two `wait_for_all`).
+    up: u64,
+    down: u64,
+    device_tasks: u64,
+    cpu_tasks: u64,
+    /// Seconds spent pinning the tiles (before the timer, as `starpu_malloc` would).
+    pin: f64,
+}
+
+/// Starling's tiled factorization with the CUDA codelets on `ranks` in-process ranks
+/// sharing the device(s); `pin`: the tiles' host memory is pinned first.
+fn tiled(gpu: &Arc<Gpu>, ranks: u32, n: usize, nb: usize, pin: bool) -> Tiled {
     let p = cholesky::Params {
-        ranks: 1,
+        ranks,
         n,
         nb,
         check: false,
         openblas: false,
     };
-    let gpu = Arc::clone(gpu);
-    let out = run_local_with(1, ClusterConfig::from_env(), move |ctx| {
+    let g = Arc::clone(gpu);
+    let out = run_local_with(ranks, ClusterConfig::from_env(), move |ctx| {
+        let gpu = &g;
         let tiles = cholesky::register_tiles(ctx, &p).expect("registering the tiles");
-        let codelets = cholesky::Codelets::on(Some(&gpu));
+        let codelets = cholesky::Codelets::on(Some(gpu));
+        let t0 = Instant::now();
+        if pin {
+            cholesky::pin_tiles(ctx, &p, &tiles, Some(gpu));
+        }
+        let pin = t0.elapsed().as_secs_f64();
         ctx.wait_for_all();
+        ctx.barrier();
+        let before = gpu.stats();
         let start = Instant::now();
         cholesky::factorize(ctx, &p, &tiles, &codelets).expect("an insert");
         ctx.wait_for_all();
-        let t = start.elapsed();
-        gpu.clear();
-        t
+        ctx.barrier();
+        let time = start.elapsed();
+        let after = gpu.stats();
+        ctx.barrier();
+        Tiled {
+            time,
+            up: after.bytes_to_device - before.bytes_to_device,
+            down: after.bytes_to_host - before.bytes_to_host,
+            device_tasks: after.device_tasks - before.device_tasks,
+            cpu_tasks: after.cpu_tasks - before.cpu_tasks,
+            pin,
+        }
     })
     .expect("a clean shutdown");
-    out[0]
+    gpu.clear();
+    out.into_iter()
+        .max_by(|a, b| a.time.cmp(&b.time))
+        .expect("one rank at least")
 }
 
 fn gbs(bytes: usize, t: Duration) -> f64 {
     bytes as f64 / t.as_secs_f64() / 1e9
 }
 
-/// Host ↔ device bandwidth: the replica layer against raw copies.
-fn staging(dev: &Device) {
+/// Host ↔ device bandwidth: the pipeline's copies of a pinned handle and of a pageable
+/// one, against raw `cudarc` copies from pinned and from pageable memory.
+fn staging(dev: &Device, gpu: &Arc<Gpu>) -> (f64, f64, f64, f64) {
     let len = 32 << 20; // 256 MiB of f64
     let bytes = len * 8;
-    let devices = Devices(vec![dev.clone()]);
-    let node = Devices::node(0);
+    let best = |f: &mut dyn FnMut() -> Duration| (0..5).map(|_| f()).min().unwrap_or_default();
     let mut host = vec![1.0f64; len];
     let mut raw = dev.alloc_zeros::<f64>(len).expect("a device buffer");
-    let mut r = Replicated::new(len);
-    let best = |f: &mut dyn FnMut() -> Duration| (0..5).map(|_| f()).min().unwrap_or_default();
+    let ctx = dev.context();
+    // SAFETY: a fresh page-locked allocation, written before it is read.
+    let mut pinned = unsafe { ctx.alloc_pinned::<f64>(len) }.expect("pinned memory");
+    let stream = dev.stream();
+    let h2d_pinned = best(&mut || {
+        let s = Instant::now();
+        stream.memcpy_htod(&pinned, &mut raw).expect("upload");
+        stream.synchronize().expect("sync");
+        s.elapsed()
+    });
+    let d2h_pinned = best(&mut || {
+        let s = Instant::now();
+        stream.memcpy_dtoh(&raw, &mut pinned).expect("download");
+        stream.synchronize().expect("sync");
+        s.elapsed()
+    });
     let h2d_raw = best(&mut || {
         let s = Instant::now();
         dev.upload_into(&host, &mut raw).expect("upload");
@@ -109,38 +156,77 @@ fn staging(dev: &Device) {
         dev.download_into(&raw, &mut host).expect("download");
         s.elapsed()
     });
-    let h2d = best(&mut || {
-        r.host_written().expect("host written");
-        let s = Instant::now();
-        r.acquire_device(&devices, node, AccessMode::R, &host)
-            .expect("fetch");
-        dev.synchronize().expect("sync");
-        let t = s.elapsed();
-        r.release(node, AccessMode::R).expect("release");
-        t
-    });
-    let d2h = best(&mut || {
-        let _ = r
-            .acquire_device(&devices, node, AccessMode::W, &host)
-            .expect("a write on the device");
-        r.release(node, AccessMode::W).expect("release");
-        let s = Instant::now();
-        r.before_send(&devices, &mut host).expect("staging");
-        s.elapsed()
-    });
-    assert_eq!(r.state().valid().len(), 2);
-    let _ = r.evict(node);
-    println!("staging (256 MiB, pageable host memory, best of 5):");
+    drop(host);
+    // The pipeline: a device task reading a fresh host value (one upload), and a host
+    // read after a device write (one download), of a 256 MiB vector.
+    let mut rows = Vec::new();
+    for pin in [true, false] {
+        let g = Arc::clone(gpu);
+        let (up, down) = run_local_with(1, ClusterConfig::from_env(), move |ctx| {
+            let noop = g.cuda_codelet("noop", |_| Ok(()));
+            let v = ctx.register(Vector::from_vec(vec![1.0f64; len]));
+            if pin {
+                g.pin(&v.host_ref()).expect("pinning");
+            }
+            let mut up = Duration::MAX;
+            let mut down = Duration::MAX;
+            // A pageable handle is pinned by the pipeline at its second copy: its first
+            // copy each way is the pageable one, the best of the rest the pinned one.
+            for round in 0..6 {
+                {
+                    // A host write: the device copy is stale.
+                    let w = ctx.acquire(&v, AccessMode::W);
+                    w.get_mut().as_mut_slice()[0] = 2.0;
+                }
+                ctx.wait_for_all();
+                let s = Instant::now();
+                ctx.task(&noop).r(&v).submit();
+                ctx.wait_for_all();
+                let u = s.elapsed();
+                ctx.task(&noop).rw(&v).submit();
+                ctx.wait_for_all();
+                let s = Instant::now();
+                drop(ctx.acquire(&v, AccessMode::R));
+                let d = s.elapsed();
+                if pin || round > 0 {
+                    up = up.min(u);
+                    down = down.min(d);
+                } else {
+                    println!(
+                        "  pageable handle, first copies: up {:6.2} GB/s, down {:6.2} GB/s",
+                        gbs(bytes, u),
+                        gbs(bytes, d)
+                    );
+                }
+            }
+            (up, down)
+        })
+        .expect("a clean shutdown")
+        .remove(0);
+        rows.push((gbs(bytes, up), gbs(bytes, down)));
+    }
+    gpu.clear();
+    println!("staging (256 MiB, best of 5):");
     println!(
-        "  host → device: replica fetch {:6.2} GB/s, raw cudarc copy {:6.2} GB/s",
-        gbs(bytes, h2d),
+        "  host → device: pipeline pinned {:6.2} GB/s, auto-pinned {:6.2} GB/s | raw cudarc pinned {:6.2} GB/s, pageable {:6.2} GB/s",
+        rows[0].0,
+        rows[1].0,
+        gbs(bytes, h2d_pinned),
         gbs(bytes, h2d_raw)
     );
     println!(
-        "  device → host: before_send   {:6.2} GB/s, raw cudarc copy {:6.2} GB/s",
-        gbs(bytes, d2h),
+        "  device → host: pipeline pinned {:6.2} GB/s, auto-pinned {:6.2} GB/s | raw cudarc pinned {:6.2} GB/s, pageable {:6.2} GB/s",
+        rows[0].1,
+        rows[1].1,
+        gbs(bytes, d2h_pinned),
         gbs(bytes, d2h_raw)
     );
+    (
+        rows[0].0 / gbs(bytes, h2d_pinned),
+        rows[0].1 / gbs(bytes, d2h_pinned),
+        rows[1].0 / gbs(bytes, h2d_pinned),
+        rows[1].1 / gbs(bytes, d2h_pinned),
+    )
 }
 
 fn main() {
@@ -164,22 +250,54 @@ fn main() {
         "device: {}",
         dev.name().unwrap_or_else(|e| format!("? ({e})"))
     );
-    staging(&dev);
-    let nb = list("STARLING_GPU_BENCH_NB", &[1024])[0];
-    println!("cholesky (GFlop/s = n³/3 / time), tiles of {nb}:");
+    let (up, down, up_pageable, down_pageable) = staging(&dev, &gpu);
+    println!(
+        "| staging | pinned handle / raw pinned copy: up {:.0} %, down {:.0} % | auto-pinned handle / raw pinned copy: up {:.0} %, down {:.0} % |",
+        100.0 * up,
+        100.0 * down,
+        100.0 * up_pageable,
+        100.0 * down_pageable
+    );
+    // Warm-up, untimed: cuSOLVER's first call and each compute stream's first cuBLAS
+    // and cuSOLVER handles cost hundreds of milliseconds.
+    let _ = dense(&dev, 4096);
+    let _ = tiled(&gpu, 1, 8192, 1024, true);
+    let nbs = list("STARLING_GPU_BENCH_NB", &[1024, 2048]);
+    let ranks = list("STARLING_GPU_BENCH_RANKS", &[1]);
+    println!(
+        "cholesky (GFlop/s = n³/3 / time; Starling's time includes every copy its tasks make):"
+    );
+    println!(
+        "| n | nb | ranks | pinned | Starling GFlop/s | cuSOLVER dense GFlop/s | ratio | MB up | MB down | device tasks | CPU tasks | pin s |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for n in list("STARLING_GPU_BENCH_N", &[8192, 16384, 32768]) {
         let flops = (n as f64).powi(3) / 3.0;
         let t_dense = dense(&dev, n);
-        let t_tiled = tiled(&gpu, n, nb);
-        let s = gpu.stats();
-        println!(
-            "  n = {n:5}: Starling (CUDA worker) {:8.1} GFlop/s ({:.3} s) | cuSOLVER dense potrf {:8.1} GFlop/s ({:.3} s) | {} device tasks, {} CPU",
-            flops / t_tiled.as_secs_f64() / 1e9,
-            t_tiled.as_secs_f64(),
-            flops / t_dense.as_secs_f64() / 1e9,
-            t_dense.as_secs_f64(),
-            s.device_tasks,
-            s.cpu_tasks
-        );
+        let g_dense = flops / t_dense.as_secs_f64() / 1e9;
+        for &nb in &nbs {
+            if n % nb != 0 || n / nb < 2 {
+                continue;
+            }
+            for &r in &ranks {
+                for pin in [true, false] {
+                    if !pin && std::env::var_os("STARLING_GPU_BENCH_PAGEABLE").is_none() {
+                        continue;
+                    }
+                    let t = tiled(&gpu, r as u32, n, nb, pin);
+                    let g = flops / t.time.as_secs_f64() / 1e9;
+                    println!(
+                        "| {n} | {nb} | {r} | {} | {g:.0} | {g_dense:.0} | {:.1} % | {:.0} | {:.0} | {} | {} | {:.2} |",
+                        if pin { "yes" } else { "no" },
+                        100.0 * g / g_dense,
+                        t.up as f64 / 1e6,
+                        t.down as f64 / 1e6,
+                        t.device_tasks,
+                        t.cpu_tasks,
+                        t.pin
+                    );
+                }
+            }
+        }
     }
 }

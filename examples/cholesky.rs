@@ -431,6 +431,27 @@ fn gemm_task(b: &mut Buffers<'_>) {
     gemm(view(&a), view(&bt), view_mut(&mut b.w::<Matrix<f64>>(2)));
 }
 
+/// Pins the host memory of the tiles this rank owns for the devices of `--gpu`, as a
+/// StarPU application allocates its matrix with `starpu_malloc`: their copies to and from
+/// the devices then run asynchronously, at the bus's speed. Tiles received from other
+/// ranks are pinned by the device layer when they are copied a second time.
+pub(crate) fn pin_tiles(ctx: &Context, p: &Params, tiles: &Tiles, gpu: Option<&Gpu>) {
+    #[cfg(feature = "cuda")]
+    if let Some(gpu) = gpu {
+        for (m, row) in tiles.iter().enumerate() {
+            for (k, h) in row.iter().enumerate() {
+                if p.owner(m, k) == ctx.rank() {
+                    if let Err(e) = gpu.pin(&h.host_ref()) {
+                        eprintln!("cholesky: tile ({m}, {k}) stays pageable: {e}");
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = (ctx, p, tiles, gpu);
+}
+
 /// The CUDA devices of `--gpu` (the `cuda` feature).
 #[cfg(feature = "cuda")]
 pub(crate) type Gpu = std::sync::Arc<starling::gpu::Gpu>;
@@ -585,6 +606,7 @@ fn distributed(
     }
     let tiles = register_tiles(ctx, p)?;
     let cl = Codelets::of(p, gpu);
+    pin_tiles(ctx, p, &tiles, gpu);
     ctx.wait_for_all();
     ctx.barrier();
     let start = Instant::now();
@@ -746,12 +768,16 @@ fn main() -> ExitCode {
     if let Some(g) = devices {
         let s = g.stats();
         eprintln!(
-            "gpu: {} device(s), {} tasks on a device, {} on the CPU, {:.1} MB up, {:.1} MB down",
+            "gpu: {} device(s), {} tasks on a device, {} on the CPU ({} fallbacks, {} failed), {:.1} MB up, {:.1} MB down, {:.1} MB pinned, {} evictions",
             g.device_count(),
             s.device_tasks,
             s.cpu_tasks,
+            s.fallbacks,
+            s.failed,
             s.bytes_to_device as f64 / 1e6,
-            s.bytes_to_host as f64 / 1e6
+            s.bytes_to_host as f64 / 1e6,
+            s.pinned_bytes as f64 / 1e6,
+            s.evictions
         );
     }
     #[cfg(feature = "cuda")]

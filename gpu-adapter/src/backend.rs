@@ -131,8 +131,10 @@ pub trait Backend: Send + Sync + 'static {
     /// The backend's failure (an earlier asynchronous failure may be reported here).
     fn download(&self, dev: usize, src: &Self::Buf, host: &mut [f64]) -> Result<(), GpuError>;
 
-    /// Queues `kernel` on `data` on compute stream `stream` of device `dev`; returns the
-    /// event of its end, and the checks to run once it completed.
+    /// Queues `kernel` on `data` on compute stream `stream` of device `dev`, after the
+    /// events `after` (the task's uploads: a task completes only once the host memory it
+    /// reads was read, even when its kernel does not touch a buffer); returns the event
+    /// of its end, and the checks to run once it completed.
     ///
     /// # Errors
     /// The kernel's error (what it queued before failing still runs).
@@ -143,6 +145,7 @@ pub trait Backend: Send + Sync + 'static {
         exec: &mut Self::Exec,
         kernel: &Arc<Self::Kernel>,
         data: &mut [DeviceBuf<Self::Buf>],
+        after: &[Self::Event],
     ) -> Result<(Self::Event, Vec<Self::Check>), GpuError>;
 
     /// Whether `event` completed; an error reported by the device is returned.

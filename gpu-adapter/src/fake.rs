@@ -359,10 +359,15 @@ impl Backend for Fake {
         _exec: &mut (),
         kernel: &Arc<FakeKernel>,
         data: &mut [DeviceBuf<FakeBuf>],
+        uploads: &[FakeEvent],
     ) -> Result<(FakeEvent, Vec<()>), GpuError> {
         let kernel = Arc::clone(kernel);
         let event = FakeEvent::default();
-        let after: Vec<FakeEvent> = data.iter().map(|b| b.data.ready.clone()).collect();
+        let after: Vec<FakeEvent> = data
+            .iter()
+            .map(|b| b.data.ready.clone())
+            .chain(uploads.iter().cloned())
+            .collect();
         let bufs: Vec<(Arc<Mutex<Vec<f64>>>, Shape, AccessMode)> = data
             .iter()
             .map(|b| (Arc::clone(&b.data.data), b.shape, b.mode))

@@ -665,11 +665,15 @@ impl<B: Backend> Shared<B> {
         st.clock += 1;
         let clock = st.clock;
         let mut acquired: Vec<usize> = Vec::with_capacity(n);
+        let mut uploads: Vec<B::Event> = Vec::new();
         let mut failure = None;
         for i in 0..n {
-            if let Err(e) = self.acquire(st, dev, &bufs, i, lens[i], clock) {
-                failure = Some(e);
-                break;
+            match self.acquire(st, dev, &bufs, i, lens[i], clock) {
+                Ok(up) => uploads.extend(up),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
             }
             acquired.push(i);
         }
@@ -699,7 +703,8 @@ impl<B: Backend> Shared<B> {
             Some(e) => Err(e),
             None => {
                 st.devs[dev].next_stream = st.devs[dev].next_stream.wrapping_add(1);
-                self.backend.launch(dev, stream, exec, &kernel.0, &mut data)
+                self.backend
+                    .launch(dev, stream, exec, &kernel.0, &mut data, &uploads)
             }
         };
         // Give the buffers back: later users are ordered after this kernel by the backend.
@@ -729,7 +734,8 @@ impl<B: Backend> Shared<B> {
     }
 
     /// Acquires access `i` of `bufs` on device `dev`: the entry, its buffer, and the
-    /// upload of the host copy when the device copy is not valid.
+    /// upload of the host copy when the device copy is not valid (its event returned: the
+    /// task's kernel, and so its completion, come after it).
     fn acquire(
         &self,
         st: &mut State<B>,
@@ -738,7 +744,7 @@ impl<B: Backend> Shared<B> {
         i: usize,
         len: usize,
         clock: u64,
-    ) -> Result<(), GpuError> {
+    ) -> Result<Option<B::Event>, GpuError> {
         let node = node_of(dev);
         let uid = bufs.uid(i);
         let mode = bufs.mode(i);
@@ -778,6 +784,7 @@ impl<B: Backend> Shared<B> {
             st.devs[dev].used += e.bytes();
         }
         let a = e.state.acquire(node, mode)?;
+        let mut upload = None;
         if let Some(f) = a.fetch {
             let pinned = Self::is_pinned(e, bufs, i);
             let Some(dst) = e.bufs[node.index()].as_mut() else {
@@ -788,7 +795,8 @@ impl<B: Backend> Shared<B> {
             let up =
                 with_host(bufs, i, |h| self.backend.upload(dev, h, pinned, dst)).and_then(|r| r);
             match up {
-                Ok(_event) => {
+                Ok(event) => {
+                    upload = Some(event);
                     // The backend orders the kernel after the upload: the copy is as good
                     // as landed for the state machine.
                     let _stale = e.state.handle_transfer_done(f)?;
@@ -812,7 +820,7 @@ impl<B: Backend> Shared<B> {
         }
         e.in_use[node.index()] += 1;
         e.last_use = clock;
-        Ok(())
+        Ok(upload)
     }
 
     /// Releases the acquisitions `uses` of node `node`.

@@ -229,7 +229,11 @@ impl Backend for Cuda {
         exec: &mut Kernels,
         kernel: &Arc<CudaKernel>,
         data: &mut [DeviceBuf],
+        after: &[CudaEvent],
     ) -> Result<(CudaEvent, Vec<CudaSlice<i32>>), GpuError> {
+        for e in after {
+            exec.device.stream().wait(e)?;
+        }
         let ran = kernel(&mut CudaBuffers {
             kernels: exec,
             data,

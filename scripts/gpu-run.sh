@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The device check, run on the GPU machine from the folder scripts/gpu-bundle.sh made
+# (copied there as run.sh). Ends with a table: each test group, each example, the
+# Cholesky against cuSOLVER, the staging bandwidth. No device: says so, exits 0.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=$here/bin
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "no CUDA device here (nvidia-smi -L failed): nothing to check"
+    exit 0
+fi
+nvidia-smi -L
+echo "libraries:"
+for l in libcuda.so.1 libnvrtc.so libcublas.so libcublasLt.so libcusolver.so; do
+    f=$(ldconfig -p 2>/dev/null | grep -m1 "$l" | sed 's/.*=> //')
+    echo "  $l -> ${f:-not in the loader cache}"
+done
+ls /usr/local/cuda/lib64 2>/dev/null | grep -E '^lib(cublas|cublasLt|nvrtc|cusolver|cudart)\.so\.[0-9]+$' | sed 's/^/  present: /'
+
+rows=()
+row() { rows+=("| $1 | $2 | $3 |"); }
+out=$here/out
+mkdir -p "$out"
+
+for t in $(cat "$here/tests.txt"); do
+    if timeout 90 "$bin/$t" --test-threads=1 >"$out/$t.log" 2>&1; then
+        r=$(grep -E '^test result' "$out/$t.log" | tail -1)
+        row "tests $t" pass "${r#test result: }"
+    else
+        row "tests $t" FAIL "$(grep -E 'FAILED|panicked' "$out/$t.log" | head -3 | tr '\n' ' ')"
+    fi
+done
+
+example() {
+    local name=$1
+    shift
+    local log="$out/ex-$name.log"
+    if timeout 60 "$@" >"$log" 2>&1; then
+        row "example $name" pass "$(grep -hE '^(OK|gpu:|cholesky:.*GFlop|factorization)' "$log" | tr '\n' ' ' | cut -c1-300)"
+    else
+        row "example $name" FAIL "$(tail -3 "$log" | tr '\n' ' ' | cut -c1-300)"
+    fi
+}
+example "stencil5 2 16 16 2" "$bin/stencil5" 2 16 16 2 --gpu
+example "cholesky 1 512 128" "$bin/cholesky" 1 512 128 --gpu
+example "cholesky 2 512 128" "$bin/cholesky" 2 512 128 --gpu
+example "cholesky 1 4096 512 check" "$bin/cholesky" 1 4096 512 --gpu
+example "cholesky 1 16384 2048" "$bin/cholesky" 1 16384 2048 --gpu --no-check
+example "cholesky 2 16384 2048" "$bin/cholesky" 2 16384 2048 --gpu --no-check
+if STARLING_NCUDA=0 timeout 60 "$bin/cholesky" 1 256 64 --gpu >"$out/ex-disabled.log" 2>&1; then
+    row "STARLING_NCUDA=0 --gpu" FAIL "exited 0"
+else
+    row "STARLING_NCUDA=0 --gpu" pass "$(tail -1 "$out/ex-disabled.log" | cut -c1-120)"
+fi
+
+echo "== benches/gpu.rs"
+STARLING_GPU_BENCH_RANKS=${STARLING_GPU_BENCH_RANKS:-1,2} timeout 240 "$bin/bench-gpu" --bench | tee "$out/bench.log"
+
+echo
+echo "## device check"
+echo "| check | result | detail |"
+echo "| --- | --- | --- |"
+printf '%s\n' "${rows[@]}"
+echo
+grep -E '^\| (staging|n \||---|[0-9])' "$out/bench.log"
