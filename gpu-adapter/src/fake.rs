@@ -21,14 +21,14 @@
 //! # let _ = double;
 //! ```
 
+use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use starling_core::AccessMode;
-use starling_std::{Buffers, Codelet};
+use starling_std::Codelet;
 
 use crate::GpuError;
 use crate::backend::{Backend, DeviceBuf, Shape};
@@ -93,7 +93,13 @@ pub type FakeKernel = dyn Fn(&mut [FakeView<'_>]) -> Result<(), GpuError> + Send
 
 /// The end of a fake operation: set once, with its outcome.
 #[derive(Clone, Debug, Default)]
-pub struct FakeEvent(Arc<(Mutex<Option<Result<(), String>>>, Condvar)>);
+pub struct FakeEvent(Arc<(Mutex<Outcome>, Condvar)>);
+
+/// An operation's outcome: `None` while it runs.
+type Outcome = Option<Result<(), String>>;
+
+/// A kernel's buffer as its stream's thread holds it.
+type Held = (Arc<Mutex<Vec<f64>>>, Shape, AccessMode);
 
 impl FakeEvent {
     fn done() -> Self {
@@ -318,7 +324,7 @@ impl Backend for Fake {
         let staged = host.to_vec();
         let event = FakeEvent::default();
         let (done, after, data) = (event.clone(), dst.ready.clone(), Arc::clone(&dst.data));
-        let time = self.copy_time(host.len() * size_of::<f64>());
+        let time = self.copy_time(size_of_val(host));
         let log = Arc::clone(&self.log);
         self.devs[dev].upload.push(Box::new(move || {
             // Ordered after the buffer's last writer, whatever its outcome.
@@ -339,7 +345,7 @@ impl Backend for Fake {
     fn download(&self, _dev: usize, src: &FakeBuf, host: &mut [f64]) -> Result<(), GpuError> {
         // Ordered after the buffer's last writer; a writer that failed left it as it was.
         let _ = src.ready.wait();
-        pause(self.copy_time(host.len() * size_of::<f64>()));
+        pause(self.copy_time(size_of_val(host)));
         let data = lock(&src.data);
         if data.len() != host.len() {
             return Err(GpuError::LengthMismatch {
@@ -368,7 +374,7 @@ impl Backend for Fake {
             .map(|b| b.data.ready.clone())
             .chain(uploads.iter().cloned())
             .collect();
-        let bufs: Vec<(Arc<Mutex<Vec<f64>>>, Shape, AccessMode)> = data
+        let bufs: Vec<Held> = data
             .iter()
             .map(|b| (Arc::clone(&b.data.data), b.shape, b.mode))
             .collect();
@@ -445,7 +451,7 @@ impl Backend for Fake {
     fn pin(&self, host: &[f64]) -> Result<(), GpuError> {
         self.log
             .pinned
-            .fetch_add((host.len() * size_of::<f64>()) as u64, Ordering::Relaxed);
+            .fetch_add((size_of_val(host)) as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -462,7 +468,7 @@ impl FakeGpu {
     pub fn codelet(
         self: &Arc<Self>,
         name: &str,
-        cpu: Option<Arc<dyn Fn(&mut Buffers<'_>) + Send + Sync>>,
+        cpu: Option<Arc<starling_std::Kernel>>,
         kernel: impl Fn(&mut [FakeView<'_>]) -> Result<(), GpuError> + Send + Sync + 'static,
     ) -> Codelet {
         let k: Arc<FakeKernel> = Arc::new(kernel);

@@ -34,9 +34,9 @@
 //! the first written handle's [uid](starling_std::Buffers::uid) modulo the devices (owner
 //! computes, stable per handle), so every device of a process is used.
 
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use core::time::Duration;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -336,7 +336,7 @@ impl<B: Backend> Layer<B> {
     pub fn codelet_with(
         self: &Arc<Self>,
         name: &str,
-        cpu: Option<Arc<dyn Fn(&mut Buffers<'_>) + Send + Sync>>,
+        cpu: Option<Arc<starling_std::Kernel>>,
         kernel: Arc<B::Kernel>,
     ) -> Codelet {
         let layer: Arc<dyn DeviceLayer> = Arc::clone(self) as Arc<dyn DeviceLayer>;
@@ -648,7 +648,6 @@ impl<B: Backend> Shared<B> {
                     lens.push(len);
                 }
                 Err(e) => {
-                    drop(bufs);
                     return Issue::Failed(task, e);
                 }
             }
@@ -659,7 +658,6 @@ impl<B: Backend> Shared<B> {
             .map(|i| lens[i] * size_of::<f64>())
             .sum();
         if !self.make_room(st, dev, need, &uids) && !st.devs[dev].inflight.is_empty() {
-            drop(bufs);
             return Issue::NoRoom(task);
         }
         st.clock += 1;
@@ -667,8 +665,8 @@ impl<B: Backend> Shared<B> {
         let mut acquired: Vec<usize> = Vec::with_capacity(n);
         let mut uploads: Vec<B::Event> = Vec::new();
         let mut failure = None;
-        for i in 0..n {
-            match self.acquire(st, dev, &bufs, i, lens[i], clock) {
+        for (i, &len) in lens.iter().enumerate() {
+            match self.acquire(st, dev, &bufs, i, len, clock) {
                 Ok(up) => uploads.extend(up),
                 Err(e) => {
                     failure = Some(e);
@@ -715,7 +713,6 @@ impl<B: Backend> Shared<B> {
         }
         let uses: Vec<(u64, AccessMode)> =
             acquired.iter().map(|&i| (uids[i], bufs.mode(i))).collect();
-        drop(bufs);
         match launched {
             Ok((event, checks)) => {
                 st.devs[dev].inflight.push(InFlight {

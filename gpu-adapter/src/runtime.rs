@@ -327,7 +327,7 @@ impl Gpu {
                 compute,
             });
         }
-        Layer::new(
+        Self::new(
             Cuda { devs },
             PipelineConfig {
                 policy: config.policy,

@@ -3,8 +3,9 @@
 //! with write-back, staging before a send, failures and the CPU fallback, several ranks
 //! and several devices. Each test asserts the traffic, not only the values.
 
+use core::time::Duration;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use starling_core::{AccessMode, Rank, Tag};
 use starling_gpu::GpuError;
@@ -198,7 +199,7 @@ fn a_tiled_cholesky_moves_each_tile_up_once_and_down_once_at_the_end() {
         gpu.backend()
             .log()
             .uploads
-            .load(std::sync::atomic::Ordering::Relaxed),
+            .load(core::sync::atomic::Ordering::Relaxed),
         10
     );
 }
@@ -226,8 +227,7 @@ fn a_send_of_a_device_written_tile_stages_exactly_that_tile() {
             g.stats().bytes_to_host as f64
         } else {
             ctx.recv(&a, Rank(0), Tag(7)).unwrap();
-            let v = ctx.acquire(&a, AccessMode::R).get().get(3, 4);
-            v
+            ctx.acquire(&a, AccessMode::R).get().get(3, 4)
         }
     })
     .unwrap();
@@ -311,7 +311,7 @@ fn inputs_are_copied_while_earlier_tasks_compute() {
     let log = gpu.backend().log();
     assert!(
         log.overlapped_uploads
-            .load(std::sync::atomic::Ordering::Relaxed)
+            .load(core::sync::atomic::Ordering::Relaxed)
             > 0,
         "no upload overlapped a kernel"
     );
@@ -407,11 +407,10 @@ fn a_device_failure_fails_the_run_unless_falling_back_is_asked_for() {
         .unwrap();
         let g = Arc::clone(&gpu);
         let out = run_local(1, move |ctx| {
-            let cpu: Arc<dyn Fn(&mut starling_std::Buffers<'_>) + Send + Sync> =
-                Arc::new(|b: &mut starling_std::Buffers<'_>| {
-                    let v = b.r::<Variable<f64>>(0).get();
-                    b.w::<Variable<f64>>(0).set(v + 10.0);
-                });
+            let cpu: Arc<starling_std::Kernel> = Arc::new(|b: &mut starling_std::Buffers<'_>| {
+                let v = b.r::<Variable<f64>>(0).get();
+                b.w::<Variable<f64>>(0).set(v + 10.0);
+            });
             let broken = g.codelet("broken", Some(cpu), |_| {
                 Err(GpuError::Unsupported("this kernel always fails"))
             });

@@ -66,5 +66,5 @@ pub use device::{DeviceImpl, DeviceLayer, DeviceTask, HostRef};
 pub use distributed::{Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild};
 pub use error::{CommError, ShutdownError};
 pub use rank::{DriverMode, RankConfig, RankRunner, StartError};
-pub use task::{Buffers, Codelet, RuntimeConfig, TaskTag, WorkerStart};
+pub use task::{Buffers, Codelet, Kernel, RuntimeConfig, TaskTag, WorkerStart};
 pub use transport::{InProcess, Transport};

@@ -29,7 +29,7 @@ use crate::sync::{Arc, Condvar, Mutex, MutexGuard, lock};
 use crate::trace::{self, Recorder, WorkerTrace};
 
 /// A task's CPU implementation.
-pub(crate) type Kernel = dyn Fn(&mut Buffers<'_>) + Send + Sync;
+pub type Kernel = dyn Fn(&mut Buffers<'_>) + Send + Sync;
 
 /// A kind of task: a name and a CPU implementation (the reference's `starpu_codelet`).
 #[derive(Clone)]
@@ -60,11 +60,7 @@ impl Codelet {
     /// A codelet named `name` with a device implementation, run by the device layer
     /// `device` names ([`crate::device`]), and optionally a CPU one, `cpu`, for the tasks
     /// the layer gives back.
-    pub fn with_device(
-        name: &str,
-        cpu: Option<Arc<dyn Fn(&mut Buffers<'_>) + Send + Sync>>,
-        device: DeviceImpl,
-    ) -> Self {
+    pub fn with_device(name: &str, cpu: Option<Arc<Kernel>>, device: DeviceImpl) -> Self {
         Self {
             name: Arc::from(name),
             kernel: cpu,
