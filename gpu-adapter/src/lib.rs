@@ -41,9 +41,12 @@
 //! # let _ = potrf;
 //! ```
 //!
-//! The [module docs of `runtime`](runtime) say how the CUDA workers run tasks and keep
-//! the host copy of each handle valid (write-through), so that an MPI send never stages
-//! and a receive leaves the host copy the valid one.
+//! The [module docs of `pipeline`](pipeline) say how device tasks run without holding a
+//! CPU worker (a driver thread per device, an upload stream, compute streams, a window of
+//! tasks in flight), how data stay on the device until the host needs them (the runtime
+//! asks [`DeviceLayer::to_host`](starling_std::DeviceLayer::to_host) before every host
+//! access), how device memory is a cache under a budget, and when host memory is pinned.
+//! [`fake`] runs the same pipeline with host memory standing for a device, in CI.
 //!
 //! # Tests and benchmarks
 //!
