@@ -70,10 +70,9 @@ pub enum GpuError {
     /// feature `needs` names (`cuda-13` for CUDA 13), or make an unversioned link
     /// (`libcublas.so`) to the file on `LD_LIBRARY_PATH`.
     #[error(
-        "{} ({lib}) is only present as {found}, a name this build ({built}) does not load: build for the {needs} (feature `{}` of starling, `{}` of starling-gpu), or put a link {lib}{} to it on LD_LIBRARY_PATH",
+        "{} ({lib}) is only present as {found}, a name this build ({built}) does not load: build for the {needs} with {}, or put a link {lib}{} to it on LD_LIBRARY_PATH",
         .lib.product(),
-        .needs.starling_feature(),
-        .needs.gpu_feature(),
+        .needs.how_to_build(),
         std::env::consts::DLL_SUFFIX
     )]
     UntriedLibrary {

@@ -250,11 +250,10 @@ impl fmt::Display for Report {
                 }
                 (None, Err(GpuError::UntriedLibrary { found, needs, .. })) => write!(
                     f,
-                    "  {lib:<12} {:<name_w$}  {:<9} only {found}, which this build does not load: build with feature `{}` (starling-gpu: `{}`)",
+                    "  {lib:<12} {:<name_w$}  {:<9} only {found}, a name this build does not load: build for the {needs} with {}",
                     "not loaded",
                     "-",
-                    needs.starling_feature(),
-                    needs.gpu_feature()
+                    needs.how_to_build()
                 )?,
                 (None, _) => write!(
                     f,

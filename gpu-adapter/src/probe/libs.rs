@@ -139,6 +139,17 @@ impl ApiLevel {
         }
     }
 
+    /// How to build for this level, in words: "the feature `cuda-13` (of starling, or of
+    /// starling-gpu with `--no-default-features`)".
+    pub fn how_to_build(self) -> &'static str {
+        match self {
+            Self::Cuda12 => "starling's feature `cuda` (starling-gpu's default, `cuda-12`)",
+            Self::Cuda13 => {
+                "the feature `cuda-13` (of starling, or of starling-gpu with `--no-default-features`)"
+            }
+        }
+    }
+
     /// The level whose names include `libX.so.<major>` first: 13 gives
     /// [`Cuda13`](Self::Cuda13), 12 and older [`Cuda12`](Self::Cuda12).
     pub fn for_major(major: u32) -> Self {
