@@ -136,7 +136,7 @@ fn a_library_under_no_name_is_missing_with_every_name_tried() {
         e,
         GpuError::MissingLibrary {
             lib: Lib::Cusolver,
-            tried: tried.clone()
+            tried
         }
     );
     let msg = e.to_string();
