@@ -244,6 +244,13 @@ impl fmt::Display for Report {
                         .as_ref()
                         .map_or_else(|| "?".into(), |p| p.display().to_string());
                     write!(f, "  {lib:<12} {name:<name_w$}  {version:<9} {path}")?;
+                    let (major, minor) = self.api.cuda_version();
+                    let too_old = r.lib == Lib::Driver
+                        && r.version
+                            .is_some_and(|v| (v.major, v.minor) < (major, minor));
+                    if too_old {
+                        write!(f, " (too old: this build needs CUDA {major}.{minor})")?;
+                    }
                     if !r.untried.is_empty() {
                         write!(f, " (also here: {}, not loaded)", r.untried.join(", "))?;
                     }

@@ -1,10 +1,10 @@
 //! The library-name logic, with the loader replaced by a list of names that "load": no
 //! CUDA library is needed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::libs::mapped_file;
-use super::{ApiLevel, Lib, LibraryReport, Version};
+use super::{ApiLevel, Lib, LibraryReport, Report, Version};
 use crate::GpuError;
 
 /// A loader that loads exactly `present`, recording every name asked.
@@ -216,4 +216,56 @@ fn the_report_never_panics_and_lists_every_library() {
     );
     assert_eq!(libs.nvrtc, report.get(Lib::Nvrtc).unwrap().loaded.is_some());
     println!("{report}");
+}
+
+#[test]
+fn the_table_has_a_line_per_library_saying_what_loaded_or_why_not() {
+    // A CUDA 12 build on a 12.4 driver with CUDA 13's versioned files only.
+    let present = ["libcuda.so.1", "libcublas.so.13", "libcusolver.so.12"];
+    let mut libraries: Vec<LibraryReport> = Lib::ALL
+        .into_iter()
+        .map(|lib| LibraryReport::lookup(lib, ApiLevel::Cuda12, |n| present.contains(&n)))
+        .collect();
+    libraries[0].version = Version::from_cuda(12040);
+    libraries[0].path = Some(PathBuf::from("/usr/lib/libcuda.so.550.1"));
+    libraries[4].version = Some(Version {
+        major: 12,
+        minor: 0,
+        patch: Some(4),
+    });
+    let report = Report {
+        api: ApiLevel::Cuda12,
+        libraries,
+        devices: Err(GpuError::NoDevice),
+    };
+    let text = report.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 8, "{text}");
+    assert!(lines[0].contains("CUDA 12.6 API"), "{text}");
+    let line = |lib: &str| {
+        *lines
+            .iter()
+            .find(|l| l.trim_start().starts_with(&format!("{lib} ")))
+            .unwrap()
+    };
+    let cuda = line("libcuda");
+    assert!(
+        cuda.contains("libcuda.so.1") && cuda.contains("12.4"),
+        "{cuda}"
+    );
+    assert!(cuda.contains("/usr/lib/libcuda.so.550.1"), "{cuda}");
+    assert!(
+        cuda.contains("too old: this build needs CUDA 12.6"),
+        "{cuda}"
+    );
+    let cublas = line("libcublas");
+    assert!(cublas.contains("only libcublas.so.13"), "{cublas}");
+    assert!(cublas.contains("feature `cuda-13`"), "{cublas}");
+    assert!(
+        line("libnvrtc").contains("not found (16 names tried)"),
+        "{text}"
+    );
+    let cusolver = line("libcusolver");
+    assert!(cusolver.contains("libcusolver.so.12") && cusolver.contains("12.0.4"));
+    assert!(lines[7].contains("no device: no CUDA device"), "{text}");
 }
