@@ -34,8 +34,9 @@
 //! with leftovers.
 //!
 //! ```sh
-//! cargo run --release --example cholesky -- [ranks] [n] [nb] [--check | --no-check] [--openblas] [--gpu] [--ms]
+//! cargo run --release --example cholesky -- [ranks] [n] [nb] [--check | --no-check] [--openblas] [--gpu] [--ms] | --probe
 //! cargo run --release --features cuda --example cholesky -- 1 8192 1024 --gpu
+//! cargo run --release --features cuda-13 --example cholesky -- --probe   # CUDA 13 API
 //! cargo build --release --features mpi --example cholesky
 //! mpirun -n 2 target/release/examples/cholesky 2 4096 512 --no-check   # over MPI
 //! ```
@@ -63,7 +64,11 @@
 //! `--gpu` (with the `cuda` feature) gives the four codelets their CUDA implementations
 //! (`starling::gpu::tiles`: cuSOLVER's POTRF, cuBLAS's TRSM, SYRK and GEMM), run by the
 //! CUDA worker of each device (`STARLING_NCUDA`, `STARLING_CUDA_POLICY`); the check is the
-//! same. Without the feature, or without a CUDA device, `--gpu` fails with the reason.
+//! same. `--gpu` first prints, on standard error, each CUDA library (the name loaded, its
+//! file and version) and the devices; without the feature, without a CUDA device, or
+//! without cuBLAS or cuSOLVER (under a name this build loads: `cuda` is the CUDA 12 API,
+//! `cuda-13` the CUDA 13 API), it fails with the reason and exits non-zero. `--probe`
+//! prints the same table and exits.
 
 use core::time::Duration;
 use std::io::IsTerminal as _;
@@ -453,24 +458,48 @@ pub(crate) fn pin_tiles(ctx: &Context, p: &Params, tiles: &Tiles, gpu: Option<&G
 }
 
 /// The CUDA devices of `--gpu` (the `cuda` feature).
-#[cfg(feature = "cuda")]
+#[cfg(any(feature = "cuda", feature = "cuda-13"))]
 pub(crate) type Gpu = std::sync::Arc<starling::gpu::Gpu>;
 
 /// Without the `cuda` feature there is no GPU to give the codelets.
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(any(feature = "cuda", feature = "cuda-13")))]
 #[derive(Debug)]
 pub(crate) enum Gpu {}
 
+/// `--probe`: prints the CUDA libraries (name loaded, file, version) and devices found.
+fn print_probe() -> ExitCode {
+    #[cfg(any(feature = "cuda", feature = "cuda-13"))]
+    {
+        println!("{}", starling::gpu::probe::report());
+        ExitCode::SUCCESS
+    }
+    #[cfg(not(any(feature = "cuda", feature = "cuda-13")))]
+    {
+        eprintln!("--probe needs the `cuda` or `cuda-13` feature");
+        ExitCode::FAILURE
+    }
+}
+
 /// Opens the GPU for `--gpu`, or says why it cannot be used.
 pub(crate) fn open_gpu() -> Result<Gpu, String> {
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "cuda-13"))]
     {
-        starling::gpu::Gpu::from_env().map_err(|e| format!("--gpu: {e}"))
+        use starling::gpu::probe::{self, Lib};
+        // The libraries, their files and versions, then the devices: one line each.
+        let report = probe::report();
+        eprintln!("{report}");
+        let gpu = starling::gpu::Gpu::from_env().map_err(|e| format!("--gpu: {e}"))?;
+        // The tile codelets need cuBLAS and cuSOLVER: a missing one is an error naming
+        // it, not a silent run on the CPU.
+        report
+            .require(&[Lib::Cublas, Lib::Cusolver])
+            .map_err(|e| format!("--gpu: {e}"))?;
+        Ok(gpu)
     }
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(any(feature = "cuda", feature = "cuda-13")))]
     {
         Err(
-            "--gpu needs the `cuda` feature (cargo run --release --features cuda --example ...)"
+            "--gpu needs the `cuda` or `cuda-13` feature (cargo run --release --features cuda --example ...)"
                 .into(),
         )
     }
@@ -504,7 +533,7 @@ impl Codelets {
 
     /// The codelets, with their CUDA implementations when `gpu` is given.
     pub(crate) fn on(gpu: Option<&Gpu>) -> Self {
-        #[cfg(feature = "cuda")]
+        #[cfg(any(feature = "cuda", feature = "cuda-13"))]
         if let Some(gpu) = gpu {
             use starling::gpu::tiles;
             return Self {
@@ -514,7 +543,7 @@ impl Codelets {
                 gemm: gpu.codelet("gemm", gemm_task, tiles::gemm),
             };
         }
-        #[cfg(not(feature = "cuda"))]
+        #[cfg(not(any(feature = "cuda", feature = "cuda-13")))]
         if let Some(never) = gpu {
             match *never {}
         }
@@ -699,12 +728,15 @@ fn parse() -> Result<Params, String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().any(|a| a == "--probe") {
+        return print_probe();
+    }
     let p = match parse() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("cholesky: {e}");
             eprintln!(
-                "usage: cholesky [ranks] [n] [nb] [--check | --no-check] [--openblas] [--gpu] [--ms]"
+                "usage: cholesky [ranks] [n] [nb] [--check | --no-check] [--openblas] [--gpu] [--ms] | --probe"
             );
             return ExitCode::FAILURE;
         }
@@ -720,7 +752,7 @@ fn main() -> ExitCode {
     } else {
         None
     };
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "cuda-13"))]
     let devices = gpu.clone();
     let mut config = ClusterConfig::from_env();
     if std::env::var_os("STARLING_PROGRESS").is_none() {
@@ -762,9 +794,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "cuda-13"))]
     let code = finish(&p, out);
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "cuda-13"))]
     if let Some(g) = devices {
         let s = g.stats();
         eprintln!(
@@ -780,9 +812,9 @@ fn main() -> ExitCode {
             s.evictions
         );
     }
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "cuda-13"))]
     return code;
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(any(feature = "cuda", feature = "cuda-13")))]
     finish(&p, out)
 }
 

@@ -30,8 +30,9 @@
 //! fails, as `involved` explains.
 //!
 //! ```sh
-//! cargo run --release --example stencil5 -- [ranks] [X] [Y] [iterations] [prune|full|handbook] [--gpu]
+//! cargo run --release --example stencil5 -- [ranks] [X] [Y] [iterations] [prune|full|handbook] [--gpu] | --probe
 //! cargo run --release --features cuda --example stencil5 -- 4 32 32 3 --gpu
+//! cargo run --release --features cuda-13 --example stencil5 -- --probe   # CUDA 13 API
 //! cargo build --release --features mpi --example stencil5
 //! mpirun -n 4 target/release/examples/stencil5 4 [X] [Y] [iterations]   # ranks = mpirun's -n
 //! ```
@@ -43,8 +44,10 @@
 //! `--gpu` (with the `cuda` feature) gives the codelet its CUDA implementation
 //! (`starling::gpu::tiles::stencil5_cell`: the same sum, so the check stays bit for bit),
 //! run by the CUDA worker of each device; one task per cell makes it a correctness run,
-//! not a fast one. Without the feature, or without a CUDA device, `--gpu` fails with the
-//! reason.
+//! not a fast one. `--gpu` first prints, on standard error, each CUDA library (the name
+//! loaded, its file and version) and the devices; without the feature (`cuda` for the
+//! CUDA 12 API, `cuda-13` for CUDA 13), or without a CUDA device, it fails with the reason
+//! and exits non-zero. `--probe` prints the same table and exits.
 //!
 //! Each rank's progression thread currently holds at most 1024 pending message keys, so
 //! keep `Y` (the cells of a boundary row) and `X` below about 500.
@@ -321,24 +324,41 @@ pub(crate) fn codelet() -> Codelet {
 }
 
 /// The CUDA devices of `--gpu` (the `cuda` feature).
-#[cfg(feature = "cuda")]
+#[cfg(any(feature = "cuda", feature = "cuda-13"))]
 pub(crate) type Gpu = std::sync::Arc<starling::gpu::Gpu>;
 
 /// Without the `cuda` feature there is no GPU to give the codelet.
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(any(feature = "cuda", feature = "cuda-13")))]
 #[derive(Debug)]
 pub(crate) enum Gpu {}
 
+/// `--probe`: prints the CUDA libraries (name loaded, file, version) and devices found.
+fn print_probe() -> ExitCode {
+    #[cfg(any(feature = "cuda", feature = "cuda-13"))]
+    {
+        println!("{}", starling::gpu::probe::report());
+        ExitCode::SUCCESS
+    }
+    #[cfg(not(any(feature = "cuda", feature = "cuda-13")))]
+    {
+        eprintln!("--probe needs the `cuda` or `cuda-13` feature");
+        ExitCode::FAILURE
+    }
+}
+
 /// Opens the GPU for `--gpu`, or says why it cannot be used.
 fn open_gpu() -> Result<Gpu, String> {
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "cuda-13"))]
     {
+        // The libraries, their files and versions, then the devices: one line each. The
+        // stencil needs no library beyond the driver: without NVRTC the shipped PTX runs.
+        eprintln!("{}", starling::gpu::probe::report());
         starling::gpu::Gpu::from_env().map_err(|e| format!("--gpu: {e}"))
     }
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(any(feature = "cuda", feature = "cuda-13")))]
     {
         Err(
-            "--gpu needs the `cuda` feature (cargo run --release --features cuda --example ...)"
+            "--gpu needs the `cuda` or `cuda-13` feature (cargo run --release --features cuda --example ...)"
                 .into(),
         )
     }
@@ -347,7 +367,7 @@ fn open_gpu() -> Result<Gpu, String> {
 /// The stencil's codelet, with its CUDA implementation (the same sum, bit for bit) when
 /// `gpu` is given.
 fn codelet_on(gpu: Option<&Gpu>) -> Codelet {
-    #[cfg(feature = "cuda")]
+    #[cfg(any(feature = "cuda", feature = "cuda-13"))]
     if let Some(gpu) = gpu {
         return gpu.codelet(
             "stencil5",
@@ -355,7 +375,7 @@ fn codelet_on(gpu: Option<&Gpu>) -> Codelet {
             starling::gpu::tiles::stencil5_cell,
         );
     }
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(any(feature = "cuda", feature = "cuda-13")))]
     if let Some(never) = gpu {
         match *never {}
     }
@@ -455,11 +475,16 @@ fn sequential(p: &Params) -> Vec<f64> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().any(|a| a == "--probe") {
+        return print_probe();
+    }
     let p = match Params::from_args() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("stencil5: {e}");
-            eprintln!("usage: stencil5 [ranks] [X] [Y] [iterations] [prune|full|handbook] [--gpu]");
+            eprintln!(
+                "usage: stencil5 [ranks] [X] [Y] [iterations] [prune|full|handbook] [--gpu] | --probe"
+            );
             return ExitCode::FAILURE;
         }
     };

@@ -20,7 +20,7 @@
 //!   (`STARLING_TRACE=<path>`), in the Chrome / Perfetto JSON format, and its merger into
 //!   one timeline (the `trace-merge` binary).
 //!
-//! The features `mpi` and `cuda` add the MPI transport (`starling::mpi`, the `starling-mpi` crate) and the
+//! The features `mpi` and `cuda` (or `cuda-13`: the CUDA 13 API) add the MPI transport (`starling::mpi`, the `starling-mpi` crate) and the
 //! CUDA device (`starling::gpu`, the `starling-gpu` crate: codelets with CUDA
 //! implementations run by one CUDA worker per device; see the README's status table). [`launch`] runs one
 //! SPMD program either way: across the processes of an `mpirun` job when built with
@@ -239,7 +239,7 @@ pub fn under_mpirun() -> bool {
     }
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(any(feature = "cuda", feature = "cuda-13"))]
 pub use starling_gpu as gpu;
 
 /// The user guide (`docs/guide.md`), included here so that its examples are compiled and

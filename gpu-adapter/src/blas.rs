@@ -9,6 +9,7 @@ use cudarc::cusolver::sys as solver;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 
 use crate::device::check_len;
+use crate::probe::{self, Lib};
 use crate::{Device, GpuError};
 
 /// cuBLAS and cuSOLVER handles bound to one device's stream.
@@ -47,17 +48,12 @@ impl Blas {
     /// Creates the handles on `device`'s stream.
     ///
     /// # Errors
-    /// [`GpuError::NoCublas`] or [`GpuError::NoCusolver`] when the library cannot be loaded
-    /// (checked first: `cudarc` would panic); [`GpuError::Cublas`],
+    /// [`GpuError::MissingLibrary`] or [`GpuError::UntriedLibrary`] when cuBLAS or
+    /// cuSOLVER cannot be loaded (checked first with [`probe::require`]: `cudarc` would
+    /// panic); [`GpuError::Cublas`],
     /// [`GpuError::Cusolver`] or [`GpuError::Driver`] when a handle cannot be created.
     pub fn new(device: &Device) -> Result<Self, GpuError> {
-        let libs = crate::probe::libraries();
-        if !libs.cublas {
-            return Err(GpuError::NoCublas);
-        }
-        if !libs.cusolver {
-            return Err(GpuError::NoCusolver);
-        }
+        probe::require(&[Lib::Cublas, Lib::Cusolver])?;
         let stream = device.stream().clone();
         Ok(Self {
             device: device.clone(),

@@ -3,11 +3,16 @@
 use cudarc::driver::{DriverError, sys::CUresult};
 use starling_core::coherence::CoherenceError;
 
+use crate::probe::{ApiLevel, Lib};
+
 /// Why a GPU operation could not be done.
 ///
-/// The first five variants say that something this machine lacks: [`probe`](crate::probe())
-/// returns them instead of letting `cudarc` panic, and a program can fall back to its CPU
-/// implementations. The others report a failure of a call that could be made.
+/// The variants up to [`NoCusolver`](Self::NoCusolver), with
+/// [`MissingLibrary`](Self::MissingLibrary) and [`UntriedLibrary`](Self::UntriedLibrary),
+/// say that something this machine lacks: [`probe`](crate::probe()) and
+/// [`probe::require`](crate::probe::require) return them instead of letting `cudarc`
+/// panic ([`missing_library`](Self::missing_library) tells them apart). The others report
+/// a failure of a call that could be made.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum GpuError {
@@ -25,6 +30,10 @@ pub enum GpuError {
     /// The NVRTC library (`libnvrtc.so`) could not be loaded, so kernels cannot be compiled
     /// at run time. Install the toolkit's NVRTC (or the `nvidia-cuda-nvrtc-cu12` wheel)
     /// and put it on `LD_LIBRARY_PATH`.
+    ///
+    /// This crate now returns [`MissingLibrary`](Self::MissingLibrary) or
+    /// [`UntriedLibrary`](Self::UntriedLibrary), which name what was tried; this variant
+    /// and the next two stay for callers that still match on them.
     #[error(
         "no NVRTC: libnvrtc could not be loaded, so kernels cannot be compiled at run time (install CUDA's NVRTC and add it to LD_LIBRARY_PATH)"
     )]
@@ -42,6 +51,40 @@ pub enum GpuError {
         "no cuSOLVER: libcusolver could not be loaded (install CUDA's cuSOLVER and add it to LD_LIBRARY_PATH)"
     )]
     NoCusolver,
+    /// A CUDA library could not be loaded under any name this build tries, nor under a
+    /// versioned name (`libX.so.13`, `.so.12`, `.so.11`): it is not installed, or not on
+    /// the loader's path. Install it and add its directory to `LD_LIBRARY_PATH`.
+    #[error(
+        "{} ({lib}) not found: none of {} loads (install it and add its directory to LD_LIBRARY_PATH)",
+        .lib.product(),
+        .tried.join(", ")
+    )]
+    MissingLibrary {
+        /// Which library.
+        lib: Lib,
+        /// Every name tried, in order.
+        tried: Vec<String>,
+    },
+    /// A CUDA library is present only under a name this build's `cudarc` does not try
+    /// (`libcublas.so.13` with the CUDA 12 build, which stops at `.so.12`). Build with the
+    /// feature `needs` names (`cuda-13` for CUDA 13), or make an unversioned link
+    /// (`libcublas.so`) to the file on `LD_LIBRARY_PATH`.
+    #[error(
+        "{} ({lib}) is only present as {found}, a name this build ({built}) does not load: build for the {needs} with {}, or put a link {lib}{} to it on LD_LIBRARY_PATH",
+        .lib.product(),
+        .needs.how_to_build(),
+        std::env::consts::DLL_SUFFIX
+    )]
+    UntriedLibrary {
+        /// Which library.
+        lib: Lib,
+        /// The name it loads under.
+        found: String,
+        /// This build's API level.
+        built: ApiLevel,
+        /// The API level whose names include `found`.
+        needs: ApiLevel,
+    },
     /// GPUs are switched off by configuration (`STARLING_NCUDA=0`).
     #[error("CUDA devices are disabled (STARLING_NCUDA=0)")]
     Disabled,
@@ -93,6 +136,24 @@ pub enum GpuError {
     /// acquisitions and releases).
     #[error("replica coherence: {0}")]
     Coherence(#[from] CoherenceError),
+}
+
+impl GpuError {
+    /// The library whose absence this error reports: `Some` for
+    /// [`NoDriver`](Self::NoDriver), [`NoNvrtc`](Self::NoNvrtc),
+    /// [`NoCublas`](Self::NoCublas), [`NoCusolver`](Self::NoCusolver),
+    /// [`MissingLibrary`](Self::MissingLibrary) and
+    /// [`UntriedLibrary`](Self::UntriedLibrary); `None` for every other error.
+    pub fn missing_library(&self) -> Option<Lib> {
+        match self {
+            Self::NoDriver => Some(Lib::Driver),
+            Self::NoNvrtc => Some(Lib::Nvrtc),
+            Self::NoCublas => Some(Lib::Cublas),
+            Self::NoCusolver => Some(Lib::Cusolver),
+            Self::MissingLibrary { lib, .. } | Self::UntriedLibrary { lib, .. } => Some(*lib),
+            _ => None,
+        }
+    }
 }
 
 impl From<DriverError> for GpuError {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::{self, Ptx};
 
+use crate::probe::{self, Lib};
 use crate::{Device, GpuError};
 
 /// The CUDA C source of the stencil kernels (`stencil5_cell`, `stencil5_grid`).
@@ -19,13 +20,11 @@ pub const STENCIL5_PTX: &str = include_str!("../kernels/stencil5.ptx");
 /// Compiles `src` with NVRTC.
 ///
 /// # Errors
-/// [`GpuError::NoNvrtc`] when `libnvrtc` cannot be loaded (checked first: `cudarc` would
-/// panic); [`GpuError::Compile`] with the compiler's log.
+/// [`GpuError::MissingLibrary`] or [`GpuError::UntriedLibrary`] when `libnvrtc` cannot be
+/// loaded (checked first with [`probe::require`]: `cudarc` would panic);
+/// [`GpuError::Compile`] with the compiler's log.
 pub fn compile(module: &'static str, src: &str) -> Result<Ptx, GpuError> {
-    // SAFETY: only `dlopen`s candidate library names (see `probe::libraries`).
-    if !unsafe { nvrtc::sys::is_culib_present() } {
-        return Err(GpuError::NoNvrtc);
-    }
+    probe::require(&[Lib::Nvrtc])?;
     nvrtc::compile_ptx(src).map_err(|e| GpuError::Compile {
         module,
         log: match e {
@@ -55,7 +54,9 @@ impl Stencil {
     pub fn load(device: &Device) -> Result<Self, GpuError> {
         let (ptx, from_nvrtc) = match compile("stencil5", STENCIL5_SRC) {
             Ok(ptx) => (ptx, true),
-            Err(GpuError::NoNvrtc) => (Ptx::from_src(STENCIL5_PTX), false),
+            Err(e) if e.missing_library() == Some(Lib::Nvrtc) => {
+                (Ptx::from_src(STENCIL5_PTX), false)
+            }
             Err(e) => return Err(e),
         };
         let module = device.context().load_module(ptx)?;

@@ -1,18 +1,36 @@
 //! `starling-gpu`: Starling's CUDA device, through `cudarc`.
 //!
-//! `cudarc` is built with **dynamic loading** and a fixed API level (`cuda-12060`):
-//! `libcuda`, `libnvrtc`, `libcublas` and `libcusolver` are opened at run time, so this
-//! crate builds with no CUDA toolkit, no driver and no GPU, and nothing else in the
-//! workspace needs one. `cudarc` panics when a library is missing; every entry point here
-//! checks first ([`probe::libraries`]) and returns a typed [`GpuError`] instead:
-//! [`GpuError::NoDriver`], [`GpuError::NoDevice`], [`GpuError::NoNvrtc`],
-//! [`GpuError::NoCublas`], [`GpuError::NoCusolver`].
+//! `cudarc` is built with **dynamic loading**: `libcuda`, `libnvrtc`, `libcublas` and
+//! `libcusolver` are opened at run time, so this crate builds with no CUDA toolkit, no
+//! driver and no GPU, and nothing else in the workspace needs one. `cudarc` panics when a
+//! library is missing; every entry point here checks first ([`probe::require`]) and
+//! returns a typed [`GpuError`] instead: [`GpuError::NoDriver`], [`GpuError::NoDevice`],
+//! [`GpuError::MissingLibrary`] (naming the library and every name tried) or
+//! [`GpuError::UntriedLibrary`] (present only under a name this build does not load).
+//!
+//! # API level: `cuda-12` or `cuda-13`
+//!
+//! One of two exclusive features fixes the CUDA API `cudarc` is built for, and so the
+//! oldest driver that works and the file names it tries ([`probe::ApiLevel`]):
+//!
+//! | feature | `cudarc` | driver | names tried |
+//! | --- | --- | --- | --- |
+//! | `cuda-12` (default; `starling`'s `cuda`) | `cuda-12060` | CUDA 12.6 or newer | `libX.so`, `libX.so.12`, `libX.so.11`, ... never `libX.so.13` |
+//! | `cuda-13` (`starling`'s `cuda-13`) | `cuda-13000` | CUDA 13.0 or newer | `libX.so`, `libX.so.13`, `libX.so.12`, ... |
+//!
+//! A CUDA 13 installation without the unversioned links (the pip wheels, a runtime-only
+//! install) has only `libcublas.so.13` and `libnvrtc.so.13`: build it with `cuda-13`
+//! (`cargo build --no-default-features --features cuda-13`, or `starling`'s
+//! `--features cuda-13`). The CUDA 12 build says so instead of calling the library
+//! missing ([`GpuError::UntriedLibrary`]). cuSOLVER keeps major 12 in CUDA 13, which both
+//! levels try. [`probe::report`] lists what was found: the name `cudarc` opens, the file,
+//! the version of each library.
 //!
 //! # What it holds
 //!
 //! | item | what it does | needs |
 //! | --- | --- | --- |
-//! | [`probe()`], [`probe::libraries`], [`probe::device_count`] | what this machine has, never panicking | nothing |
+//! | [`probe()`], [`probe::report`], [`probe::require`], [`probe::libraries`], [`probe::device_count`] | what this machine has (devices; each library's name, file and version), never panicking | nothing |
 //! | [`Device`] | a device's context and stream; [`upload`](Device::upload) / [`download`](Device::download) of `&[T]` | a device |
 //! | [`kernels`] | the stencil kernels, compiled at run time by NVRTC, or the shipped PTX when NVRTC is missing | NVRTC to compile (no GPU); a device to run |
 //! | [`blas::Blas`] | cuBLAS GEMM, SYRK, TRSM and cuSOLVER POTRF on square tiles | a device, cuBLAS, cuSOLVER |
@@ -63,8 +81,18 @@
 //! cargo bench --features cuda --bench gpu          # Cholesky GFlop/s vs cuSOLVER, staging GB/s
 //! ```
 //!
-//! The driver must support the CUDA 12.6 API (`cuda-12060`), and the shipped PTX is
-//! ISA 8.5 (NVRTC 12.6), which needs a 12.6 driver to load.
+//! The driver must support the API level built for (CUDA 12.6 with `cuda-12`, 13.0 with
+//! `cuda-13`), and the shipped PTX is ISA 8.5 (NVRTC 12.6), which needs a 12.6 driver to
+//! load.
+
+#[cfg(all(feature = "cuda-12", feature = "cuda-13"))]
+compile_error!(
+    "starling-gpu: the features `cuda-12` and `cuda-13` are exclusive (one CUDA API level per build): for CUDA 13 build with `--no-default-features --features cuda-13` (starling: `--features cuda-13` without `cuda`)"
+);
+#[cfg(not(any(feature = "cuda-12", feature = "cuda-13")))]
+compile_error!(
+    "starling-gpu: enable one CUDA API level, the feature `cuda-12` (the default) or `cuda-13` (starling: `--features cuda` or `--features cuda-13`)"
+);
 
 pub mod backend;
 pub mod blas;

@@ -7,7 +7,7 @@ use starling_core::AccessMode;
 use starling_core::coherence::{BeforeSend, MemNode};
 use starling_gpu::blas::Blas;
 use starling_gpu::kernels::{self, STENCIL5_PTX, STENCIL5_SRC, Stencil, stencil5_grid_cpu};
-use starling_gpu::probe::{device_count, libraries};
+use starling_gpu::probe::{Lib, device_count, libraries, require};
 use starling_gpu::replicas::{Devices, Replicated};
 use starling_gpu::{Device, GpuError, probe};
 
@@ -99,8 +99,14 @@ fn blas_without_a_device_is_a_typed_error() {
     let libs = libraries();
     match Blas::new(&dev) {
         Ok(_) => assert!(libs.cublas && libs.cusolver),
-        Err(e) if !libs.cublas => assert_eq!(e, GpuError::NoCublas),
-        Err(e) if !libs.cusolver => assert_eq!(e, GpuError::NoCusolver),
+        Err(e) if !libs.cublas => {
+            assert_eq!(Err(e.clone()), require(&[Lib::Cublas]));
+            assert_eq!(e.missing_library(), Some(Lib::Cublas));
+        }
+        Err(e) if !libs.cusolver => {
+            assert_eq!(Err(e.clone()), require(&[Lib::Cusolver]));
+            assert_eq!(e.missing_library(), Some(Lib::Cusolver));
+        }
         Err(e) => panic!("Blas::new: {e}"),
     }
 }
@@ -111,7 +117,8 @@ fn nvrtc() -> bool {
     if libraries().nvrtc {
         true
     } else {
-        println!("skipped: no NVRTC ({})", GpuError::NoNvrtc);
+        let why = require(&[Lib::Nvrtc]).err().map(|e| e.to_string());
+        println!("skipped: no NVRTC ({})", why.unwrap_or_default());
         false
     }
 }
@@ -124,7 +131,10 @@ fn the_kernel_sources_compile_with_nvrtc() {
             assert!(src.contains(".entry stencil5_cell"));
             assert!(src.contains(".entry stencil5_grid"));
         }
-        Err(GpuError::NoNvrtc) => assert!(!nvrtc()),
+        Err(e) if e.missing_library() == Some(Lib::Nvrtc) => {
+            assert!(!nvrtc());
+            assert!(e.to_string().contains("libnvrtc.so"), "{e}");
+        }
         Err(e) => panic!("{e}"),
     }
 }
