@@ -8,7 +8,7 @@ use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB};
 
 use crate::agreement::Board;
 use crate::context::Context;
-use crate::error::ShutdownError;
+use crate::error::{ShutdownError, TransferError};
 use crate::hang::{self, Probe, RankReport, Watchdog};
 use crate::progress::{self, InboxTx, Input};
 use crate::rank::{DriverMode, Inbox, RankConfig, RankRunner};
@@ -301,11 +301,15 @@ where
     let r = f(runner.context());
     runner.context().wait_for_all();
     let leftovers = runner.leftovers();
+    let failures = runner.failures();
     runner.stop();
     if leftovers.is_empty() {
         Ok(r)
     } else {
-        Err(ShutdownError { leftovers })
+        Err(ShutdownError {
+            leftovers,
+            failures,
+        })
     }
 }
 
@@ -419,12 +423,14 @@ where
     });
     let mut results = Vec::new();
     let mut leftovers = Vec::new();
+    let mut failures = Vec::new();
     let mut panic = None;
     for t in threads {
         match t.join() {
-            Ok((r, mut left)) => {
+            Ok((r, mut left, mut failed)) => {
                 results.push(r);
                 leftovers.append(&mut left);
+                failures.append(&mut failed);
             }
             Err(p) => panic = Some(p),
         }
@@ -438,7 +444,10 @@ where
         std::panic::resume_unwind(p);
     }
     if !leftovers.is_empty() {
-        return Err(ShutdownError { leftovers });
+        return Err(ShutdownError {
+            leftovers,
+            failures,
+        });
     }
     Ok(results.into_iter().flatten().collect())
 }
@@ -448,7 +457,7 @@ fn rank_main<R, F>(
     config: &ClusterConfig,
     quiesce: &Quiesce,
     f: &F,
-) -> (Option<R>, Vec<String>)
+) -> (Option<R>, Vec<String>, Vec<(Rank, TransferError)>)
 where
     F: Fn(&Context) -> R,
 {
@@ -476,6 +485,7 @@ where
         thread::sleep(Duration::from_millis(1));
     }
     let mut leftovers = runner.leftovers();
+    let failures = runner.failures();
     if stuck {
         let mut outstanding = 0;
         runtime.wait_until(Duration::ZERO, |v| {
@@ -518,7 +528,7 @@ where
     }
     runner.stop();
     match outcome {
-        Ok(r) => (Some(r), leftovers),
+        Ok(r) => (Some(r), leftovers, failures),
         Err(p) => std::panic::resume_unwind(p),
     }
 }

@@ -23,7 +23,7 @@ use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag};
 
 use crate::context::{Context, RecvOpts, SendOpts};
 use crate::data::{AnyCell, Handle, Interface};
-use crate::error::CommError;
+use crate::error::{CommError, TransferError};
 use crate::sync::{Arc, lock};
 use crate::task::{Access as TaskAccess, Codelet, env_flag};
 use by_id::ById;
@@ -65,6 +65,12 @@ pub enum InsertError {
     /// differs between ranks, a policy that answers differently).
     #[error("{0}")]
     Diverged(Box<crate::agreement::Divergence>),
+    /// A transfer the task flow depends on failed on this rank (the first one is named:
+    /// datum, peer, cause): the tasks that read what it carried did not run, nor any
+    /// task after them on that data, and no value depending on it was sent. Every later
+    /// insert fails with it too; the flow cannot give a right result any more.
+    #[error("{0}")]
+    Transfer(Box<TransferError>),
 }
 
 impl From<insert::InsertError> for InsertError {
@@ -354,6 +360,8 @@ impl<'a> InsertBuilder<'a> {
         if let Some(d) = &dist.agreement.diverged {
             return Err(InsertError::Diverged(d.clone()));
         }
+        ctx.transfer_failure()
+            .map_err(|e| InsertError::Transfer(Box::new(e)))?;
         // Describe the accesses for the planner (in a buffer kept across inserts).
         let mut accesses = core::mem::take(&mut dist.accesses);
         accesses.clear();
@@ -570,6 +578,10 @@ fn policy_needed(accesses: &[Access]) -> bool {
     owner.is_none()
 }
 
+/// Posts one transfer of a plan. Its outcome goes to the runtime: a failed receive
+/// poisons the datum (no task reads it), a failed send is recorded; both are reported by
+/// [`Context::try_wait_for_all`], [`Context::mpi_wait_for_all`], the next insert and
+/// shutdown. The completion itself has nothing left to do.
 fn post_transfer(
     ctx: &Context,
     comm: CommId,
@@ -584,14 +596,14 @@ fn post_transfer(
                 sync: t.sync,
                 unlock: None,
             };
-            ctx.post_send(cell, t.peer, t.tag, opts, Box::new(|_| {}))
+            ctx.post_flow_send(cell, t.peer, t.tag, opts, Box::new(|_| {}))
         }
         Direction::Recv => {
             let opts = RecvOpts {
                 comm,
                 ..RecvOpts::default()
             };
-            ctx.post_recv(cell, t.peer, t.tag, opts, Box::new(|_| {}))
+            ctx.post_flow_recv(cell, t.peer, t.tag, opts, Box::new(|_| {}))
         }
     }
 }

@@ -62,7 +62,7 @@ pub use comm::Comm;
 pub use context::{Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, TaskBuilder};
 pub use data::{DataError, DataMut, DataRef, Handle, Interface};
 pub use distributed::{Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild};
-pub use error::{CommError, ShutdownError};
+pub use error::{CommError, ShutdownError, TransferDirection, TransferError};
 pub use rank::{DriverMode, RankConfig, RankRunner, StartError};
 pub use task::{Buffers, Codelet, RuntimeConfig, TaskTag, WorkerStart};
 pub use transport::{InProcess, Transport};

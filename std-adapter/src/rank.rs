@@ -488,7 +488,31 @@ impl RankRunner {
                 .into_iter()
                 .map(|p| format!("rank {}: {p}", rank.0)),
         );
+        let (failures, skipped) = self.runtime.failures();
+        out.extend(
+            failures
+                .iter()
+                .map(|f| format!("rank {}: transfer failed: {f}", rank.0)),
+        );
+        if skipped > 0 {
+            out.push(format!(
+                "rank {}: {skipped} task(s) did not run: they read data whose transfer failed",
+                rank.0
+            ));
+        }
         out
+    }
+
+    /// The transfers the task flow depended on that failed on this rank, oldest first
+    /// (each has a line in [`RankRunner::leftovers`] too).
+    pub fn failures(&self) -> Vec<(Rank, crate::error::TransferError)> {
+        let rank = self.ctx.rank();
+        self.runtime
+            .failures()
+            .0
+            .iter()
+            .map(|f| (rank, (**f).clone()))
+            .collect()
     }
 
     /// Waits, like [`Context::wait_for_all`], until every task and request submitted on
