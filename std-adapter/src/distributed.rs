@@ -360,8 +360,6 @@ impl<'a> InsertBuilder<'a> {
         if let Some(d) = &dist.agreement.diverged {
             return Err(InsertError::Diverged(d.clone()));
         }
-        ctx.transfer_failure()
-            .map_err(|e| InsertError::Transfer(Box::new(e)))?;
         // Describe the accesses for the planner (in a buffer kept across inserts).
         let mut accesses = core::mem::take(&mut dist.accesses);
         accesses.clear();
@@ -449,6 +447,10 @@ impl<'a> InsertBuilder<'a> {
                 dist.plan.executor,
             );
         }
+        // A rank whose flow already lost a transfer performs no more of it (recorded
+        // above all the same: the ranks' flows still agree).
+        ctx.transfer_failure()
+            .map_err(|e| InsertError::Transfer(Box::new(e)))?;
         let plan = &dist.plan;
         let executor = match plan.executor {
             Some(Executor::Rank(r)) => Some(r),
