@@ -689,6 +689,26 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         })
     }
 
+    /// A refused envelope as a [`Leftover::Orphan`]: what an adapter reports at shutdown
+    /// for an envelope it still keeps (it arrived and was never received). `None` for
+    /// bytes that do not decode, or an acknowledgement.
+    pub fn orphan_of(&self, source: Rank, comm: CommId, bytes: &[u8]) -> Option<Leftover> {
+        let env = envelope::decode(bytes).ok()?.envelope;
+        let kind = match env.kind {
+            EnvKind::Eager => UnexpectedKind::Eager,
+            EnvKind::SyncData => UnexpectedKind::Sync,
+            EnvKind::Data => UnexpectedKind::Data,
+            _ => return None,
+        };
+        Some(Leftover::Orphan(crate::matcher::Orphan {
+            comm,
+            source,
+            tag: env.tag,
+            size: env.size,
+            kind,
+        }))
+    }
+
     /// A send posted by a [`Transmit`] finished: the payload of `req` left (for an
     /// envelope with `inline`, once the whole message left or was copied).
     ///

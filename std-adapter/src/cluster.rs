@@ -11,7 +11,7 @@ use crate::context::Context;
 use crate::error::{ShutdownError, TransferError};
 use crate::hang::{self, Probe, RankReport, Watchdog};
 use crate::progress::{self, InboxTx, Input};
-use crate::rank::{DriverMode, Inbox, RankConfig, RankRunner};
+use crate::rank::{DriverMode, Inbox, RankConfig, RankRunner, Tables};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, lock};
 use crate::task::{Runtime, RuntimeConfig};
 use crate::transport::{Deliver, InProcess, InProcessWire};
@@ -78,6 +78,8 @@ pub struct ClusterConfig {
     /// Show the ranks' tasks done / submitted on one line of stderr, refreshed at most
     /// every 200 ms (`STARLING_PROGRESS=1`).
     pub progress: bool,
+    /// The sizes of each rank's protocol-engine tables ([`RankConfig::tables`]).
+    pub tables: Tables,
 }
 
 impl Default for ClusterConfig {
@@ -101,6 +103,7 @@ impl Default for ClusterConfig {
             watchdog: Some(Duration::from_secs(60)),
             trace_file: None,
             progress: false,
+            tables: Tables::DEFAULT,
         }
     }
 }
@@ -157,6 +160,7 @@ impl ClusterConfig {
             // The in-process transport copies every payload anyway.
             in_place_min: usize::MAX,
             check_agreement: self.check_agreement,
+            tables: self.tables,
             trace_file: self.trace_file.clone(),
             progress: self.progress,
         }

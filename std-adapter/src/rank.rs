@@ -90,6 +90,43 @@ pub struct RankConfig {
     /// (`STARLING_PROGRESS=1`). The ranks of a process share the line; a rank started
     /// with [`RankRunner::start`] (one per process, as under MPI) shows it only on rank 0.
     pub progress: bool,
+    /// The sizes of the protocol engine's tables ([`Tables`]): what does not fit waits
+    /// in the progression thread, in order, and goes in when room frees.
+    pub tables: Tables,
+}
+
+/// The sizes of a rank's protocol-engine tables, at most the engine's capacities (4096
+/// requests, 1024 match keys; larger values mean those). Smaller tables change no
+/// result, only how much waits outside the engine: tests run with
+/// [`Tables::TINY`] to overflow them at every step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tables {
+    /// Live requests (sends, receives, early-message buffers), shared out by the core's
+    /// `engine::Budget` (at least 4).
+    pub requests: usize,
+    /// Distinct (communicator, source, tag) keys in each of the matcher's tables (at
+    /// least 1).
+    pub match_keys: usize,
+}
+
+impl Tables {
+    /// The engine's full capacities: 4096 requests, 1024 match keys.
+    pub const DEFAULT: Self = Self {
+        requests: 4096,
+        match_keys: 1024,
+    };
+
+    /// The smallest tables: 4 requests, 2 match keys.
+    pub const TINY: Self = Self {
+        requests: 4,
+        match_keys: 2,
+    };
+}
+
+impl Default for Tables {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 /// Driver mode (the reference's `STARPU_MPI_DRIVER_CALL_FREQUENCY` and
@@ -147,6 +184,7 @@ impl Default for RankConfig {
             check_agreement: cfg!(debug_assertions),
             trace_file: None,
             progress: false,
+            tables: Tables::DEFAULT,
         }
     }
 }
@@ -329,6 +367,7 @@ impl RankRunner {
         let in_place_min = config.in_place_min;
         let multiple_send = config.multiple_send;
         let eager_limit = config.eager_limit.min(RankConfig::MAX_EAGER_LIMIT);
+        let tables = config.tables;
         let pshared = Arc::clone(&shared);
         let progression = thread::Builder::new()
             .name("starling-progress".into())
@@ -360,6 +399,7 @@ impl RankRunner {
                     timeline,
                     multiple_send,
                     eager_limit,
+                    tables,
                 };
                 let driver = progress::start(transport, rx, config, pshared);
                 let erased: Arc<dyn Drive> = driver.clone();
