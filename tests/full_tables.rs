@@ -178,3 +178,73 @@ fn a_message_refused_for_one_key_does_not_hold_back_another_key() {
     });
     assert_eq!(out, vec![true, true]);
 }
+
+#[test]
+fn a_full_cache_pair_stops_caching_on_both_of_its_ranks() {
+    // Three ranks, a cache bound of 2 entries per (owner, reader) pair: rank 0 reads 10
+    // data of rank 1 and 10 of rank 2, twice. The first 2 of each pair are cached (the
+    // second read sends nothing), the others are sent again, and both ranks of each pair
+    // always agree on which.
+    use starling::core::Owner;
+    const N: usize = 10;
+    let out = run_local_with(3, config(), |ctx| {
+        ctx.set_cache_pair_limit(2);
+        let data: Vec<Vec<Handle<Variable<u64>>>> = (1..3u32)
+            .map(|o| {
+                (0..N)
+                    .map(|k| {
+                        let tag = i64::from(o) * 100 + k as i64;
+                        ctx.register_owned(Tag(tag), Owner::Rank(Rank(o)), move || {
+                            Variable::new(u64::from(o) * 1_000 + k as u64)
+                        })
+                        .unwrap()
+                    })
+                    .collect()
+            })
+            .collect();
+        let sum = ctx
+            .register_owned(Tag(1), Owner::Rank(Rank(0)), || Variable::new(0u64))
+            .unwrap();
+        let add = starling::Codelet::new("add", |b| {
+            let v = b.r::<Variable<u64>>(1).get();
+            let s = b.r::<Variable<u64>>(0).get();
+            b.w::<Variable<u64>>(0).set(s + v);
+        });
+        for _ in 0..2 {
+            for h in data.iter().flatten() {
+                ctx.insert(&add).rw(&sum).r(h).submit().unwrap();
+            }
+        }
+        ctx.mpi_wait_for_all().unwrap();
+        // What this rank's cache says of each datum, as owner (sent to rank 0) or reader.
+        let me = ctx.rank();
+        let cached: Vec<bool> = data
+            .iter()
+            .flatten()
+            .map(|h| {
+                if me == Rank(0) {
+                    ctx.cached_receive(h)
+                } else {
+                    ctx.cached_send(h, Rank(0))
+                }
+            })
+            .collect();
+        let total = (me == Rank(0)).then(|| value(ctx, &sum));
+        (cached, total)
+    })
+    .expect("a clean shutdown");
+    let expected: u64 = 2
+        * (1..3u64)
+            .map(|o| (0..N as u64).map(|k| o * 1_000 + k).sum::<u64>())
+            .sum::<u64>();
+    assert_eq!(out[0].1, Some(expected));
+    for o in 1..3usize {
+        let reader = &out[0].0[(o - 1) * N..o * N];
+        let owner = &out[o].0[(o - 1) * N..o * N];
+        assert_eq!(
+            reader, owner,
+            "rank 0 and rank {o} disagree on their cached pairs"
+        );
+        assert_eq!(reader.iter().filter(|c| **c).count(), 2);
+    }
+}

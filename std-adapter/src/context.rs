@@ -542,7 +542,7 @@ impl Context {
             pedantic_isend,
             reports: Arc::new(Mutex::new(Vec::new())),
             tag_base,
-            dist: Mutex::new(crate::distributed::DistState::from_env()),
+            dist: Mutex::new(crate::distributed::DistState::from_env(size)),
             fake: AtomicBool::new(false),
             driver,
             pool,
