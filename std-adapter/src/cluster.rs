@@ -139,6 +139,7 @@ impl ClusterConfig {
             },
             trace_file: r.trace_file,
             progress: r.progress,
+            tables: r.tables,
             ..Self::default()
         }
     }

@@ -1218,7 +1218,12 @@ impl Refused {
         };
         self.heads.remove(&seq);
         if let Some(q) = self.by_key.get_mut(&order.key) {
-            q.retain(|s| *s != seq);
+            // It is the oldest of its key (it went in only as such): O(1).
+            if q.front() == Some(&seq) {
+                q.pop_front();
+            } else {
+                q.retain(|s| *s != seq);
+            }
             match q.front() {
                 Some(&next) => {
                     self.heads.insert(next);
@@ -1230,7 +1235,11 @@ impl Refused {
         }
         if let Some(t) = order.payload {
             if let Some(q) = self.by_payload.get_mut(&(source, t)) {
-                q.retain(|s| *s != seq);
+                if q.front() == Some(&seq) {
+                    q.pop_front();
+                } else {
+                    q.retain(|s| *s != seq);
+                }
                 if q.is_empty() {
                     self.by_payload.remove(&(source, t));
                 }

@@ -121,6 +121,15 @@ impl Tables {
         requests: 4,
         match_keys: 2,
     };
+
+    /// Reads `requests,match_keys` (`STARLING_ENGINE_TABLES`); `None` when malformed.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (r, k) = text.split_once(',')?;
+        Some(Self {
+            requests: r.trim().parse().ok()?,
+            match_keys: k.trim().parse().ok()?,
+        })
+    }
 }
 
 impl Default for Tables {
@@ -207,8 +216,9 @@ impl RankConfig {
     /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_CALLER_DRIVES=0`,
     /// `STARLING_MPI_THREAD_MULTIPLE_SEND=0`, `STARLING_IN_PLACE_MIN`,
     /// `STARLING_MPI_DRIVER_CALL_FREQUENCY`, `STARLING_MPI_DRIVER_TASK_FREQUENCY`,
-    /// `STARLING_CHECK_AGREEMENT`, `STARLING_TRACE` and `STARLING_PROGRESS`. A flag is on
-    /// when set to anything but empty or `0`.
+    /// `STARLING_CHECK_AGREEMENT`, `STARLING_TRACE`, `STARLING_PROGRESS` and
+    /// `STARLING_ENGINE_TABLES` (`requests,match_keys`, e.g. `4,2`: [`Tables`]). A flag
+    /// is on when set to anything but empty or `0`.
     pub fn from_env() -> Self {
         let mut c = Self {
             runtime: RuntimeConfig::from_env(),
@@ -221,6 +231,12 @@ impl RankConfig {
             progress: env_flag("STARLING_PROGRESS"),
             ..Self::default()
         };
+        if let Some(t) = std::env::var("STARLING_ENGINE_TABLES")
+            .ok()
+            .and_then(|v| Tables::parse(&v))
+        {
+            c.tables = t;
+        }
         if std::env::var("STARLING_MPI_PRIORITIES").is_ok_and(|v| v == "0") {
             c.priorities = false;
         }
