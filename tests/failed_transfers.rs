@@ -253,3 +253,111 @@ fn a_collective_with_a_failed_receive_does_not_run_its_callback() {
     assert_eq!(e.peer, Rank(1));
     assert_eq!(e.tag, Tag(9));
 }
+
+/// A migration whose transfer fails: the new owner does not run tasks on its stale copy.
+#[test]
+fn a_failed_migration_leaves_no_task_running_on_the_stale_copy() {
+    let results = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = Arc::clone(&results);
+    let _ = run_local_with(2, config(None), move |ctx| {
+        let x = mismatched(ctx, 1);
+        let y = var(ctx, 2, 1, 0);
+        let _ = ctx.migrate(&x, Rank(1));
+        // x is rank 1's now: the task runs there, on the copy whose transfer failed.
+        let _ = ctx.insert(&sum()).w(&y).r(&x).submit();
+        let waited = ctx.mpi_wait_for_all();
+        if ctx.rank() == Rank(1) {
+            sink.lock().unwrap().push((x.id(), waited, value(ctx, &y)));
+        }
+    });
+    let results = results.lock().unwrap();
+    let (x, waited, y) = &results[0];
+    assert_eq!(*y, 0, "a task ran on the stale copy of a migrated datum");
+    assert_eq!(
+        *waited,
+        Err(InsertError::Transfer(Box::new(size_mismatch(*x, 1))))
+    );
+}
+
+/// `get_data_on_node` returns the failure instead of handing over a stale copy.
+#[test]
+fn get_data_on_node_reports_the_failed_transfer() {
+    let results = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = Arc::clone(&results);
+    let _ = run_local_with(2, config(None), move |ctx| {
+        let x = mismatched(ctx, 1);
+        let got = ctx.get_data_on_node(&x, Rank(1));
+        sink.lock().unwrap().push((ctx.rank(), x.id(), got));
+    });
+    let results = results.lock().unwrap();
+    for (rank, x, got) in results.iter() {
+        if *rank == Rank(1) {
+            assert_eq!(
+                *got,
+                Err(InsertError::Transfer(Box::new(size_mismatch(*x, 1))))
+            );
+        } else {
+            assert_eq!(*got, Ok(()));
+        }
+    }
+}
+
+/// A reduction whose contribution does not arrive: the owner's value is not combined
+/// from what is left, and the wait names the reduced datum.
+#[test]
+fn a_reduction_with_a_failed_contribution_reports_the_datum_and_leaves_no_wrong_value() {
+    let results = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = Arc::clone(&results);
+    let _ = run_local_with(2, config(None), move |ctx| {
+        // The accumulator: 4 values on its owner, rank 0; rank 1 registers 8.
+        let n = if ctx.rank() == Rank(0) { 4 } else { 8 };
+        let acc = ctx.register(Vector::from_vec(vec![1_i64; n]));
+        ctx.mpi_register(&acc, Tag(7), Owner::Rank(Rank(0)))
+            .unwrap();
+        let out = var(ctx, 8, 0, -1);
+        let init = Codelet::new("zero", |b| {
+            for v in b.w::<Vector<i64>>(0).as_mut_slice() {
+                *v = 0;
+            }
+        });
+        let combine = Codelet::new("combine", |b| {
+            let add: Vec<i64> = b.r::<Vector<i64>>(1).as_slice().to_vec();
+            let mut acc = b.w::<Vector<i64>>(0);
+            for (a, v) in acc.as_mut_slice().iter_mut().zip(add) {
+                *a += v;
+            }
+        });
+        let bump = Codelet::new("bump", |b| {
+            for v in b.w::<Vector<i64>>(0).as_mut_slice() {
+                *v += 5;
+            }
+        });
+        ctx.set_reduction_methods(&acc, &combine, &init);
+        for r in 0..2 {
+            ctx.insert(&bump)
+                .redux(&acc)
+                .on_node(Rank(r))
+                .submit()
+                .unwrap();
+        }
+        // Reading the accumulator wraps the reduction up, then sums it.
+        let _ = ctx.insert(&sum()).w(&out).r(&acc).submit();
+        let waited = ctx.mpi_wait_for_all();
+        if ctx.rank() == Rank(0) {
+            sink.lock()
+                .unwrap()
+                .push((acc.id(), waited, value(ctx, &out)));
+        }
+    });
+    let results = results.lock().unwrap();
+    let (acc, waited, out) = &results[0];
+    assert_eq!(*out, -1, "a task read a reduction missing a contribution");
+    match waited {
+        Err(InsertError::Transfer(e)) => {
+            assert_eq!(e.data, *acc, "the failure names the reduced datum");
+            assert_eq!(e.peer, Rank(1));
+            assert_eq!(e.direction, TransferDirection::Recv);
+        }
+        other => panic!("the owner must get the failed contribution, got {other:?}"),
+    }
+}

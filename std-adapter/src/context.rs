@@ -847,7 +847,22 @@ impl Context {
         opts: RecvOpts,
         done: Done,
     ) -> Result<(), CommError> {
-        self.post_recv_inner(cell, source, tag, opts, done, true)
+        let data = cell.id();
+        self.post_recv_inner(cell, source, tag, opts, done, Some(data))
+    }
+
+    /// [`Context::post_flow_recv`] into a buffer that stands for datum `data` (a
+    /// reduction's contribution buffer): a failure names `data`.
+    pub(crate) fn post_flow_recv_for(
+        &self,
+        cell: Arc<dyn AnyCell>,
+        data: DataId,
+        source: Rank,
+        tag: Tag,
+        opts: RecvOpts,
+        done: Done,
+    ) -> Result<(), CommError> {
+        self.post_recv_inner(cell, source, tag, opts, done, Some(data))
     }
 
     /// [`Context::post_send`], lending the handle's data in place from `in_place_min`
@@ -973,11 +988,12 @@ impl Context {
         opts: RecvOpts,
         done: Done,
     ) -> Result<(), CommError> {
-        self.post_recv_inner(cell, source, tag, opts, done, false)
+        self.post_recv_inner(cell, source, tag, opts, done, None)
     }
 
     /// [`Context::post_recv`]; `flow`: a transfer of the task flow, whose failure
-    /// poisons the handle's value ([`Context::post_flow_recv`]).
+    /// poisons the handle's value and is reported naming that datum
+    /// ([`Context::post_flow_recv`]).
     fn post_recv_inner(
         &self,
         cell: Arc<dyn AnyCell>,
@@ -985,7 +1001,7 @@ impl Context {
         tag: Tag,
         opts: RecvOpts,
         done: Done,
-        flow: bool,
+        flow: Option<DataId>,
     ) -> Result<(), CommError> {
         self.check_rank(source)?;
         if self.fake.load(Ordering::Relaxed) {
@@ -1015,7 +1031,6 @@ impl Context {
             0,
             Box::new(move |node| {
                 let args = RecvArgs::new(opts.comm, source, tag, 0);
-                let data = cell.id();
                 let finish: Done = Box::new(move |result| {
                     if let Some(t) = opts.unlock {
                         rt.unlock_tag(t);
@@ -1024,7 +1039,7 @@ impl Context {
                     // access finds the handle free. A failed receive of the task flow
                     // leaves a stale value: it is poisoned, so nothing reads it.
                     match (&result, flow) {
-                        (Err(cause), true) => rt.fail(
+                        (Err(cause), Some(data)) => rt.fail(
                             node,
                             TransferError {
                                 data,

@@ -50,8 +50,9 @@ pub(super) fn reduce(
                 if me == reducer {
                     let tmp = cell.same_shape().ok_or(InsertError::NoReduction(id))?;
                     if !ctx.fake.load(core::sync::atomic::Ordering::Relaxed) {
-                        ctx.post_flow_recv(
+                        ctx.post_flow_recv_for(
                             Arc::clone(&tmp),
+                            id,
                             m,
                             info.tag,
                             RecvOpts {
