@@ -768,8 +768,8 @@ impl Context {
 
     /// The first failed transfer the task flow depends on, if any (without waiting).
     pub(crate) fn transfer_failure(&self) -> Result<(), TransferError> {
-        match self.runtime.failures().0.first() {
-            Some(f) => Err((**f).clone()),
+        match self.runtime.first_failure() {
+            Some(f) => Err((*f).clone()),
             None => Ok(()),
         }
     }

@@ -924,16 +924,20 @@ impl<T: Transport> Progress<T> {
     /// behind wait in `refused` (the core says which: [`RankEngine::refusal_order`]), it
     /// waits behind them; a message of another key goes in.
     fn on_envelope(&mut self, source: Rank, comm: CommId, bytes: Vec<u8>) {
-        let order = self.engine.refusal_order(source, comm, &bytes);
-        if let Some(o) = order {
-            if self.refused.must_wait(source, &o) {
-                self.refused.push(source, comm, bytes, o);
-                return;
+        // (with nothing refused, nothing holds it back: no second decoding)
+        if !self.refused.is_empty() {
+            if let Some(o) = self.engine.refusal_order(source, comm, &bytes) {
+                if self.refused.must_wait(source, &o) {
+                    self.refused.push(source, comm, bytes, o);
+                    return;
+                }
             }
         }
-        if let (Err((bytes, _)), Some(o)) = (self.handle_envelope(source, comm, bytes), order) {
-            // (refused bytes always have an order: the core decoded them)
-            self.refused.push(source, comm, bytes, o);
+        if let Err((bytes, _)) = self.handle_envelope(source, comm, bytes) {
+            // (refused bytes always have an order: the engine decoded them)
+            if let Some(o) = self.engine.refusal_order(source, comm, &bytes) {
+                self.refused.push(source, comm, bytes, o);
+            }
         }
     }
 
@@ -1142,6 +1146,11 @@ struct Refused {
 }
 
 impl Refused {
+    /// Whether no envelope is kept.
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
     /// Whether an envelope from `source` that keeps `order` must wait behind refused ones.
     fn must_wait(&self, source: Rank, order: &RefusalOrder) -> bool {
         self.by_key.get(&order.key).is_some_and(|q| !q.is_empty())

@@ -25,7 +25,7 @@ use crate::data::{AnyCell, Cell, DataMut, DataRef, Interface};
 use crate::error::TransferError;
 use crate::id_hash::IdMap;
 use crate::ready::ReadyQueue;
-use crate::sync::{Arc, Condvar, Mutex, MutexGuard, lock};
+use crate::sync::{Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering, lock};
 use crate::trace::{self, Recorder, WorkerTrace};
 
 /// A task's CPU implementation.
@@ -373,6 +373,9 @@ struct Shared {
     trace: Option<Arc<Recorder>>,
     /// Where tasks with a kernel run, when not on this runtime's workers.
     offload: std::sync::OnceLock<Arc<dyn Offload>>,
+    /// A transfer failed once ([`Runtime::fail`], [`Runtime::record_failure`]): until
+    /// then no node can be poisoned, and the checks skip the lock.
+    failed: AtomicBool,
 }
 
 /// The task runtime of one rank. Cheap to clone (shared).
@@ -436,6 +439,7 @@ impl Runtime {
                 trace,
                 threads,
                 offload: std::sync::OnceLock::new(),
+                failed: AtomicBool::new(false),
             }),
         };
         let threads = (0..threads)
@@ -539,6 +543,7 @@ impl Runtime {
             if let Some(w) = hd.last_writer {
                 preds.push(w);
             } else if poison.is_none()
+                && hd.poison.is_some()
                 && accesses
                     .iter()
                     .any(|b| b.cell.id() == data && reads_value(b.mode))
@@ -624,6 +629,7 @@ impl Runtime {
     pub(crate) fn fail(&self, id: NodeId, failure: TransferError) {
         let failure = Arc::new(failure);
         let mut st = self.state();
+        self.shared.failed.store(true, Ordering::SeqCst);
         st.failures.push(Arc::clone(&failure));
         if let Some(node) = st.nodes.get_mut(&id) {
             node.poison = Some(failure);
@@ -638,6 +644,7 @@ impl Runtime {
     /// others.
     pub(crate) fn record_failure(&self, failure: TransferError) {
         let mut st = self.state();
+        self.shared.failed.store(true, Ordering::SeqCst);
         st.failures.push(Arc::new(failure));
         self.notify_progress(&st);
     }
@@ -645,7 +652,23 @@ impl Runtime {
     /// Why hook node `id` must not use its data: a value it reads depends on a failed
     /// transfer. `None` for a node with sound inputs (or unknown).
     pub(crate) fn poison_of(&self, id: NodeId) -> Option<Poison> {
+        if !self.any_failure() {
+            return None;
+        }
         self.state().nodes.get(&id).and_then(|n| n.poison.clone())
+    }
+
+    /// Whether a transfer ever failed on this runtime (no lock taken).
+    fn any_failure(&self) -> bool {
+        self.shared.failed.load(Ordering::SeqCst)
+    }
+
+    /// The first failed transfer, if any (no lock taken while there is none).
+    pub(crate) fn first_failure(&self) -> Option<Poison> {
+        if !self.any_failure() {
+            return None;
+        }
+        self.state().failures.first().cloned()
     }
 
     /// Why the current value of `data` must not be used, as of the accesses completed so
