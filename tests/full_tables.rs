@@ -248,3 +248,68 @@ fn a_full_cache_pair_stops_caching_on_both_of_its_ranks() {
         assert_eq!(reader.iter().filter(|c| **c).count(), 2);
     }
 }
+
+#[test]
+fn a_gather_then_a_scatter_of_ten_thousand_handles_completes_right() {
+    // The whole grid in one call each way, every transfer past the tables waiting.
+    use core::sync::atomic::{AtomicUsize, Ordering};
+    use starling::AnyHandle;
+    use starling::core::Owner;
+    use std::sync::Arc;
+    const N: usize = 10_000;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&calls);
+    let out = run(move |ctx| {
+        let me = ctx.rank();
+        let hs: Vec<Handle<Variable<u64>>> = (0..N)
+            .map(|i| {
+                let owner = Rank((i % 2) as u32);
+                let v = if owner == me { i as u64 } else { u64::MAX };
+                let h = ctx.register(Variable::new(v));
+                ctx.mpi_register(&h, Tag(i as i64), Owner::Rank(owner))
+                    .unwrap();
+                h
+            })
+            .collect();
+        let any: Vec<AnyHandle> = hs.iter().map(AnyHandle::from).collect();
+        let (a, b) = (Arc::clone(&seen), Arc::clone(&seen));
+        ctx.gather_detached(
+            &any,
+            Rank(0),
+            move || {
+                a.fetch_add(1, Ordering::SeqCst);
+            },
+            move || {
+                b.fetch_add(1, Ordering::SeqCst);
+            },
+        )
+        .unwrap();
+        ctx.try_wait_for_all().unwrap();
+        let gathered = me != Rank(0)
+            || hs
+                .iter()
+                .enumerate()
+                .all(|(i, h)| value(ctx, h) == i as u64);
+        // Rank 0 changes every value, then scatters them back to their owners.
+        if me == Rank(0) {
+            for h in &hs {
+                let v = value(ctx, h);
+                ctx.acquire(h, AccessMode::W).get_mut().set(v + 1);
+            }
+        }
+        ctx.scatter_detached(&any, Rank(0), || {}, || {}).unwrap();
+        ctx.try_wait_for_all().unwrap();
+        let scattered = hs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Rank((i % 2) as u32) == me)
+            .all(|(i, h)| value(ctx, h) == i as u64 + 1);
+        gathered && scattered
+    });
+    assert_eq!(out, vec![true, true]);
+    assert_eq!(
+        calls.load(core::sync::atomic::Ordering::SeqCst),
+        2,
+        "one callback per rank"
+    );
+}
