@@ -8,11 +8,13 @@
 //! with every value right and nothing left at shutdown. A watchdog turns a hang into a
 //! failed test instead of a stuck suite.
 
+use core::sync::atomic::{AtomicUsize, Ordering};
 use core::time::Duration;
+use std::sync::Arc;
 
-use starling::core::{AccessMode, Rank, Tag};
+use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Variable;
-use starling::{ClusterConfig, Context, Handle, RuntimeConfig, Tables, run_local_with};
+use starling::{AnyHandle, ClusterConfig, Context, Handle, RuntimeConfig, Tables, run_local_with};
 
 fn config() -> ClusterConfig {
     ClusterConfig {
@@ -185,7 +187,6 @@ fn a_full_cache_pair_stops_caching_on_both_of_its_ranks() {
     // data of rank 1 and 10 of rank 2, twice. The first 2 of each pair are cached (the
     // second read sends nothing), the others are sent again, and both ranks of each pair
     // always agree on which.
-    use starling::core::Owner;
     const N: usize = 10;
     let out = run_local_with(3, config(), |ctx| {
         ctx.set_cache_pair_limit(2);
@@ -252,10 +253,6 @@ fn a_full_cache_pair_stops_caching_on_both_of_its_ranks() {
 #[test]
 fn a_gather_then_a_scatter_of_ten_thousand_handles_completes_right() {
     // The whole grid in one call each way, every transfer past the tables waiting.
-    use core::sync::atomic::{AtomicUsize, Ordering};
-    use starling::AnyHandle;
-    use starling::core::Owner;
-    use std::sync::Arc;
     const N: usize = 10_000;
     let calls = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&calls);
@@ -307,9 +304,5 @@ fn a_gather_then_a_scatter_of_ten_thousand_handles_completes_right() {
         gathered && scattered
     });
     assert_eq!(out, vec![true, true]);
-    assert_eq!(
-        calls.load(core::sync::atomic::Ordering::SeqCst),
-        2,
-        "one callback per rank"
-    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "one callback per rank");
 }
