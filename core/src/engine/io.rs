@@ -60,8 +60,9 @@ pub struct Config {
 /// on every rank of a configuration): what does not fit waits in the adapter, and no
 /// class can starve another.
 ///
-/// * application sends hold at most `sends` slots: sends complete without the peer's
-///   application, so their share always drains;
+/// * application sends hold at most `sends` slots: a standard send completes without the
+///   peer's application (a synchronous one once the peer posts its receive), so their
+///   share drains whatever the receives wait for;
 /// * application receives and early requests (buffers of messages that arrived before
 ///   their receive, discard buffers) share the other `recvs` slots, of which early
 ///   requests hold at most `early` (`recvs − 1`): a receive can always be submitted,
