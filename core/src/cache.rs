@@ -38,13 +38,23 @@
 //! one (a `heapless` index-set requirement, checked at compile time). A full set hands the
 //! entry back in a [`Full`] error ([`Table::Cache`]) and changes nothing.
 //!
+//! **The pair bound.** A full set is seen by one rank only: a reader that receives from
+//! many owners fills its received set while each owner's sent set has room, and the two
+//! ranks of a pair would then disagree (the owner thinks the copy is cached, the reader
+//! receives again: a deadlock). [`Cache::set_pair_limit`] bounds instead the entries of
+//! each (owner, reader) pair — the owner's sent pairs to that reader, the reader's copies
+//! from that owner, which are equal by the invariant above — and a new entry past the
+//! bound is not recorded, on both ranks alike: a pure function of what both see. With a
+//! bound of `N / (ranks − 1)` no set ever fills. The received copies must then name their
+//! owner ([`Cache::apply_from`], [`Cache::set_received_from`]); a copy recorded without one
+//! is not counted.
+//!
 //! Cost: every query and setter is O(1). Clearing a datum's sent flags (every write does
 //! it) costs O(number of destinations of that datum), not O(size of the cache): the sent
 //! pairs of one datum are threaded into a list through the pair map, whose head is kept
 //! per datum. (A plain set would need a scan of all `N` pairs per write.)
 
 use heapless::index_map::FnvIndexMap;
-use heapless::index_set::FnvIndexSet;
 
 use crate::error::{Full, Table};
 use crate::insert::CacheUpdate;
@@ -74,7 +84,14 @@ pub struct Cache<const N: usize> {
     sent: FnvIndexMap<(DataId, Rank), Option<Rank>, N>,
     /// The first destination of each datum's list of sent pairs.
     heads: FnvIndexMap<DataId, Rank, N>,
-    received: FnvIndexSet<DataId, N>,
+    /// The received set, with each copy's owner when known (for the pair bound).
+    received: FnvIndexMap<DataId, Option<Rank>, N>,
+    /// Sent pairs per destination (only destinations with some).
+    sent_to: FnvIndexMap<Rank, u32, N>,
+    /// Received copies per owner (only owners with some, named ones).
+    received_from: FnvIndexMap<Rank, u32, N>,
+    /// The most entries of one (owner, reader) pair ([`Cache::set_pair_limit`]).
+    pair_limit: u32,
 }
 
 #[cfg(feature = "defmt")]
@@ -103,7 +120,47 @@ impl<const N: usize> Cache<N> {
             enabled: true,
             sent: FnvIndexMap::new(),
             heads: FnvIndexMap::new(),
-            received: FnvIndexSet::new(),
+            received: FnvIndexMap::new(),
+            sent_to: FnvIndexMap::new(),
+            received_from: FnvIndexMap::new(),
+            pair_limit: u32::MAX,
+        }
+    }
+
+    /// Bounds the entries of each (owner, reader) pair (see the [module docs](self)):
+    /// past `limit`, a new sent pair or received copy of the pair is not recorded, on both
+    /// ranks alike. Every rank must set the same bound; `N / (ranks − 1)` keeps every set
+    /// from filling. The default is no bound.
+    pub fn set_pair_limit(&mut self, limit: usize) {
+        self.pair_limit = u32::try_from(limit).unwrap_or(u32::MAX);
+    }
+
+    /// The entries of the pair this rank forms with `peer`, as the sender (`sent`) or the
+    /// receiver.
+    pub fn pair_entries(&self, peer: Rank, sent: bool) -> usize {
+        let counts = if sent {
+            &self.sent_to
+        } else {
+            &self.received_from
+        };
+        counts.get(&peer).map_or(0, |c| *c as usize)
+    }
+
+    /// Counts one more (`up`) or one fewer entry of `peer` in `counts`. Cannot fail: a
+    /// peer is counted only while it has entries, and there are at most `N`.
+    fn count(counts: &mut FnvIndexMap<Rank, u32, N>, peer: Rank, up: bool) {
+        if up {
+            match counts.get_mut(&peer) {
+                Some(c) => *c += 1,
+                None => {
+                    let _ = counts.insert(peer, 1);
+                }
+            }
+        } else if let Some(c) = counts.get_mut(&peer) {
+            *c -= 1;
+            if *c == 0 {
+                counts.remove(&peer);
+            }
         }
     }
 
@@ -135,12 +192,13 @@ impl<const N: usize> Cache<N> {
     /// Whether this rank holds a received copy of the current value of `data` (the
     /// reference's `starpu_mpi_cached_receive`). `false` while disabled.
     pub fn cached_receive(&self, data: DataId) -> bool {
-        self.enabled && self.received.contains(&data)
+        self.enabled && self.received.contains_key(&data)
     }
 
     /// Records that the current value of `data` was sent to `dest`; returns whether it was
     /// already recorded (the reference's `starpu_mpi_cached_send_set`). Does nothing and
-    /// returns `Ok(false)` while disabled.
+    /// returns `Ok(false)` while disabled, or when the pair (this rank, `dest`) has its
+    /// [bound](Cache::set_pair_limit) of entries (the reader declines its copy alike).
     ///
     /// # Errors
     ///
@@ -153,6 +211,9 @@ impl<const N: usize> Cache<N> {
         if self.sent.contains_key(&(data, dest)) {
             return Ok(true);
         }
+        if self.pair_entries(dest, true) >= self.pair_limit as usize {
+            return Ok(false);
+        }
         let next = self.heads.get(&data).copied();
         if self.sent.insert((data, dest), next).is_err() {
             return Err(Full::new(Table::Cache, (data, dest)));
@@ -163,6 +224,7 @@ impl<const N: usize> Cache<N> {
             self.sent.remove(&(data, dest));
             return Err(Full::new(Table::Cache, (data, dest)));
         }
+        Self::count(&mut self.sent_to, dest, true);
         Ok(false)
     }
 
@@ -175,12 +237,39 @@ impl<const N: usize> Cache<N> {
     /// [`Full`] ([`Table::Cache`]) handing `data` back when the received set is full and the
     /// entry is new; nothing changed. Flush entries or size the cache larger.
     pub fn set_received(&mut self, data: DataId) -> Result<bool, Full<DataId>> {
+        self.set_received_from(data, None)
+    }
+
+    /// [`Cache::set_received`] of a copy from `owner`: counted in the pair (`owner`, this
+    /// rank), and not recorded (answering `Ok(false)`) when the pair has its
+    /// [bound](Cache::set_pair_limit) of entries — as the owner declines its sent pair.
+    ///
+    /// # Errors
+    /// As for [`Cache::set_received`].
+    pub fn set_received_from(
+        &mut self,
+        data: DataId,
+        owner: Option<Rank>,
+    ) -> Result<bool, Full<DataId>> {
         if !self.enabled {
             return Ok(false);
         }
-        match self.received.insert(data) {
-            Ok(inserted) => Ok(!inserted),
-            Err(item) => Err(Full::new(Table::Cache, item)),
+        if self.received.contains_key(&data) {
+            return Ok(true);
+        }
+        if let Some(o) = owner {
+            if self.pair_entries(o, false) >= self.pair_limit as usize {
+                return Ok(false);
+            }
+        }
+        match self.received.insert(data, owner) {
+            Ok(_) => {
+                if let Some(o) = owner {
+                    Self::count(&mut self.received_from, o, true);
+                }
+                Ok(false)
+            }
+            Err((item, _)) => Err(Full::new(Table::Cache, item)),
         }
     }
 
@@ -190,6 +279,7 @@ impl<const N: usize> Cache<N> {
         let mut next = self.heads.remove(&data);
         while let Some(dest) = next {
             next = self.sent.remove(&(data, dest)).flatten();
+            Self::count(&mut self.sent_to, dest, false);
         }
     }
 
@@ -225,6 +315,7 @@ impl<const N: usize> Cache<N> {
             }
         }
         self.sent.remove(&(data, dest));
+        Self::count(&mut self.sent_to, dest, false);
         true
     }
 
@@ -232,7 +323,15 @@ impl<const N: usize> Cache<N> {
     /// the adapter must drop (invalidate) the local copy (the reference's
     /// `starpu_mpi_cached_receive_clear`).
     pub fn clear_received(&mut self, data: DataId) -> bool {
-        self.received.remove(&data)
+        match self.received.remove(&data) {
+            Some(owner) => {
+                if let Some(o) = owner {
+                    Self::count(&mut self.received_from, o, false);
+                }
+                true
+            }
+            None => false,
+        }
     }
 
     /// Clears both kinds of flags of `data` (the reference's `starpu_mpi_cache_flush`).
@@ -263,12 +362,14 @@ impl<const N: usize> Cache<N> {
         if !self.enabled {
             return;
         }
-        for data in self.received.iter() {
+        for data in self.received.keys() {
             drop_copy(*data);
         }
         self.received.clear();
         self.sent.clear();
         self.heads.clear();
+        self.sent_to.clear();
+        self.received_from.clear();
     }
 
     /// Applies one update listed by the [planner](crate::insert::plan); returns whether the
@@ -289,6 +390,20 @@ impl<const N: usize> Cache<N> {
     /// [`Full`] ([`Table::Cache`]) handing the update back when a set is full; nothing
     /// changed (updates applied before it stay applied).
     pub fn apply(&mut self, update: &CacheUpdate) -> Result<bool, Full<CacheUpdate>> {
+        self.apply_from(update, None)
+    }
+
+    /// [`Cache::apply`], naming the owner of the datum of a
+    /// [`ReceivedSet`](CacheUpdate::ReceivedSet) ([`Cache::set_received_from`]): what a
+    /// runtime with a [pair bound](Cache::set_pair_limit) calls.
+    ///
+    /// # Errors
+    /// As for [`Cache::apply`].
+    pub fn apply_from(
+        &mut self,
+        update: &CacheUpdate,
+        owner: Option<Rank>,
+    ) -> Result<bool, Full<CacheUpdate>> {
         let full = || Full::new(Table::Cache, *update);
         match *update {
             CacheUpdate::SentSet { data, dest } => {
@@ -296,7 +411,7 @@ impl<const N: usize> Cache<N> {
                 Ok(false)
             }
             CacheUpdate::ReceivedSet { data } => {
-                self.set_received(data).map_err(|_| full())?;
+                self.set_received_from(data, owner).map_err(|_| full())?;
                 Ok(false)
             }
             CacheUpdate::Invalidate { data } => {
@@ -319,7 +434,7 @@ impl<const N: usize> Cache<N> {
 
     /// The data this rank holds a received copy of, in no particular order.
     pub fn received(&self) -> impl Iterator<Item = DataId> + '_ {
-        self.received.iter().copied()
+        self.received.keys().copied()
     }
 
     /// The `(datum, destination)` pairs recorded as sent, in no particular order.

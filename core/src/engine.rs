@@ -104,14 +104,15 @@
 use core::fmt;
 
 use heapless::Deque;
+use heapless::index_map::FnvIndexMap;
 
 mod errors;
 mod io;
 
 pub use errors::{MessageError, PeerError, RequestError, SubmitError, UsageError};
 pub use io::{
-    Arrival, Config, DEFAULT_EAGER_LIMIT, Event, Leftover, OUTPUTS, RecvArgs, SendArgs, Transmit,
-    WORST_CASE_OUTPUTS,
+    Arrival, Budget, Config, DEFAULT_EAGER_LIMIT, Event, Leftover, OUTPUTS, RecvArgs, SendArgs,
+    Transmit, WORST_CASE_OUTPUTS,
 };
 
 use crate::envelope::{self, Envelope, Kind as EnvKind};
@@ -136,14 +137,64 @@ pub struct Engine<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     detached: Detached<REQ>,
     /// Sends whose payload goes out next: after its envelope, or after the ready ack.
     payloads: Deque<ReqId, REQ>,
-    /// Ready receives the matcher had no room for, in order (see `handle_data_ready`).
-    deferred: Deque<ReqId, REQ>,
+    /// Ready receives the matcher had no room for, in order, with their keys (see
+    /// `handle_data_ready`).
+    deferred: Deque<(ReqId, Key), REQ>,
+    /// How many deferred receives each key has (keys with none are absent): an arrival
+    /// looks for a deferred receive of its key only when there is one.
+    deferred_keys: FnvIndexMap<Key, u32, REQ>,
+    /// A receive was deferred while a message of its key waited in the matcher: the next
+    /// retry looks at every deferred receive, not only the oldest.
+    deferred_matchable: bool,
     transmits: Deque<Transmit, OUTPUTS>,
     events: Deque<Event, OUTPUTS>,
     next_msg: MsgId,
     inflight_sends: u32,
     early_messages: u64,
     stats: Stats<PEERS>,
+    /// Live application sends, application receives and engine-owned (early, discard)
+    /// requests, for the [`Budget`].
+    live: Live,
+    /// Something changed that may let a deferred receive in (a freed slot, an arrival).
+    deferred_dirty: bool,
+}
+
+/// What a refused envelope keeps its order with ([`Engine::refusal_order`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RefusalOrder {
+    /// The matching key (communicator, source, user tag): messages of one key are
+    /// received in the order they were sent.
+    pub key: Key,
+    /// The physical tag its payload follows on, for a data envelope (from the same
+    /// source): payloads on one tag are matched in the order their receives are posted.
+    pub payload: Option<PhysTag>,
+}
+
+/// Live requests per class of the [`Budget`].
+#[derive(Clone, Copy, Debug, Default)]
+struct Live {
+    sends: usize,
+    recvs: usize,
+    early: usize,
+}
+
+/// The class of a request, for the [`Budget`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    Send,
+    Recv,
+    Early,
+}
+
+impl Class {
+    const fn of(r: &Request) -> Self {
+        match (r.internal, r.kind) {
+            (true, _) => Self::Early,
+            (false, Kind::Send) => Self::Send,
+            (false, Kind::Recv) => Self::Recv,
+        }
+    }
 }
 
 impl<const REQ: usize, const KEYS: usize, const PEERS: usize> fmt::Debug
@@ -171,13 +222,83 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             detached: Detached::new(),
             payloads: Deque::new(),
             deferred: Deque::new(),
+            deferred_keys: FnvIndexMap::new(),
+            deferred_matchable: false,
             transmits: Deque::new(),
             events: Deque::new(),
             next_msg: MsgId(0),
             inflight_sends: 0,
             early_messages: 0,
             stats: Stats::new(),
+            live: Live {
+                sends: 0,
+                recvs: 0,
+                early: 0,
+            },
+            deferred_dirty: false,
         }
+    }
+
+    /// How the slab is shared out: `None` with no [`Config::request_limit`] (the whole
+    /// slab, first come first served).
+    pub fn budget(&self) -> Option<Budget> {
+        match self.config.request_limit as usize {
+            0 => None,
+            n => Some(Budget::of(if n > REQ { REQ } else { n })),
+        }
+    }
+
+    /// The most distinct keys each matcher table may use ([`Config::key_limit`]).
+    pub const fn key_limit(&self) -> usize {
+        match self.config.key_limit as usize {
+            0 => KEYS,
+            n if n > KEYS => KEYS,
+            n => n,
+        }
+    }
+
+    /// Whether a new request of `class` fits the slab and the budget.
+    fn has_room(&self, class: Class) -> bool {
+        if self.requests.len() >= self.requests.capacity() {
+            return false;
+        }
+        let Some(b) = self.budget() else {
+            return true;
+        };
+        let Live {
+            sends,
+            recvs,
+            early,
+        } = self.live;
+        match class {
+            Class::Send => sends < b.sends,
+            Class::Recv => recvs + early < b.recvs,
+            Class::Early => early < b.early && recvs + early < b.recvs,
+        }
+    }
+
+    /// Inserts `r` into the slab, counting it in its class.
+    fn slab_insert(&mut self, r: Request) -> Result<ReqId, crate::error::Full<Request>> {
+        let class = Class::of(&r);
+        let id = self.requests.insert(r)?;
+        match class {
+            Class::Send => self.live.sends += 1,
+            Class::Recv => self.live.recvs += 1,
+            Class::Early => self.live.early += 1,
+        }
+        Ok(id)
+    }
+
+    /// Removes `id` from the slab, uncounting it.
+    fn slab_remove(&mut self, id: ReqId) -> Option<Request> {
+        let r = self.requests.remove(id)?;
+        match Class::of(&r) {
+            Class::Send => self.live.sends -= 1,
+            Class::Recv => self.live.recvs -= 1,
+            Class::Early => self.live.early -= 1,
+        }
+        self.deferred_dirty = true;
+        Some(r)
     }
 
     // ----- getters ---------------------------------------------------------------------
@@ -347,6 +468,9 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             self.set_state(req, next);
             self.match_recv(req, u);
         } else {
+            if !self.matcher.has_recv_key(key) && self.matcher.recv_keys() >= self.key_limit() {
+                return Err(UsageError::Full(Table::MatchKeys));
+            }
             self.matcher
                 .push_recv(key, req)
                 .map_err(|e| UsageError::Full(e.table))?;
@@ -356,36 +480,136 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         Ok(())
     }
 
+    /// The oldest deferred receive of `key`, when the matcher holds neither a receive
+    /// nor a message of `key` (then it is the oldest receive of the key).
+    fn peek_deferred(&self, key: Key) -> Option<ReqId> {
+        if !self.deferred_keys.contains_key(&key) || self.matcher.peek_unexpected(key).is_some() {
+            return None;
+        }
+        self.deferred
+            .iter()
+            .find(|(_, k)| *k == key)
+            .map(|(id, _)| *id)
+    }
+
+    /// Takes [`Engine::peek_deferred`] out of the deferred receives; the others keep
+    /// their order.
+    fn take_deferred(&mut self, key: Key) -> Option<ReqId> {
+        let id = self.peek_deferred(key)?;
+        for _ in 0..self.deferred.len() {
+            if let Some(d) = self.deferred.pop_front() {
+                if d.0 != id {
+                    let _ = self.deferred.push_back(d);
+                }
+            }
+        }
+        self.uncount_deferred(key);
+        Some(id)
+    }
+
+    /// One deferred receive of `key` fewer.
+    fn uncount_deferred(&mut self, key: Key) {
+        if let Some(n) = self.deferred_keys.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.deferred_keys.remove(&key);
+            }
+        }
+    }
+
     /// Keeps a ready receive that the matcher has no room for, behind the others; it goes
     /// in when an arrival frees room ([`Engine::retry_deferred`]). It stays `Ready`.
     fn defer(&mut self, req: ReqId, next: State) -> Result<(), UsageError> {
-        self.deferred
-            .push_back(req)
-            .map_err(|_| UsageError::Full(Table::EarlyRequests))?;
+        let full = UsageError::Full(Table::EarlyRequests);
+        let r = self.get(req)?;
+        let key = Key {
+            comm: r.comm,
+            peer: r.peer,
+            tag: r.tag,
+        };
+        // One entry per live request at most: neither can be full.
+        if self.deferred.is_full()
+            || (self.deferred_keys.len() == REQ && !self.deferred_keys.contains_key(&key))
+        {
+            return Err(full);
+        }
+        let _ = self.deferred.push_back((req, key));
+        match self.deferred_keys.get_mut(&key) {
+            Some(n) => *n += 1,
+            None => {
+                let _ = self.deferred_keys.insert(key, 1);
+            }
+        }
+        if self.matcher.peek_unexpected(key).is_some() {
+            self.deferred_matchable = true;
+        }
+        self.deferred_dirty = true;
         self.set_state(req, next);
         Ok(())
     }
 
-    /// Hands deferred receives to the matcher again, in order, while it has room and the
-    /// output queues have room for what a match produces.
+    /// Hands deferred receives to the matcher again while the output queues have room
+    /// for what a match produces: the oldest ones, in order, while the matcher has room
+    /// for them; then, when one was deferred while its message waited, every receive
+    /// whose message waits takes it, whatever waits before it. A receive held back holds
+    /// back only the receives of its own key (a later one of its key could not take a
+    /// message before it: its message would wait for it first), and once one with a
+    /// message waiting cannot go in (no discard buffer), the rest wait as they are.
     fn retry_deferred(&mut self) {
-        while let Some(&req) = self.deferred.front() {
+        if self.deferred.is_empty() || !self.deferred_dirty {
+            return;
+        }
+        self.deferred_dirty = false;
+        while let Some(&(req, key)) = self.deferred.front() {
             if self.check_room().is_err() {
+                // Outputs first: try again after they are drained.
+                self.deferred_dirty = true;
                 return;
             }
-            let Some(r) = self.requests.get(req).copied() else {
-                let _ = self.deferred.pop_front();
-                continue;
-            };
-            // `post_ready_recv` steps from `Created`; the request is already `Ready`.
-            let from = State::Created;
-            let Ok(next) = from.step(r.kind, r.sync, Step::DataReady) else {
-                return;
-            };
-            if self.post_ready_recv(req, &r, next).is_err() {
-                return;
+            if let Some(r) = self.requests.get(req).copied() {
+                // `post_ready_recv` steps from `Created`; the request is `Ready`.
+                let Ok(next) = State::Created.step(r.kind, r.sync, Step::DataReady) else {
+                    break;
+                };
+                if self.post_ready_recv(req, &r, next).is_err() {
+                    break;
+                }
             }
             let _ = self.deferred.pop_front();
+            self.uncount_deferred(key);
+        }
+        if !self.deferred_matchable || self.deferred.is_empty() {
+            return;
+        }
+        self.deferred_matchable = false;
+        let mut blocked = false;
+        for _ in 0..self.deferred.len() {
+            let Some((req, key)) = self.deferred.pop_front() else {
+                break;
+            };
+            if !blocked && self.check_room().is_err() {
+                blocked = true;
+                self.deferred_dirty = true;
+                self.deferred_matchable = true;
+            }
+            let keep = match self.requests.get(req).copied() {
+                None => false,
+                Some(_) if blocked => true,
+                Some(_) if self.matcher.peek_unexpected(key).is_none() => true,
+                Some(r) => match State::Created.step(r.kind, r.sync, Step::DataReady) {
+                    Ok(next) if self.post_ready_recv(req, &r, next).is_ok() => false,
+                    _ => {
+                        blocked = true;
+                        self.deferred_matchable = true;
+                        true
+                    }
+                },
+            };
+            if keep {
+                let _ = self.deferred.push_back((req, key));
+            } else {
+                self.uncount_deferred(key);
+            }
         }
     }
 
@@ -400,9 +624,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         if r.state != State::Completed || r.detached || r.internal {
             return Err(UsageError::NotRetirable(req));
         }
-        self.requests
-            .remove(req)
-            .ok_or(UsageError::UnknownRequest(req))
+        self.slab_remove(req).ok_or(UsageError::UnknownRequest(req))
     }
 
     // ----- inputs ----------------------------------------------------------------------
@@ -465,20 +687,73 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         // travels separately. Refuse up front rather than half-handle it; an arrival
         // that needs no slot is never refused for a full slab (a slab full of posted
         // receives must still accept the envelopes that complete them).
-        let needs_slot = match self.matcher.peek_recv(key) {
+        let needs_slot = match self
+            .matcher
+            .peek_recv(key)
+            .or_else(|| self.peek_deferred(key))
+        {
             None => kind != UnexpectedKind::Sync,
             Some(waiting) => {
                 let capacity = self.requests.get(waiting).map_or(0, |r| r.size);
                 env.size > capacity && kind != UnexpectedKind::Eager
             }
         };
-        if needs_slot && self.requests.len() >= self.requests.capacity() {
+        if needs_slot && !self.has_room(Class::Early) {
             return Err(MessageError::Full(Table::Requests));
         }
+        self.deferred_dirty = true;
         if let Some(req) = self.matcher.take_recv(key) {
             return Ok(self.on_matched_arrival(req, unexpected, decoded.inline));
         }
+        if let Some(req) = self.take_deferred(key) {
+            // The oldest receive of this key is one the matcher had no room for: it
+            // takes the message now, with no key and no early buffer.
+            self.step(req, Step::Queued);
+            return Ok(self.on_matched_arrival(req, unexpected, decoded.inline));
+        }
         self.on_early_arrival(key, unexpected, decoded.inline)
+    }
+
+    /// What an envelope refused with [`MessageError::Full`] must keep its order with:
+    /// the adapter hands it in again after every earlier refused envelope of the same
+    /// [`RefusalOrder::key`], and after every earlier one from the same source with the
+    /// same [`RefusalOrder::payload`] tag (their payloads are matched in posting order on
+    /// that tag); it may overtake any other. `None` for bytes that do not decode (hand
+    /// them in: they are dropped as a peer error).
+    pub fn refusal_order(&self, source: Rank, comm: CommId, bytes: &[u8]) -> Option<RefusalOrder> {
+        let env = envelope::decode(bytes).ok()?.envelope;
+        let payload = match env.kind {
+            EnvKind::Data => Some(self.config.tags.data(env.msg)),
+            _ => None,
+        };
+        Some(RefusalOrder {
+            key: Key {
+                comm,
+                peer: source,
+                tag: env.tag,
+            },
+            payload,
+        })
+    }
+
+    /// A refused envelope as a [`Leftover::Orphan`]: what an adapter reports at shutdown
+    /// for an envelope it still keeps (it arrived and was never received). `None` for
+    /// bytes that do not decode, or an acknowledgement.
+    pub fn orphan_of(&self, source: Rank, comm: CommId, bytes: &[u8]) -> Option<Leftover> {
+        let env = envelope::decode(bytes).ok()?.envelope;
+        let kind = match env.kind {
+            EnvKind::Eager => UnexpectedKind::Eager,
+            EnvKind::SyncData => UnexpectedKind::Sync,
+            EnvKind::Data => UnexpectedKind::Data,
+            _ => return None,
+        };
+        Some(Leftover::Orphan(crate::matcher::Orphan {
+            comm,
+            source,
+            tag: env.tag,
+            size: env.size,
+            kind,
+        }))
     }
 
     /// A send posted by a [`Transmit`] finished: the payload of `req` left (for an
@@ -516,19 +791,19 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         match r.link {
             Link::None => {} // waits for its receive (it is in the matcher)
             Link::Discard => {
-                let _ = self.requests.remove(req);
+                let _ = self.slab_remove(req);
                 self.push_event(Event::Discard { early: req });
             }
             Link::DeliverTo(app) => {
                 let _ = self.stats.record_recv(r.peer, len);
                 if len != expected {
-                    let _ = self.requests.remove(req);
+                    let _ = self.slab_remove(req);
                     self.push_event(Event::Discard { early: req });
                     self.fail(app, RequestError::LengthMismatch { expected, got: len });
                 } else {
                     // The early request's slot is freed now; the adapter frees the
                     // buffer once it moved the bytes.
-                    let _ = self.requests.remove(req);
+                    let _ = self.slab_remove(req);
                     self.complete(app, len, Some(req));
                 }
             }
@@ -591,13 +866,15 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
 
     fn insert(&mut self, request: Request) -> Result<ReqId, SubmitError> {
         let detached = request.detached;
+        if !self.has_room(Class::of(&request)) {
+            return Err(SubmitError::Full(Table::Requests));
+        }
         let id = self
-            .requests
-            .insert(request)
+            .slab_insert(request)
             .map_err(|e| SubmitError::Full(e.table))?;
         if detached {
             if let Err(e) = self.detached.insert(id) {
-                let _ = self.requests.remove(id);
+                let _ = self.slab_remove(id);
                 return Err(SubmitError::Full(e.table));
             }
         }
@@ -637,10 +914,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// Whether matching `r` with `u` can proceed: a truncated synchronous message needs a
     /// discard buffer (a new early request).
     fn room_for_match(&self, r: &Request, u: &Unexpected) -> Result<(), UsageError> {
-        if u.kind == UnexpectedKind::Sync
-            && u.size > r.size
-            && self.requests.len() >= self.requests.capacity()
-        {
+        if u.kind == UnexpectedKind::Sync && u.size > r.size && !self.has_room(Class::Early) {
             return Err(UsageError::Full(Table::Requests));
         }
         Ok(())
@@ -690,7 +964,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         self.push_event(event(r.kind));
         if r.detached {
             self.detached.remove(req);
-            let _ = self.requests.remove(req);
+            let _ = self.slab_remove(req);
         }
     }
 
@@ -834,7 +1108,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
                 },
             );
             if early_done {
-                let _ = self.requests.remove(early);
+                let _ = self.slab_remove(early);
                 self.push_event(Event::Discard { early });
             } else if let Some(e) = self.requests.get_mut(early) {
                 e.link = Link::Discard;
@@ -842,7 +1116,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             return;
         }
         if early_done {
-            let _ = self.requests.remove(early);
+            let _ = self.slab_remove(early);
             if let Some(peer) = self.requests.get(req).map(|r| r.peer) {
                 let _ = self.stats.record_recv(peer, u.size);
             }
@@ -948,7 +1222,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         let mut early = Request::internal_recv(comm, source, Tag(0), u.size, u.msg);
         early.link = Link::Discard;
         early_steps(&mut early, false);
-        if let Ok(id) = self.requests.insert(early) {
+        if let Ok(id) = self.slab_insert(early) {
             self.push_transmit(Transmit::Receive {
                 req: id,
                 source,
@@ -967,6 +1241,11 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         mut u: Unexpected,
         inline: &'m [u8],
     ) -> Result<Arrival<'m>, MessageError> {
+        if !self.matcher.has_unexpected_key(key)
+            && self.matcher.unexpected_keys() >= self.key_limit()
+        {
+            return Err(MessageError::Full(Table::MatchKeys));
+        }
         if u.kind == UnexpectedKind::Sync {
             // Nothing is sent until we answer: remember the envelope only.
             self.matcher
@@ -976,13 +1255,15 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         }
         let mut early = Request::internal_recv(key.comm, key.peer, key.tag, u.size, u.msg);
         early_steps(&mut early, u.kind == UnexpectedKind::Eager);
+        if !self.has_room(Class::Early) {
+            return Err(MessageError::Full(Table::Requests));
+        }
         let id = self
-            .requests
-            .insert(early)
+            .slab_insert(early)
             .map_err(|e| MessageError::Full(e.table))?;
         u.internal = Some(id);
         if let Err(e) = self.matcher.push_unexpected(key, u) {
-            let _ = self.requests.remove(id);
+            let _ = self.slab_remove(id);
             return Err(MessageError::Full(e.table));
         }
         self.early_messages += 1;

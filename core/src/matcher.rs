@@ -275,6 +275,27 @@ impl<const KEYS: usize, const ENTRIES: usize> Matcher<KEYS, ENTRIES> {
             .count()
     }
 
+    /// Whether a key of the posted-receive table is `key` (a receive for it may be
+    /// recorded without a new key).
+    pub fn has_recv_key(&self, key: Key) -> bool {
+        self.recvs.contains_key(key)
+    }
+
+    /// How many distinct keys the posted receives use.
+    pub fn recv_keys(&self) -> usize {
+        self.recvs.key_count()
+    }
+
+    /// Whether a key of the early-data table is `key`.
+    pub fn has_unexpected_key(&self, key: Key) -> bool {
+        self.unexpected.contains_key(key)
+    }
+
+    /// How many distinct keys the waiting messages use.
+    pub fn unexpected_keys(&self) -> usize {
+        self.unexpected.key_count()
+    }
+
     /// Whether nothing waits on either side.
     #[inline]
     pub const fn is_empty(&self) -> bool {

@@ -593,6 +593,7 @@ impl MpiRank {
             return Err(self.give_up(runner, fired));
         }
         let leftovers = runner.leftovers();
+        let failures = runner.failures();
         if self.config.rank.stats || self.config.stats_dir.is_some() {
             let report = runner.stats_report();
             eprint!("{report}");
@@ -613,7 +614,10 @@ impl MpiRank {
         if leftovers.is_empty() {
             Ok(())
         } else {
-            Err(ShutdownError { leftovers })
+            Err(ShutdownError {
+                leftovers,
+                failures,
+            })
         }
     }
 
@@ -623,9 +627,13 @@ impl MpiRank {
     fn give_up(&self, runner: RankRunner, first: Vec<String>) -> ShutdownError {
         let mut leftovers = first;
         leftovers.extend(runner.leftovers());
+        let failures = runner.failures();
         self.abandon.store(true, Ordering::SeqCst);
         runner.stop();
-        ShutdownError { leftovers }
+        ShutdownError {
+            leftovers,
+            failures,
+        }
     }
 }
 

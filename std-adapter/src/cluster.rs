@@ -8,10 +8,10 @@ use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB};
 
 use crate::agreement::Board;
 use crate::context::Context;
-use crate::error::ShutdownError;
+use crate::error::{ShutdownError, TransferError};
 use crate::hang::{self, Probe, RankReport, Watchdog};
 use crate::progress::{self, InboxTx, Input};
-use crate::rank::{DriverMode, Inbox, RankConfig, RankRunner};
+use crate::rank::{DriverMode, Inbox, RankConfig, RankRunner, Tables};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, lock};
 use crate::task::{Runtime, RuntimeConfig};
 use crate::transport::{Deliver, InProcess, InProcessWire};
@@ -78,6 +78,8 @@ pub struct ClusterConfig {
     /// Show the ranks' tasks done / submitted on one line of stderr, refreshed at most
     /// every 200 ms (`STARLING_PROGRESS=1`).
     pub progress: bool,
+    /// The sizes of each rank's protocol-engine tables ([`RankConfig::tables`]).
+    pub tables: Tables,
 }
 
 impl Default for ClusterConfig {
@@ -101,6 +103,7 @@ impl Default for ClusterConfig {
             watchdog: Some(Duration::from_secs(60)),
             trace_file: None,
             progress: false,
+            tables: Tables::DEFAULT,
         }
     }
 }
@@ -136,6 +139,7 @@ impl ClusterConfig {
             },
             trace_file: r.trace_file,
             progress: r.progress,
+            tables: r.tables,
             ..Self::default()
         }
     }
@@ -157,6 +161,7 @@ impl ClusterConfig {
             // The in-process transport copies every payload anyway.
             in_place_min: usize::MAX,
             check_agreement: self.check_agreement,
+            tables: self.tables,
             trace_file: self.trace_file.clone(),
             progress: self.progress,
         }
@@ -301,11 +306,15 @@ where
     let r = f(runner.context());
     runner.context().wait_for_all();
     let leftovers = runner.leftovers();
+    let failures = runner.failures();
     runner.stop();
     if leftovers.is_empty() {
         Ok(r)
     } else {
-        Err(ShutdownError { leftovers })
+        Err(ShutdownError {
+            leftovers,
+            failures,
+        })
     }
 }
 
@@ -419,12 +428,14 @@ where
     });
     let mut results = Vec::new();
     let mut leftovers = Vec::new();
+    let mut failures = Vec::new();
     let mut panic = None;
     for t in threads {
         match t.join() {
-            Ok((r, mut left)) => {
+            Ok((r, mut left, mut failed)) => {
                 results.push(r);
                 leftovers.append(&mut left);
+                failures.append(&mut failed);
             }
             Err(p) => panic = Some(p),
         }
@@ -438,7 +449,10 @@ where
         std::panic::resume_unwind(p);
     }
     if !leftovers.is_empty() {
-        return Err(ShutdownError { leftovers });
+        return Err(ShutdownError {
+            leftovers,
+            failures,
+        });
     }
     Ok(results.into_iter().flatten().collect())
 }
@@ -448,7 +462,7 @@ fn rank_main<R, F>(
     config: &ClusterConfig,
     quiesce: &Quiesce,
     f: &F,
-) -> (Option<R>, Vec<String>)
+) -> (Option<R>, Vec<String>, Vec<(Rank, TransferError)>)
 where
     F: Fn(&Context) -> R,
 {
@@ -476,6 +490,7 @@ where
         thread::sleep(Duration::from_millis(1));
     }
     let mut leftovers = runner.leftovers();
+    let failures = runner.failures();
     if stuck {
         let mut outstanding = 0;
         runtime.wait_until(Duration::ZERO, |v| {
@@ -518,7 +533,7 @@ where
     }
     runner.stop();
     match outcome {
-        Ok(r) => (Some(r), leftovers),
+        Ok(r) => (Some(r), leftovers, failures),
         Err(p) => std::panic::resume_unwind(p),
     }
 }

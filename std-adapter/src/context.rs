@@ -7,7 +7,7 @@ use starling_core::engine::{RecvArgs, SendArgs};
 use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
-use crate::error::CommError;
+use crate::error::{CommError, TransferDirection, TransferError};
 use crate::pool::BufferPool;
 use crate::progress::{Command, Done, Drive, Driven, DriverGuard, Payload};
 use crate::sync::{
@@ -542,7 +542,7 @@ impl Context {
             pedantic_isend,
             reports: Arc::new(Mutex::new(Vec::new())),
             tag_base,
-            dist: Mutex::new(crate::distributed::DistState::from_env()),
+            dist: Mutex::new(crate::distributed::DistState::from_env(size)),
             fake: AtomicBool::new(false),
             driver,
             pool,
@@ -755,6 +755,27 @@ impl Context {
         self.runtime.wait_for_all();
     }
 
+    /// [`Context::wait_for_all`], then says whether a transfer that the task flow
+    /// depends on failed on this rank (a receive or send of the insert flow, a collective,
+    /// a reduction, a migration, a `get_data_*`): the tasks that read what it carried did
+    /// not run, nor anything after them on that data, and no value depending on it was
+    /// sent.
+    ///
+    /// # Errors
+    /// The first [`TransferError`] of this rank (every later call returns it too).
+    pub fn try_wait_for_all(&self) -> Result<(), TransferError> {
+        self.runtime.wait_for_all();
+        self.transfer_failure()
+    }
+
+    /// The first failed transfer the task flow depends on, if any (without waiting).
+    pub(crate) fn transfer_failure(&self) -> Result<(), TransferError> {
+        match self.runtime.first_failure() {
+            Some(f) => Err((*f).clone()),
+            None => Ok(()),
+        }
+    }
+
     /// Blocks until every tag of `tags` was unlocked (by a task or a request).
     pub fn tag_wait(&self, tags: &[TaskTag]) {
         self.runtime.wait_tags(tags);
@@ -800,11 +821,58 @@ impl Context {
         opts: SendOpts,
         done: Done,
     ) -> Result<(), CommError> {
-        self.post_send_from(cell, dest, tag, opts, done, self.in_place_min)
+        self.post_send_from(cell, dest, tag, opts, done, self.in_place_min, false)
+    }
+
+    /// [`Context::post_send`] for a transfer the task flow depends on (the insert flow,
+    /// collectives, reductions): its failure is recorded in the runtime and reported by
+    /// [`Context::try_wait_for_all`], later inserts and shutdown.
+    pub(crate) fn post_flow_send(
+        &self,
+        cell: Arc<dyn AnyCell>,
+        dest: Rank,
+        tag: Tag,
+        opts: SendOpts,
+        done: Done,
+    ) -> Result<(), CommError> {
+        self.post_send_from(cell, dest, tag, opts, done, self.in_place_min, true)
+    }
+
+    /// [`Context::post_recv`] for a transfer the task flow depends on: when it fails, the
+    /// handle's value is poisoned ([`Runtime::fail`]) — no task reads it, no send carries
+    /// it — and the failure is reported as for [`Context::post_flow_send`].
+    pub(crate) fn post_flow_recv(
+        &self,
+        cell: Arc<dyn AnyCell>,
+        source: Rank,
+        tag: Tag,
+        opts: RecvOpts,
+        done: Done,
+    ) -> Result<(), CommError> {
+        let data = cell.id();
+        self.post_recv_inner(cell, source, tag, opts, done, Some(data))
+    }
+
+    /// [`Context::post_flow_recv`] into a buffer that stands for datum `data` (a
+    /// reduction's contribution buffer): a failure names `data`.
+    pub(crate) fn post_flow_recv_for(
+        &self,
+        cell: Arc<dyn AnyCell>,
+        data: DataId,
+        source: Rank,
+        tag: Tag,
+        opts: RecvOpts,
+        done: Done,
+    ) -> Result<(), CommError> {
+        self.post_recv_inner(cell, source, tag, opts, done, Some(data))
     }
 
     /// [`Context::post_send`], lending the handle's data in place from `in_place_min`
-    /// bytes up.
+    /// bytes up; `flow`: a transfer of the task flow ([`Context::post_flow_send`]).
+    ///
+    /// Whatever the transfer, a value that depends on a failed transfer never leaves: the
+    /// send fails with [`CommError::Upstream`].
+    #[allow(clippy::too_many_arguments)] // reason: the private core of the send family
     fn post_send_from(
         &self,
         cell: Arc<dyn AnyCell>,
@@ -813,6 +881,7 @@ impl Context {
         opts: SendOpts,
         done: Done,
         in_place_min: usize,
+        flow: bool,
     ) -> Result<(), CommError> {
         self.check_rank(dest)?;
         if self.fake.load(Ordering::Relaxed) {
@@ -845,11 +914,14 @@ impl Context {
             access,
             opts.priority,
             Box::new(move |node| {
+                let data = cell.id();
+                // A value that depends on a failed transfer is not sent.
+                let poison = rt.poison_of(node);
                 let size = cell.packed_size();
                 // A large contiguous handle is sent from its own memory, held for reading
                 // until the send completes; anything else is packed, and the value
                 // current now is the one sent: later writers may go on at once.
-                let lent = if size >= in_place_min {
+                let lent = if size >= in_place_min && poison.is_none() {
                     cell.lend_read()
                 } else {
                     None
@@ -858,7 +930,9 @@ impl Context {
                 let bytes = lent.map_or_else(
                     || {
                         let mut bytes = pool.take_empty(size);
-                        cell.pack_into(&mut bytes);
+                        if poison.is_none() {
+                            cell.pack_into(&mut bytes);
+                        }
                         Payload::Bytes(bytes)
                     },
                     Payload::Lent,
@@ -876,12 +950,28 @@ impl Context {
                     if hold {
                         rt2.complete(node);
                     }
+                    if let (true, Err(cause)) = (flow, &result) {
+                        if !matches!(cause, CommError::Upstream(_)) {
+                            // (an upstream failure is recorded already, at its source)
+                            rt2.record_failure(TransferError {
+                                data,
+                                peer: dest,
+                                tag,
+                                direction: TransferDirection::Send,
+                                cause: cause.clone(),
+                            });
+                        }
+                    }
                     done(result);
                     rt2.end_request();
                 });
-                match ticket.start(finish) {
-                    Ok(done) => commands(Command::Send { args, bytes, done }),
-                    Err((finish, e)) => finish(Err(e)), // the rank gave up (watchdog)
+                match (ticket.start(finish), poison) {
+                    (Ok(done), None) => commands(Command::Send { args, bytes, done }),
+                    (Ok(done), Some(p)) => {
+                        drop(bytes);
+                        done(Err(CommError::Upstream(Box::new((*p).clone()))));
+                    }
+                    (Err((finish, e)), _) => finish(Err(e)), // the rank gave up (watchdog)
                 }
                 if !hold {
                     rt.complete(node);
@@ -899,6 +989,21 @@ impl Context {
         tag: Tag,
         opts: RecvOpts,
         done: Done,
+    ) -> Result<(), CommError> {
+        self.post_recv_inner(cell, source, tag, opts, done, None)
+    }
+
+    /// [`Context::post_recv`]; `flow`: a transfer of the task flow, whose failure
+    /// poisons the handle's value and is reported naming that datum
+    /// ([`Context::post_flow_recv`]).
+    fn post_recv_inner(
+        &self,
+        cell: Arc<dyn AnyCell>,
+        source: Rank,
+        tag: Tag,
+        opts: RecvOpts,
+        done: Done,
+        flow: Option<DataId>,
     ) -> Result<(), CommError> {
         self.check_rank(source)?;
         if self.fake.load(Ordering::Relaxed) {
@@ -933,8 +1038,21 @@ impl Context {
                         rt.unlock_tag(t);
                     }
                     // Release the handle before waking the waiter, so that its next
-                    // access finds the handle free.
-                    rt.complete(node);
+                    // access finds the handle free. A failed receive of the task flow
+                    // leaves a stale value: it is poisoned, so nothing reads it.
+                    match (&result, flow) {
+                        (Err(cause), Some(data)) => rt.fail(
+                            node,
+                            TransferError {
+                                data,
+                                peer: source,
+                                tag,
+                                direction: TransferDirection::Recv,
+                                cause: cause.clone(),
+                            },
+                        ),
+                        _ => rt.complete(node),
+                    }
                     done(result);
                     rt.end_request();
                 });
@@ -1006,7 +1124,7 @@ impl Context {
             tag,
             me: self.rank,
         });
-        self.post_send_from(h.erased(), dest, tag, opts, done, in_place_min)?;
+        self.post_send_from(h.erased(), dest, tag, opts, done, in_place_min, false)?;
         Ok(req)
     }
 

@@ -23,7 +23,7 @@ use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag};
 
 use crate::context::{Context, RecvOpts, SendOpts};
 use crate::data::{AnyCell, Handle, Interface};
-use crate::error::CommError;
+use crate::error::{CommError, TransferError};
 use crate::sync::{Arc, lock};
 use crate::task::{Access as TaskAccess, Codelet, env_flag};
 use by_id::ById;
@@ -65,6 +65,12 @@ pub enum InsertError {
     /// differs between ranks, a policy that answers differently).
     #[error("{0}")]
     Diverged(Box<crate::agreement::Divergence>),
+    /// A transfer the task flow depends on failed on this rank (the first one is named:
+    /// datum, peer, cause): the tasks that read what it carried did not run, nor any
+    /// task after them on that data, and no value depending on it was sent. Every later
+    /// insert fails with it too; the flow cannot give a right result any more.
+    #[error("{0}")]
+    Transfer(Box<TransferError>),
 }
 
 impl From<insert::InsertError> for InsertError {
@@ -124,9 +130,12 @@ pub(crate) struct DistState {
 impl DistState {
     /// The state as the environment sets it: `STARLING_MPI_CACHE=0` disables the cache,
     /// `STARLING_MPI_CACHE_STATS=1` prints cache events, `STARLING_MPI_CACHE_BUDGET=bytes`
-    /// bounds the received copies kept per peer.
-    pub(crate) fn from_env() -> Self {
+    /// bounds the received copies kept per peer. In a world of `size` ranks the cache
+    /// keeps at most `CACHE_CAPACITY / (size − 1)` entries per (owner, reader) pair, so
+    /// that no table ever fills: a full pair stops caching on both of its ranks alike.
+    pub(crate) fn from_env(size: u32) -> Self {
         let mut cache = new_cache();
+        cache.set_pair_limit(pair_limit(size));
         if std::env::var("STARLING_MPI_CACHE").is_ok_and(|v| v == "0") {
             cache.set_enabled(false, |_| {});
         }
@@ -148,6 +157,13 @@ impl DistState {
             agreement: crate::agreement::Agreement::new(cfg!(debug_assertions)),
         }
     }
+}
+
+/// The cache entries one (owner, reader) pair may hold in a world of `size` ranks: the
+/// tables' capacity shared by the peers of a rank, so that neither the owner's sent set nor
+/// the reader's received set can fill (the same on every rank).
+fn pair_limit(size: u32) -> usize {
+    CACHE_CAPACITY / (size.max(2) as usize - 1)
 }
 
 /// A new, empty cache on the heap. Built on a thread with a large stack: `Box::new` of a
@@ -441,6 +457,10 @@ impl<'a> InsertBuilder<'a> {
                 dist.plan.executor,
             );
         }
+        // A rank whose flow already lost a transfer performs no more of it (recorded
+        // above all the same: the ranks' flows still agree).
+        ctx.transfer_failure()
+            .map_err(|e| InsertError::Transfer(Box::new(e)))?;
         let plan = &dist.plan;
         let executor = match plan.executor {
             Some(Executor::Rank(r)) => Some(r),
@@ -570,6 +590,10 @@ fn policy_needed(accesses: &[Access]) -> bool {
     owner.is_none()
 }
 
+/// Posts one transfer of a plan. Its outcome goes to the runtime: a failed receive
+/// poisons the datum (no task reads it), a failed send is recorded; both are reported by
+/// [`Context::try_wait_for_all`], [`Context::mpi_wait_for_all`], the next insert and
+/// shutdown. The completion itself has nothing left to do.
 fn post_transfer(
     ctx: &Context,
     comm: CommId,
@@ -584,14 +608,14 @@ fn post_transfer(
                 sync: t.sync,
                 unlock: None,
             };
-            ctx.post_send(cell, t.peer, t.tag, opts, Box::new(|_| {}))
+            ctx.post_flow_send(cell, t.peer, t.tag, opts, Box::new(|_| {}))
         }
         Direction::Recv => {
             let opts = RecvOpts {
                 comm,
                 ..RecvOpts::default()
             };
-            ctx.post_recv(cell, t.peer, t.tag, opts, Box::new(|_| {}))
+            ctx.post_flow_recv(cell, t.peer, t.tag, opts, Box::new(|_| {}))
         }
     }
 }
@@ -709,7 +733,12 @@ fn apply_update(
     let cell = items
         .iter()
         .find_map(|i| i.cell.as_ref().filter(|c| c.id() == data));
-    let drop_copy = match dist.cache.apply(u) {
+    // A received copy is counted in its (owner, reader) pair: the pair bound.
+    let from = match (u, dist.info.get(&data).map(|i| i.owner)) {
+        (insert::CacheUpdate::ReceivedSet { .. }, Some(Owner::Rank(o))) => Some(o),
+        _ => None,
+    };
+    let drop_copy = match dist.cache.apply_from(u, from) {
         Ok(d) => d,
         Err(_) => {
             // A full cache only stops caching: the next read transfers again, on every
@@ -1039,6 +1068,15 @@ impl Context {
     /// (`starpu_mpi_cached_receive`).
     pub fn cached_receive<I: Interface>(&self, h: &Handle<I>) -> bool {
         lock(&self.dist).cache.cached_receive(h.id())
+    }
+
+    /// Bounds the cache entries per (owner, reader) pair: past `entries`, a new value
+    /// read by the pair is not cached, on both ranks alike (the next read transfers it
+    /// again). By default the cache's capacity shared by a rank's peers, so that no
+    /// table fills; smaller, it saves memory (or tests the bound). Every rank must set the
+    /// same bound at the same point of the flow; it applies to entries made from then on.
+    pub fn set_cache_pair_limit(&self, entries: usize) {
+        lock(&self.dist).cache.set_pair_limit(entries);
     }
 
     /// Bounds the bytes of received copies kept per (owner, reader) pair; beyond it the

@@ -1,7 +1,7 @@
 //! The runtime's errors.
 
 use starling_core::engine::{RequestError, SubmitError};
-use starling_core::{Rank, Tag};
+use starling_core::{DataId, Rank, Tag};
 
 use crate::data::DataError;
 
@@ -50,6 +50,59 @@ pub enum CommError {
         /// Why nothing moves, one finding per line ([`crate::hang::explain`]).
         explanation: String,
     },
+    /// The data to send were never produced: an earlier transfer that this rank's value
+    /// of the datum depends on failed (the first such failure is named). Nothing was sent:
+    /// a peer never receives a stale value. Fix the failure named.
+    #[error("not sent, the value depends on a failed transfer: {0}")]
+    Upstream(Box<TransferError>),
+}
+
+/// Which way a failed transfer went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransferDirection {
+    /// This rank sent the datum to the peer.
+    Send,
+    /// This rank received the datum from the peer.
+    Recv,
+}
+
+/// A transfer that the task flow depends on failed (a receive or send of the insert
+/// flow, of a collective, a reduction, a migration or a `get_data_*`): the tasks that
+/// read the datum after it did not run, nor anything that depends on them, and the
+/// sends of values depending on it did not leave. [`crate::Context::try_wait_for_all`],
+/// [`crate::Context::mpi_wait_for_all`], later inserts and shutdown report it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransferError {
+    /// The datum transferred.
+    pub data: DataId,
+    /// The peer rank.
+    pub peer: Rank,
+    /// The datum's tag.
+    pub tag: Tag,
+    /// Which way it went.
+    pub direction: TransferDirection,
+    /// Why it failed.
+    pub cause: CommError,
+}
+
+impl core::fmt::Display for TransferError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let (what, way) = match self.direction {
+            TransferDirection::Send => ("send", "to"),
+            TransferDirection::Recv => ("receive", "from"),
+        };
+        write!(
+            f,
+            "the {what} of {} (tag {}) {way} rank {} failed: {}",
+            self.data, self.tag.0, self.peer.0, self.cause
+        )
+    }
+}
+
+impl core::error::Error for TransferError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        Some(&self.cause)
+    }
 }
 
 impl From<SubmitError> for CommError {
@@ -69,6 +122,19 @@ impl From<SubmitError> for CommError {
 #[error("shutdown left {} item(s): {}", leftovers.len(), leftovers.join("; "))]
 pub struct ShutdownError {
     /// One line per leftover, naming its rank: orphan messages (source, tag, size), receives that never
-    /// completed, requests never waited on.
+    /// completed, requests never waited on, transfers that failed.
     pub leftovers: Vec<String>,
+    /// The transfers the task flow depended on that failed, with their rank, in the order
+    /// of the ranks (each also has a line in `leftovers`).
+    pub failures: Vec<(Rank, TransferError)>,
+}
+
+impl ShutdownError {
+    /// A report of `leftovers` with no failed transfer.
+    pub fn new(leftovers: Vec<String>) -> Self {
+        Self {
+            leftovers,
+            failures: Vec::new(),
+        }
+    }
 }

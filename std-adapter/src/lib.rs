@@ -64,7 +64,7 @@ pub use context::{Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, Tas
 pub use data::{DataError, DataMut, DataRef, Handle, Interface};
 pub use device::{DeviceImpl, DeviceLayer, DeviceTask, HostRef};
 pub use distributed::{Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild};
-pub use error::{CommError, ShutdownError};
-pub use rank::{DriverMode, RankConfig, RankRunner, StartError};
+pub use error::{CommError, ShutdownError, TransferDirection, TransferError};
+pub use rank::{DriverMode, RankConfig, RankRunner, StartError, Tables};
 pub use task::{Buffers, Codelet, Kernel, RuntimeConfig, TaskTag, WorkerStart};
 pub use transport::{InProcess, Transport};

@@ -8,16 +8,17 @@
 //! `poll_event`, perform what they return.
 
 use core::time::Duration;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use starling_core::engine::{
-    Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RequestError, SendArgs,
-    SubmitError, Transmit, UsageError,
+    Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RefusalOrder, RequestError,
+    SendArgs, SubmitError, Transmit, UsageError,
 };
 use starling_core::error::Table;
+use starling_core::lists::Key;
 use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
-use starling_core::{CommId, Rank, ReqId};
+use starling_core::{CommId, PhysTag, Rank, ReqId};
 
 use crate::data::{AnyCell, DataError};
 use crate::error::CommError;
@@ -228,6 +229,8 @@ pub(crate) struct ProgressConfig {
     /// [`crate::RankConfig::eager_limit`], already clamped to
     /// [`crate::RankConfig::MAX_EAGER_LIMIT`] (by [`crate::RankRunner::start`]).
     pub(crate) eager_limit: u32,
+    /// [`crate::RankConfig::tables`].
+    pub(crate) tables: crate::rank::Tables,
 }
 
 struct Progress<T: Transport> {
@@ -235,8 +238,12 @@ struct Progress<T: Transport> {
     engine: Box<RankEngine>,
     pending: IdMap<ReqId, Pending>,
     early: IdMap<ReqId, Vec<u8>>,
-    /// Envelope messages the engine refused for a full table, in arrival order.
-    refused: VecDeque<(Rank, CommId, Vec<u8>)>,
+    /// Envelope messages the engine refused for a full table, kept in order per key.
+    refused: Refused,
+    /// Sends the engine's budget had no room for, in submission order.
+    waiting_sends: VecDeque<Command>,
+    /// Receives the engine's budget had no room for, in submission order.
+    waiting_recvs: VecDeque<Command>,
     barriers: HashMap<u64, Box<dyn FnOnce() + Send>>,
     next_barrier: u64,
     trace: bool,
@@ -475,6 +482,8 @@ pub(crate) fn start<T: Transport>(
     engine_config.eager_limit = eager_limit;
     engine_config.priorities = config.priorities;
     engine_config.max_inflight_sends = config.max_inflight_sends;
+    engine_config.request_limit = u32::try_from(config.tables.requests).unwrap_or(u32::MAX);
+    engine_config.key_limit = u32::try_from(config.tables.match_keys.max(1)).unwrap_or(u32::MAX);
     let mut engine = Box::new(RankEngine::new(engine_config));
     if config.stats {
         engine.stats_mut().enable();
@@ -485,7 +494,9 @@ pub(crate) fn start<T: Transport>(
         engine,
         pending: IdMap::default(),
         early: IdMap::default(),
-        refused: VecDeque::new(),
+        refused: Refused::default(),
+        waiting_sends: VecDeque::new(),
+        waiting_recvs: VecDeque::new(),
         barriers: HashMap::new(),
         next_barrier: 0,
         trace: config.trace,
@@ -580,6 +591,54 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
 impl<T: Transport> Progress<T> {
     fn command(&mut self, c: Command) {
         match c {
+            c @ Command::Send { .. } => {
+                // Behind the sends already waiting: one direction keeps its order.
+                if !self.waiting_sends.is_empty() {
+                    self.waiting_sends.push_back(c);
+                } else if let Err(c) = self.submit(c) {
+                    self.waiting_sends.push_back(c);
+                }
+            }
+            c @ Command::Recv { .. } => {
+                if !self.waiting_recvs.is_empty() {
+                    self.waiting_recvs.push_back(c);
+                } else if let Err(c) = self.submit(c) {
+                    self.waiting_recvs.push_back(c);
+                }
+            }
+            Command::Barrier { done } => {
+                let token = self.next_barrier;
+                self.next_barrier += 1;
+                self.barriers.insert(token, done);
+                self.transport.barrier(token);
+            }
+            Command::Amounts(reply) => {
+                let mut v = vec![0; self.transport.size() as usize];
+                self.engine.stats().retrieve(&mut v);
+                reply(v);
+            }
+            Command::Leftovers(reply) => {
+                // The envelopes still refused were never received either.
+                let refused = self
+                    .refused
+                    .iter()
+                    .filter_map(|(s, c, b)| self.engine.orphan_of(s, c, b));
+                reply(self.engine.leftovers().chain(refused).collect());
+            }
+            Command::EarlyMessages(reply) => reply(self.engine.early_messages()),
+            Command::Report(reply) => {
+                let elapsed = self.start.elapsed().as_micros() as u64;
+                reply(self.engine.stats().report(self.rank, elapsed).to_string());
+            }
+            Command::Stop => {}
+        }
+    }
+
+    /// Submits a send or a receive to the engine; hands it back when the engine's budget
+    /// has no room for it now (it waits, in order, and is submitted again when room
+    /// frees: [`Progress::admit_waiting`]).
+    fn submit(&mut self, c: Command) -> Result<(), Command> {
+        match c {
             Command::Send {
                 mut args,
                 bytes,
@@ -599,6 +658,9 @@ impl<T: Transport> Progress<T> {
                             },
                         );
                         self.data_ready(req);
+                    }
+                    Err(SubmitError::Full(Table::Requests)) => {
+                        return Err(Command::Send { args, bytes, done });
                     }
                     Err(e) => done(Err(CommError::from(e))),
                 }
@@ -624,29 +686,39 @@ impl<T: Transport> Progress<T> {
                             },
                         );
                         self.data_ready(req);
+                        // Its messages need no room now: those refused go in.
+                        self.retry_key(Key::new(args.comm, args.source, args.tag));
+                    }
+                    Err(SubmitError::Full(Table::Requests)) => {
+                        return Err(Command::Recv { args, cell, done });
                     }
                     Err(e) => done(Err(CommError::from(e))),
                 }
             }
-            Command::Barrier { done } => {
-                let token = self.next_barrier;
-                self.next_barrier += 1;
-                self.barriers.insert(token, done);
-                self.transport.barrier(token);
-            }
-            Command::Amounts(reply) => {
-                let mut v = vec![0; self.transport.size() as usize];
-                self.engine.stats().retrieve(&mut v);
-                reply(v);
-            }
-            Command::Leftovers(reply) => reply(self.engine.leftovers().collect()),
-            Command::EarlyMessages(reply) => reply(self.engine.early_messages()),
-            Command::Report(reply) => {
-                let elapsed = self.start.elapsed().as_micros() as u64;
-                reply(self.engine.stats().report(self.rank, elapsed).to_string());
-            }
-            Command::Stop => {}
+            other => self.command(other),
         }
+        Ok(())
+    }
+
+    /// Submits the waiting sends and receives, in order, while the engine has room;
+    /// whether any went in.
+    fn admit_waiting(&mut self) -> bool {
+        let mut any = false;
+        while let Some(c) = self.waiting_sends.pop_front() {
+            if let Err(c) = self.submit(c) {
+                self.waiting_sends.push_front(c);
+                break;
+            }
+            any = true;
+        }
+        while let Some(c) = self.waiting_recvs.pop_front() {
+            if let Err(c) = self.submit(c) {
+                self.waiting_recvs.push_front(c);
+                break;
+            }
+            any = true;
+        }
+        any
     }
 
     /// Hands a request whose data is ready to the engine. A send only joins the ready
@@ -708,8 +780,8 @@ impl<T: Transport> Progress<T> {
         while let Some(spent) = self.transport.spent() {
             self.pool.give(spent);
         }
-        // Progress may have freed room: waiting receives and envelopes go in again.
-        if !progressed && self.retry_refused() {
+        // Progress may have freed room: waiting submissions and envelopes go in again.
+        if !progressed && (self.admit_waiting() | self.retry_refused()) {
             self.drain_counted();
             progressed = true;
         }
@@ -844,52 +916,121 @@ impl<T: Transport> Progress<T> {
                 let _ = self.engine.handle_received(req, len as u64);
             }
         }
+        self.admit_waiting();
         self.retry_refused();
     }
 
-    /// Hands an envelope message to the engine. While earlier ones wait in `refused`,
-    /// it waits behind them: messages of one (source, tag) key keep their order.
+    /// Hands an envelope message to the engine. While earlier ones that it must stay
+    /// behind wait in `refused` (the core says which: [`RankEngine::refusal_order`]), it
+    /// waits behind them; a message of another key goes in.
     fn on_envelope(&mut self, source: Rank, comm: CommId, bytes: Vec<u8>) {
+        // (with nothing refused, nothing holds it back: no second decoding)
         if !self.refused.is_empty() {
-            self.refused.push_back((source, comm, bytes));
-            return;
-        }
-        self.handle_envelope(source, comm, bytes);
-    }
-
-    fn handle_envelope(&mut self, source: Rank, comm: CommId, bytes: Vec<u8>) {
-        match self.engine.handle_message(source, comm, &bytes) {
-            Ok(Arrival::Nothing) => {}
-            Ok(Arrival::Deliver { req, inline }) => {
-                if let Some(Pending::Recv { bytes: slot, .. }) = self.pending.get_mut(&req) {
-                    *slot = Some(inline.to_vec());
+            if let Some(o) = self.engine.refusal_order(source, comm, &bytes) {
+                if self.refused.must_wait(source, &o) {
+                    self.refused.push(source, comm, bytes, o);
+                    return;
                 }
             }
-            Ok(Arrival::Stash { early, inline }) => {
-                self.early.insert(early, inline.to_vec());
+        }
+        if let Err((bytes, _)) = self.handle_envelope(source, comm, bytes) {
+            // (refused bytes always have an order: the engine decoded them)
+            if let Some(o) = self.engine.refusal_order(source, comm, &bytes) {
+                self.refused.push(source, comm, bytes, o);
             }
-            Err(MessageError::Full(_)) => self.refused.push_back((source, comm, bytes)),
-            Err(e) => eprintln!(
-                "[starling][{}] dropped a message from {source}: {e}",
-                self.rank.0
-            ),
         }
     }
 
-    /// Hands refused envelopes in again, in arrival order, until one is refused again.
+    /// Hands an envelope to the engine; gives it back when a table is full (the engine
+    /// changed nothing).
+    fn handle_envelope(
+        &mut self,
+        source: Rank,
+        comm: CommId,
+        bytes: Vec<u8>,
+    ) -> Result<(), (Vec<u8>, Table)> {
+        loop {
+            match self.engine.handle_message(source, comm, &bytes) {
+                Ok(Arrival::Nothing) => {}
+                Ok(Arrival::Deliver { req, inline }) => {
+                    if let Some(Pending::Recv { bytes: slot, .. }) = self.pending.get_mut(&req) {
+                        *slot = Some(inline.to_vec());
+                    }
+                }
+                Ok(Arrival::Stash { early, inline }) => {
+                    self.early.insert(early, inline.to_vec());
+                }
+                Err(MessageError::Full(Table::Transmits | Table::Events)) => {
+                    // Outputs first, then the same message again.
+                    self.drain_outputs();
+                    continue;
+                }
+                Err(MessageError::Full(table)) => return Err((bytes, table)),
+                Err(e) => eprintln!(
+                    "[starling][{}] dropped a message from {source}: {e}",
+                    self.rank.0
+                ),
+            }
+            return Ok(());
+        }
+    }
+
+    /// Hands in again the refused envelopes of `key` that may go in, oldest first,
+    /// until one is refused again (a receive of `key` was just posted: they need no
+    /// room now).
+    fn retry_key(&mut self, key: Key) {
+        while let Some(seq) = self.refused.front_of(key) {
+            if self.retry_one(seq) != Retry::In {
+                return;
+            }
+        }
+    }
+
+    /// Hands in refused envelope `seq` if nothing it must stay behind is still
+    /// refused.
+    fn retry_one(&mut self, seq: u64) -> Retry {
+        if !self.refused.eligible(seq) {
+            return Retry::Held;
+        }
+        let Some((source, comm, bytes)) = self.refused.take(seq) else {
+            return Retry::Held;
+        };
+        match self.handle_envelope(source, comm, bytes) {
+            Ok(()) => {
+                self.refused.remove(seq);
+                Retry::In
+            }
+            Err((bytes, table)) => {
+                self.refused.put_back(seq, bytes);
+                Retry::Refused(table)
+            }
+        }
+    }
+
+    /// Hands refused envelopes in again, in arrival order, each that nothing earlier
+    /// holds back; stops at the first refused for want of a request slot (the next
+    /// ones would need one too), and after a bounded number of tries (a later pass goes
+    /// on). Whether any went in.
     fn retry_refused(&mut self) -> bool {
+        /// Tries per pass: a pass runs after every completion.
+        const TRIES: usize = 32;
         let mut any = false;
-        while let Some((source, comm, bytes)) = self.refused.pop_front() {
-            let before = self.refused.len();
-            self.handle_envelope(source, comm, bytes);
-            if self.refused.len() > before {
-                // Refused again: it went to the back; put it back in front, keep order.
-                if let Some(m) = self.refused.pop_back() {
-                    self.refused.push_front(m);
-                }
+        let mut tries = 0;
+        let mut after = None;
+        while tries < TRIES {
+            let Some(seq) = self.refused.next_head(after) else {
                 break;
+            };
+            after = Some(seq);
+            if !self.refused.eligible(seq) {
+                continue;
             }
-            any = true;
+            tries += 1;
+            match self.retry_one(seq) {
+                Retry::In => any = true,
+                Retry::Refused(Table::Requests) => break,
+                Retry::Refused(_) | Retry::Held => {}
+            }
         }
         any
     }
@@ -969,6 +1110,157 @@ impl<T: Transport> Progress<T> {
                 self.early.remove(&early);
             }
         }
+    }
+}
+
+/// What handing in a refused envelope again did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retry {
+    /// The engine took it.
+    In,
+    /// An earlier refused envelope holds it back: not tried.
+    Held,
+    /// The engine refused it again for this full table.
+    Refused(Table),
+}
+
+/// A refused envelope: source, communicator, bytes (`None` while being handed in), what
+/// it keeps its order with.
+type RefusedItem = (Rank, CommId, Option<Vec<u8>>, RefusalOrder);
+
+/// Envelopes the engine refused for a full table, kept for handing in again: in arrival
+/// order per matching key and per payload tag of a source (what [`RefusalOrder`] says
+/// they must stay behind), otherwise free to overtake each other.
+#[derive(Default)]
+struct Refused {
+    /// By arrival number: source, communicator, bytes (`None` while being handed in),
+    /// what it keeps its order with.
+    items: BTreeMap<u64, RefusedItem>,
+    /// Arrival numbers per key, oldest first.
+    by_key: HashMap<Key, VecDeque<u64>>,
+    /// Arrival numbers per (source, payload tag), oldest first.
+    by_payload: HashMap<(Rank, PhysTag), VecDeque<u64>>,
+    /// The oldest envelope of each key.
+    heads: BTreeSet<u64>,
+    next: u64,
+}
+
+impl Refused {
+    /// Whether no envelope is kept.
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Whether an envelope from `source` that keeps `order` must wait behind refused ones.
+    fn must_wait(&self, source: Rank, order: &RefusalOrder) -> bool {
+        self.by_key.get(&order.key).is_some_and(|q| !q.is_empty())
+            || order.payload.is_some_and(|t| {
+                self.by_payload
+                    .get(&(source, t))
+                    .is_some_and(|q| !q.is_empty())
+            })
+    }
+
+    /// Keeps a refused envelope, behind the others.
+    fn push(&mut self, source: Rank, comm: CommId, bytes: Vec<u8>, order: RefusalOrder) {
+        let seq = self.next;
+        self.next += 1;
+        self.items.insert(seq, (source, comm, Some(bytes), order));
+        let q = self.by_key.entry(order.key).or_default();
+        if q.is_empty() {
+            self.heads.insert(seq);
+        }
+        q.push_back(seq);
+        if let Some(t) = order.payload {
+            self.by_payload
+                .entry((source, t))
+                .or_default()
+                .push_back(seq);
+        }
+    }
+
+    /// The oldest refused envelope of `key`.
+    fn front_of(&self, key: Key) -> Option<u64> {
+        self.by_key.get(&key).and_then(|q| q.front().copied())
+    }
+
+    /// The oldest envelope of a key after arrival number `after` (from the first).
+    fn next_head(&self, after: Option<u64>) -> Option<u64> {
+        match after {
+            None => self.heads.iter().next().copied(),
+            Some(a) => self
+                .heads
+                .range((core::ops::Bound::Excluded(a), core::ops::Bound::Unbounded))
+                .next()
+                .copied(),
+        }
+    }
+
+    /// Whether envelope `seq` is the oldest of its key and of its payload tag.
+    fn eligible(&self, seq: u64) -> bool {
+        let Some((source, _, Some(_), order)) = self.items.get(&seq) else {
+            return false;
+        };
+        self.front_of(order.key) == Some(seq)
+            && order.payload.is_none_or(|t| {
+                self.by_payload.get(&(*source, t)).and_then(|q| q.front()) == Some(&seq)
+            })
+    }
+
+    /// Takes envelope `seq`'s bytes to hand it in (it stays in place until removed).
+    fn take(&mut self, seq: u64) -> Option<(Rank, CommId, Vec<u8>)> {
+        let (source, comm, bytes, _) = self.items.get_mut(&seq)?;
+        Some((*source, *comm, bytes.take()?))
+    }
+
+    /// Gives envelope `seq` its bytes back: it was refused again.
+    fn put_back(&mut self, seq: u64, bytes: Vec<u8>) {
+        if let Some(item) = self.items.get_mut(&seq) {
+            item.2 = Some(bytes);
+        }
+    }
+
+    /// Forgets envelope `seq`, which went in (the oldest of its key and payload tag).
+    fn remove(&mut self, seq: u64) {
+        let Some((source, _, _, order)) = self.items.remove(&seq) else {
+            return;
+        };
+        self.heads.remove(&seq);
+        if let Some(q) = self.by_key.get_mut(&order.key) {
+            // It is the oldest of its key (it went in only as such): O(1).
+            if q.front() == Some(&seq) {
+                q.pop_front();
+            } else {
+                q.retain(|s| *s != seq);
+            }
+            match q.front() {
+                Some(&next) => {
+                    self.heads.insert(next);
+                }
+                None => {
+                    self.by_key.remove(&order.key);
+                }
+            }
+        }
+        if let Some(t) = order.payload {
+            if let Some(q) = self.by_payload.get_mut(&(source, t)) {
+                if q.front() == Some(&seq) {
+                    q.pop_front();
+                } else {
+                    q.retain(|s| *s != seq);
+                }
+                if q.is_empty() {
+                    self.by_payload.remove(&(source, t));
+                }
+            }
+        }
+    }
+
+    /// The refused envelopes, oldest first: source, communicator, bytes.
+    fn iter(&self) -> impl Iterator<Item = (Rank, CommId, &[u8])> + '_ {
+        self.items
+            .values()
+            .filter_map(|(s, c, b, _)| b.as_deref().map(|b| (*s, *c, b)))
     }
 }
 

@@ -90,6 +90,52 @@ pub struct RankConfig {
     /// (`STARLING_PROGRESS=1`). The ranks of a process share the line; a rank started
     /// with [`RankRunner::start`] (one per process, as under MPI) shows it only on rank 0.
     pub progress: bool,
+    /// The sizes of the protocol engine's tables ([`Tables`]): what does not fit waits
+    /// in the progression thread, in order, and goes in when room frees.
+    pub tables: Tables,
+}
+
+/// The sizes of a rank's protocol-engine tables, at most the engine's capacities (4096
+/// requests, 1024 match keys; larger values mean those). Smaller tables change no
+/// result, only how much waits outside the engine: tests run with
+/// [`Tables::TINY`] to overflow them at every step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tables {
+    /// Live requests (sends, receives, early-message buffers), shared out by the core's
+    /// `engine::Budget` (at least 4).
+    pub requests: usize,
+    /// Distinct (communicator, source, tag) keys in each of the matcher's tables (at
+    /// least 1).
+    pub match_keys: usize,
+}
+
+impl Tables {
+    /// The engine's full capacities: 4096 requests, 1024 match keys.
+    pub const DEFAULT: Self = Self {
+        requests: 4096,
+        match_keys: 1024,
+    };
+
+    /// The smallest tables: 4 requests, 2 match keys.
+    pub const TINY: Self = Self {
+        requests: 4,
+        match_keys: 2,
+    };
+
+    /// Reads `requests,match_keys` (`STARLING_ENGINE_TABLES`); `None` when malformed.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (r, k) = text.split_once(',')?;
+        Some(Self {
+            requests: r.trim().parse().ok()?,
+            match_keys: k.trim().parse().ok()?,
+        })
+    }
+}
+
+impl Default for Tables {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 /// Driver mode (the reference's `STARPU_MPI_DRIVER_CALL_FREQUENCY` and
@@ -147,6 +193,7 @@ impl Default for RankConfig {
             check_agreement: cfg!(debug_assertions),
             trace_file: None,
             progress: false,
+            tables: Tables::DEFAULT,
         }
     }
 }
@@ -169,8 +216,9 @@ impl RankConfig {
     /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_CALLER_DRIVES=0`,
     /// `STARLING_MPI_THREAD_MULTIPLE_SEND=0`, `STARLING_IN_PLACE_MIN`,
     /// `STARLING_MPI_DRIVER_CALL_FREQUENCY`, `STARLING_MPI_DRIVER_TASK_FREQUENCY`,
-    /// `STARLING_CHECK_AGREEMENT`, `STARLING_TRACE` and `STARLING_PROGRESS`. A flag is on
-    /// when set to anything but empty or `0`.
+    /// `STARLING_CHECK_AGREEMENT`, `STARLING_TRACE`, `STARLING_PROGRESS` and
+    /// `STARLING_ENGINE_TABLES` (`requests,match_keys`, e.g. `4,2`: [`Tables`]). A flag
+    /// is on when set to anything but empty or `0`.
     pub fn from_env() -> Self {
         let mut c = Self {
             runtime: RuntimeConfig::from_env(),
@@ -183,6 +231,12 @@ impl RankConfig {
             progress: env_flag("STARLING_PROGRESS"),
             ..Self::default()
         };
+        if let Some(t) = std::env::var("STARLING_ENGINE_TABLES")
+            .ok()
+            .and_then(|v| Tables::parse(&v))
+        {
+            c.tables = t;
+        }
         if std::env::var("STARLING_MPI_PRIORITIES").is_ok_and(|v| v == "0") {
             c.priorities = false;
         }
@@ -329,6 +383,7 @@ impl RankRunner {
         let in_place_min = config.in_place_min;
         let multiple_send = config.multiple_send;
         let eager_limit = config.eager_limit.min(RankConfig::MAX_EAGER_LIMIT);
+        let tables = config.tables;
         let pshared = Arc::clone(&shared);
         let progression = thread::Builder::new()
             .name("starling-progress".into())
@@ -360,6 +415,7 @@ impl RankRunner {
                     timeline,
                     multiple_send,
                     eager_limit,
+                    tables,
                 };
                 let driver = progress::start(transport, rx, config, pshared);
                 let erased: Arc<dyn Drive> = driver.clone();
@@ -488,7 +544,31 @@ impl RankRunner {
                 .into_iter()
                 .map(|p| format!("rank {}: {p}", rank.0)),
         );
+        let (failures, skipped) = self.runtime.failures();
+        out.extend(
+            failures
+                .iter()
+                .map(|f| format!("rank {}: transfer failed: {f}", rank.0)),
+        );
+        if skipped > 0 {
+            out.push(format!(
+                "rank {}: {skipped} task(s) did not run: they read data whose transfer failed",
+                rank.0
+            ));
+        }
         out
+    }
+
+    /// The transfers the task flow depended on that failed on this rank, oldest first
+    /// (each has a line in [`RankRunner::leftovers`] too).
+    pub fn failures(&self) -> Vec<(Rank, crate::error::TransferError)> {
+        let rank = self.ctx.rank();
+        self.runtime
+            .failures()
+            .0
+            .iter()
+            .map(|f| (rank, (**f).clone()))
+            .collect()
     }
 
     /// Waits, like [`Context::wait_for_all`], until every task and request submitted on

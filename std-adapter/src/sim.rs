@@ -18,7 +18,8 @@
 //!
 //! The engines' tables are large by default; [`Cluster::sized`] makes them small, and the
 //! cluster then does the adapter's part for a full table: it keeps an envelope the engine
-//! refused and hands it in again, before any later one, after every step.
+//! refused and hands it in again after every step, before any later one of its key (or
+//! payload tag), as the threaded adapter does — envelopes of other keys go by.
 //!
 //! The simulated transport models the part of MPI the engine relies on: an envelope tag
 //! whose messages are handed to [`Engine::handle_message`] as they arrive, and payload
@@ -132,8 +133,9 @@ struct UnexpectedPayload {
 struct Node<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     engine: Box<Engine<REQ, KEYS, PEERS>>,
     /// Envelopes the engine refused for a full table ([`MessageError::Full`]), kept in
-    /// arrival order and handed in again, before any later one, as the threaded adapter
-    /// does: (source, communicator, message).
+    /// arrival order and handed in again, each before any later one of its key or payload
+    /// tag ([`Engine::refusal_order`]), as the threaded adapter does: (source,
+    /// communicator, message).
     refused: VecDeque<(Rank, CommId, Vec<u8>)>,
     /// Send payloads and receive buffers of application requests.
     buffers: HashMap<ReqId, Vec<u8>>,
@@ -483,11 +485,11 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                     self.sent(src, req);
                 }
                 let node = &mut self.nodes[dst.index()];
-                if node.refused.is_empty() {
-                    self.hand_in(dst, src, comm, bytes);
-                } else {
-                    // Behind the refused ones, in arrival order.
+                if held_back(node, node.refused.len(), src, comm, &bytes) {
+                    // Behind the refused ones of its key (or payload tag).
                     node.refused.push_back((src, comm, bytes));
+                } else {
+                    self.hand_in(dst, src, comm, bytes);
                 }
             }
             Wire::Payload {
@@ -544,24 +546,38 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         true
     }
 
-    /// Hands every rank's refused envelopes in again, in arrival order, until one is
-    /// refused again; repeats while any went in (each may free room for another rank's).
+    /// Hands every rank's refused envelopes in again, in arrival order, each that no
+    /// earlier refused one holds back (same key, or same payload tag:
+    /// [`Engine::refusal_order`], as the threaded adapter does); repeats while any went
+    /// in (each may free room for another's).
     fn retry_refused(&mut self) {
         let mut moved = true;
         while moved {
             moved = false;
             for r in 0..self.nodes.len() {
-                while let Some((src, comm, bytes)) = self.nodes[r].refused.pop_front() {
-                    let rank = Rank(r as u32);
-                    if self.hand_in(rank, src, comm, bytes) {
+                let mut i = 0;
+                while i < self.nodes[r].refused.len() {
+                    let node = &self.nodes[r];
+                    let (src, comm, bytes) = &node.refused[i];
+                    if held_back(node, i, *src, *comm, bytes) {
+                        i += 1;
+                        continue;
+                    }
+                    let Some((src, comm, bytes)) = self.nodes[r].refused.remove(i) else {
+                        break;
+                    };
+                    let before = self.nodes[r].refused.len();
+                    if self.hand_in(Rank(r as u32), src, comm, bytes) {
                         moved = true;
                     } else {
-                        // Refused again: back to the front, order kept.
+                        // Refused again: back in its place, order kept.
                         let node = &mut self.nodes[r];
-                        if let Some(m) = node.refused.pop_back() {
-                            node.refused.push_front(m);
+                        if node.refused.len() > before {
+                            if let Some(m) = node.refused.pop_back() {
+                                node.refused.insert(i, m);
+                            }
                         }
-                        break;
+                        i += 1;
                     }
                 }
             }
@@ -874,6 +890,26 @@ impl Explorer {
         };
         program(&mut e);
     }
+}
+
+/// Whether an envelope from `src` must wait behind the first `upto` refused envelopes of
+/// `node`: one of them has its key, or its payload tag from the same source
+/// ([`Engine::refusal_order`]).
+fn held_back<const REQ: usize, const KEYS: usize, const PEERS: usize>(
+    node: &Node<REQ, KEYS, PEERS>,
+    upto: usize,
+    src: Rank,
+    comm: CommId,
+    bytes: &[u8],
+) -> bool {
+    let Some(order) = node.engine.refusal_order(src, comm, bytes) else {
+        return false;
+    };
+    node.refused.iter().take(upto).any(|(s, c, b)| {
+        node.engine.refusal_order(*s, *c, b).is_some_and(|o| {
+            o.key == order.key || (*s == src && o.payload.is_some() && o.payload == order.payload)
+        })
+    })
 }
 
 #[cfg(test)]

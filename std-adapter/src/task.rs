@@ -23,9 +23,10 @@ use starling_core::{AccessMode, DataId};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Interface};
 use crate::device::{DeviceImpl, DeviceTask, Layers};
+use crate::error::TransferError;
 use crate::id_hash::IdMap;
 use crate::ready::ReadyQueue;
-use crate::sync::{Arc, Condvar, Mutex, MutexGuard, lock};
+use crate::sync::{Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering, lock};
 use crate::trace::{self, Recorder, WorkerTrace};
 
 /// A task's CPU implementation.
@@ -260,6 +261,9 @@ enum Work {
     Hook(Hook),
 }
 
+/// Why a node is poisoned: the first failed transfer that its input depends on.
+pub(crate) type Poison = Arc<TransferError>;
+
 struct Node {
     deps: usize,
     successors: Vec<NodeId>,
@@ -267,6 +271,10 @@ struct Node {
     accesses: Vec<Access>,
     /// `None` once handed to a worker or run.
     work: Option<Work>,
+    /// A value this node reads depends on a failed transfer (or, set by
+    /// [`Runtime::fail`], this node's own transfer failed): a task does not run, and the
+    /// data it writes are poisoned in turn for the nodes after it.
+    poison: Option<Poison>,
 }
 
 #[derive(Default)]
@@ -275,6 +283,20 @@ struct HandleDeps {
     readers: Vec<NodeId>,
     /// Sequential consistency switched off for this handle.
     unordered: bool,
+    /// The value left by the last completed writer depends on a failed transfer: a node
+    /// submitted with no writer pending that reads it is poisoned from the start.
+    poison: Option<Poison>,
+}
+
+/// Whether an access in `mode` depends on the value before it (R, RW, COMMUTE, REDUX):
+/// a poisoned value poisons it. A plain W replaces the value.
+fn reads_value(mode: AccessMode) -> bool {
+    mode.reads() || mode.intersects(AccessMode::COMMUTE.union(AccessMode::REDUX))
+}
+
+/// Whether an access in `mode` produces a new value (W, RW, COMMUTE, REDUX).
+fn writes_value(mode: AccessMode) -> bool {
+    mode.writes() || mode.contains(AccessMode::COMMUTE)
 }
 
 #[derive(Default)]
@@ -301,6 +323,12 @@ struct State {
     /// Tasks submitted and tasks run so far (the progress line).
     tasks_submitted: u64,
     tasks_done: u64,
+    /// Failed transfers the task flow depends on, in the order they failed.
+    failures: Vec<Poison>,
+    /// Poisoned tasks made ready and not completed yet (they complete without running).
+    skipped: Vec<NodeId>,
+    /// Tasks that did not run because an input depended on a failed transfer.
+    tasks_skipped: u64,
 }
 
 /// How a rank's runtime is set up.
@@ -380,6 +408,9 @@ struct Shared {
     offload: std::sync::OnceLock<Arc<dyn Offload>>,
     /// The device layers asked before every host access ([`crate::device`]).
     layers: Layers,
+    /// A transfer failed once ([`Runtime::fail`], [`Runtime::record_failure`]): until
+    /// then no node can be poisoned, and the checks skip the lock.
+    failed: AtomicBool,
 }
 
 /// The task runtime of one rank. Cheap to clone (shared).
@@ -446,6 +477,7 @@ impl Runtime {
                 threads,
                 offload: std::sync::OnceLock::new(),
                 layers: Layers::default(),
+                failed: AtomicBool::new(false),
             }),
         };
         let threads = (0..threads)
@@ -527,6 +559,7 @@ impl Runtime {
         st.tasks_submitted += u64::from(matches!(work, Work::Task { .. }));
         let mut deps = 0;
         let mut preds: Vec<NodeId> = Vec::new();
+        let mut poison = None;
         for (i, a) in accesses.iter().enumerate() {
             if a.mode == AccessMode::SCRATCH {
                 continue;
@@ -550,6 +583,14 @@ impl Runtime {
             }
             if let Some(w) = hd.last_writer {
                 preds.push(w);
+            } else if poison.is_none()
+                && hd.poison.is_some()
+                && accesses
+                    .iter()
+                    .any(|b| b.cell.id() == data && reads_value(b.mode))
+            {
+                // No writer pending: the value is the last completed writer's.
+                poison.clone_from(&hd.poison);
             }
             if writes {
                 preds.append(&mut hd.readers);
@@ -574,11 +615,13 @@ impl Runtime {
                 priority,
                 accesses,
                 work: Some(work),
+                poison,
             },
         );
         let mut hooks = Hooks::default();
         if deps == 0 {
             self.make_ready(&mut st, id, &mut hooks);
+            self.complete_skipped(&mut st, &mut hooks);
         }
         drop(st);
         self.run_hooks(hooks);
@@ -598,6 +641,12 @@ impl Runtime {
                     Vec::new()
                 };
                 hooks.push(id, h, host);
+            }
+            Some(task @ Work::Task { .. }) if node.poison.is_some() => {
+                // An input depends on a failed transfer: the task does not run (nor its
+                // callback); it completes at once, poisoning what it writes.
+                node.work = Some(task);
+                st.skipped.push(id);
             }
             Some(task @ Work::Task { .. }) => {
                 node.work = Some(task);
@@ -623,7 +672,86 @@ impl Runtime {
         self.run_hooks(hooks);
     }
 
+    /// Completes hook node `id` whose transfer failed with `failure`: the failure is
+    /// recorded for the rank's reports, and the data the node writes are poisoned, so
+    /// that the nodes that read them after it do not run on the stale value.
+    pub(crate) fn fail(&self, id: NodeId, failure: TransferError) {
+        let failure = Arc::new(failure);
+        let mut st = self.state();
+        self.shared.failed.store(true, Ordering::SeqCst);
+        st.failures.push(Arc::clone(&failure));
+        if let Some(node) = st.nodes.get_mut(&id) {
+            node.poison = Some(failure);
+        }
+        let mut hooks = Hooks::default();
+        self.complete_locked(&mut st, id, &mut hooks);
+        drop(st);
+        self.run_hooks(hooks);
+    }
+
+    /// Records a failed transfer that poisons no local data (a send): reported like the
+    /// others.
+    pub(crate) fn record_failure(&self, failure: TransferError) {
+        let mut st = self.state();
+        self.shared.failed.store(true, Ordering::SeqCst);
+        st.failures.push(Arc::new(failure));
+        self.notify_progress(&st);
+    }
+
+    /// Why hook node `id` must not use its data: a value it reads depends on a failed
+    /// transfer. `None` for a node with sound inputs (or unknown).
+    pub(crate) fn poison_of(&self, id: NodeId) -> Option<Poison> {
+        if !self.any_failure() {
+            return None;
+        }
+        self.state().nodes.get(&id).and_then(|n| n.poison.clone())
+    }
+
+    /// Whether a transfer ever failed on this runtime (no lock taken).
+    fn any_failure(&self) -> bool {
+        self.shared.failed.load(Ordering::SeqCst)
+    }
+
+    /// The first failed transfer, if any (no lock taken while there is none).
+    pub(crate) fn first_failure(&self) -> Option<Poison> {
+        if !self.any_failure() {
+            return None;
+        }
+        self.state().failures.first().cloned()
+    }
+
+    /// Why the current value of `data` must not be used, as of the accesses completed so
+    /// far: it depends on a failed transfer.
+    pub(crate) fn data_poison(&self, data: DataId) -> Option<Poison> {
+        self.state()
+            .handles
+            .get(&data)
+            .and_then(|h| h.poison.clone())
+    }
+
+    /// The failed transfers so far, oldest first, and how many tasks did not run because
+    /// of them.
+    pub(crate) fn failures(&self) -> (Vec<Poison>, u64) {
+        let st = self.state();
+        (st.failures.clone(), st.tasks_skipped)
+    }
+
     fn complete_locked(&self, st: &mut State, id: NodeId, hooks: &mut Hooks) {
+        self.complete_one(st, id, hooks);
+        self.complete_skipped(st, hooks);
+    }
+
+    /// Completes the poisoned tasks made ready, without running them (a worklist, not
+    /// recursion: a poison may run down a long chain of tasks).
+    fn complete_skipped(&self, st: &mut State, hooks: &mut Hooks) {
+        while let Some(id) = st.skipped.pop() {
+            st.tasks_skipped += 1;
+            st.tasks_done += 1;
+            self.complete_one(st, id, hooks);
+        }
+    }
+
+    fn complete_one(&self, st: &mut State, id: NodeId, hooks: &mut Hooks) {
         let Some(node) = st.nodes.remove(&id) else {
             return;
         };
@@ -631,12 +759,35 @@ impl Runtime {
             if let Some(hd) = st.handles.get_mut(&a.cell.id()) {
                 if hd.last_writer == Some(id) {
                     hd.last_writer = None;
+                    let data = a.cell.id();
+                    if node
+                        .accesses
+                        .iter()
+                        .any(|b| b.cell.id() == data && writes_value(b.mode))
+                    {
+                        // The value now is this node's: sound, or poisoned with it.
+                        hd.poison.clone_from(&node.poison);
+                    }
                 }
                 hd.readers.retain(|r| *r != id);
             }
         }
         for s in node.successors {
             if let Some(succ) = st.nodes.get_mut(&s) {
+                if let Some(p) = &node.poison {
+                    // A successor that reads a datum this node wrote inherits the poison.
+                    if succ.poison.is_none()
+                        && succ.accesses.iter().any(|b| {
+                            reads_value(b.mode)
+                                && node
+                                    .accesses
+                                    .iter()
+                                    .any(|a| writes_value(a.mode) && a.cell.id() == b.cell.id())
+                        })
+                    {
+                        succ.poison = Some(Arc::clone(p));
+                    }
+                }
                 succ.deps -= 1;
                 if succ.deps == 0 {
                     self.make_ready(st, s, hooks);

@@ -299,3 +299,67 @@ fn clearing_one_destination_keeps_the_others_and_the_list_intact() {
     assert_eq!(c.len_sent(), 1);
     assert!(c.cached_send(D1, Rank(1)));
 }
+
+/// Three ranks, caches of 4 entries, the pair bound `4 / (3 − 1)` = 2: rank 0 reads 3
+/// data from rank 1 and 3 from rank 2. Without the bound its received set fills at the
+/// 5th copy while the owners' sent sets have room, and the ranks of a pair disagree;
+/// with it, the 3rd copy of each pair is declined by the reader and its owner alike.
+#[test]
+fn a_full_pair_is_decided_alike_on_both_ranks() {
+    let mut reader: Cache<4> = Cache::new();
+    let mut owners: [Cache<4>; 2] = [Cache::new(), Cache::new()];
+    for c in owners.iter_mut().chain([&mut reader]) {
+        c.set_pair_limit(4 / (3 - 1));
+    }
+    let me = Rank(0);
+    for (o, owner) in owners.iter_mut().enumerate() {
+        let from = Rank(o as u32 + 1);
+        for k in 0..3u32 {
+            let data = DataId(10 * (o as u32 + 1) + k);
+            let sent = CacheUpdate::SentSet { data, dest: me };
+            let got = CacheUpdate::ReceivedSet { data };
+            assert_eq!(owner.apply_from(&sent, None), Ok(false));
+            assert_eq!(reader.apply_from(&got, Some(from)), Ok(false));
+            // Both ranks of the pair agree on whether the copy is cached.
+            assert_eq!(
+                owner.cached_send(data, me),
+                reader.cached_receive(data),
+                "pair ({from}, {me}), datum {data}"
+            );
+            assert_eq!(reader.cached_receive(data), k < 2);
+        }
+        assert_eq!(owner.pair_entries(me, true), 2);
+        assert_eq!(reader.pair_entries(from, false), 2);
+    }
+    assert_eq!(
+        reader.len_received(),
+        4,
+        "the received set never overflowed"
+    );
+    // A write frees a slot of the pair on both sides: the next copy is cached again.
+    let data = DataId(10);
+    assert!(
+        reader
+            .apply_from(&CacheUpdate::Invalidate { data }, None)
+            .unwrap()
+    );
+    assert!(!owners[0].apply(&CacheUpdate::Invalidate { data }).unwrap());
+    let next = DataId(12);
+    owners[0]
+        .apply(&CacheUpdate::SentSet {
+            data: next,
+            dest: me,
+        })
+        .unwrap();
+    reader
+        .apply_from(&CacheUpdate::ReceivedSet { data: next }, Some(Rank(1)))
+        .unwrap();
+    assert!(owners[0].cached_send(next, me) && reader.cached_receive(next));
+    // Evictions and flushes count down alike.
+    assert!(owners[0].clear_sent_to(next, me));
+    assert!(reader.clear_received(next));
+    assert_eq!(owners[0].pair_entries(me, true), 1);
+    assert_eq!(reader.pair_entries(Rank(1), false), 1);
+    reader.flush_all(|_| {});
+    assert_eq!(reader.pair_entries(Rank(2), false), 0);
+}

@@ -43,6 +43,53 @@ pub struct Config {
     /// `STARPU_MPI_NDETACHED_SEND`); 0 means no cap. Ready sends beyond it wait in the
     /// ready list, in priority order.
     pub max_inflight_sends: u32,
+    /// The most live requests, application and early ones together, shared out by
+    /// [`Budget`]: anything above the engine's `REQ` means `REQ`, anything below 4
+    /// means 4. A run-time bound under the compile-time capacity, so that a runtime can
+    /// be tried with tiny tables. 0 (the default): the whole slab, with no budget (any
+    /// class may take every slot, so an adapter must then be ready for early messages
+    /// that hold every slot).
+    pub request_limit: u32,
+    /// The most distinct keys in each of the matcher's two tables (posted receives,
+    /// early data); 0 (the default) or anything above the engine's `KEYS` means `KEYS`,
+    /// and 0 after clamping means 1.
+    pub key_limit: u32,
+}
+
+/// How the request slab is shared out (a pure function of the request limit, the same
+/// on every rank of a configuration): what does not fit waits in the adapter, and no
+/// class can starve another.
+///
+/// * application sends hold at most `sends` slots: a standard send completes without the
+///   peer's application (a synchronous one once the peer posts its receive), so their
+///   share drains whatever the receives wait for;
+/// * application receives and early requests (buffers of messages that arrived before
+///   their receive, discard buffers) share the other `recvs` slots, of which early
+///   requests hold at most `early` (`recvs − 1`): a receive can always be submitted,
+///   and its message, once it waits, needs no slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Budget {
+    /// Slots application sends may hold.
+    pub sends: usize,
+    /// Slots application receives and early requests may hold together.
+    pub recvs: usize,
+    /// Slots early requests may hold.
+    pub early: usize,
+}
+
+impl Budget {
+    /// The budget of `limit` slots (at least 4).
+    pub const fn of(limit: usize) -> Self {
+        let limit = if limit < 4 { 4 } else { limit };
+        let sends = limit / 2;
+        let recvs = limit - sends;
+        Self {
+            sends,
+            recvs,
+            early: recvs - 1,
+        }
+    }
 }
 
 impl Config {
@@ -56,6 +103,8 @@ impl Config {
             eager_limit: DEFAULT_EAGER_LIMIT,
             priorities: true,
             max_inflight_sends: 10,
+            request_limit: 0,
+            key_limit: 0,
         }
     }
 }

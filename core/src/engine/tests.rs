@@ -779,3 +779,5 @@ fn receives_beyond_the_match_keys_wait_in_order_until_an_arrival_frees_room() {
         );
     }
 }
+
+mod limits;

@@ -50,8 +50,9 @@ pub(super) fn reduce(
                 if me == reducer {
                     let tmp = cell.same_shape().ok_or(InsertError::NoReduction(id))?;
                     if !ctx.fake.load(core::sync::atomic::Ordering::Relaxed) {
-                        ctx.post_recv(
+                        ctx.post_flow_recv_for(
                             Arc::clone(&tmp),
+                            id,
                             m,
                             info.tag,
                             RecvOpts {
@@ -78,7 +79,7 @@ pub(super) fn reduce(
                         None,
                     );
                 } else if me == m && !ctx.fake.load(core::sync::atomic::Ordering::Relaxed) {
-                    ctx.post_send(
+                    ctx.post_flow_send(
                         Arc::clone(cell),
                         reducer,
                         info.tag,
@@ -119,7 +120,9 @@ impl Context {
     ///
     /// # Errors
     /// As for [`Context::redux`]; [`InsertError::Diverged`] when the ranks' flows differ
-    /// (then it does not wait: a divergent flow may never complete).
+    /// (then it does not wait: a divergent flow may never complete);
+    /// [`InsertError::Transfer`] when a transfer the flow depends on failed on this rank
+    /// (after waiting: what did not depend on it completed).
     pub fn mpi_wait_for_all(&self) -> Result<(), InsertError> {
         {
             let mut dist = lock(&self.dist);
@@ -143,7 +146,8 @@ impl Context {
             self.agreement_check("mpi_wait_for_all")?;
         }
         self.wait_for_all();
-        Ok(())
+        self.transfer_failure()
+            .map_err(|e| InsertError::Transfer(Box::new(e)))
     }
     // ----- reductions -------------------------------------------------------------------
 
@@ -196,6 +200,10 @@ impl Context {
         self.fetch("get_data_on_node").r(h).on_node(node).submit()?;
         if self.rank == node {
             drop(self.acquire(h, AccessMode::R));
+            // The value acquired is sound unless it depends on a failed transfer.
+            if let Some(p) = self.runtime.data_poison(h.id()) {
+                return Err(InsertError::Transfer(Box::new((*p).clone())));
+            }
         }
         Ok(())
     }
@@ -353,45 +361,55 @@ impl Context {
         let done = countdown(moves.len(), mine);
         for (cell, info, from, to) in moves {
             let d = Arc::clone(&done);
-            let cb: crate::progress::Done = Box::new(move |_| d());
+            // Each transfer's outcome counts: the callback runs only if all succeeded (a
+            // failure is reported by the runtime, see `post_flow_recv`).
+            let cb: crate::progress::Done = Box::new(move |r| d(r.is_ok()));
             if me == from {
                 let opts = SendOpts {
                     comm: info.comm,
                     ..SendOpts::default()
                 };
-                self.post_send(cell, to, info.tag, opts, cb)?;
+                self.post_flow_send(cell, to, info.tag, opts, cb)?;
             } else {
                 let opts = RecvOpts {
                     comm: info.comm,
                     ..RecvOpts::default()
                 };
-                self.post_recv(cell, from, info.tag, opts, cb)?;
+                self.post_flow_recv(cell, from, info.tag, opts, cb)?;
             }
         }
         Ok(())
     }
 }
 
-/// Calls left, and the function the last one runs.
-type Countdown = crate::sync::Mutex<(usize, Option<Box<dyn FnOnce() + Send>>)>;
+/// Calls left, whether every call so far succeeded, and the function the last one runs.
+type Countdown = crate::sync::Mutex<(usize, bool, Option<Box<dyn FnOnce() + Send>>)>;
 
-/// A function to call `n` times; the last call runs `f` (at once when `n` is 0).
-fn countdown(n: usize, f: Box<dyn FnOnce() + Send>) -> Arc<dyn Fn() + Send + Sync> {
-    let slot = Arc::new(crate::sync::Mutex::new((n, Some(f))));
-    let run = |slot: &Countdown| {
+/// A function to call `n` times with each transfer's success; the last call runs `f`
+/// if every call succeeded (at once when `n` is 0), and drops it otherwise: a collective's
+/// callback never announces data that did not arrive.
+fn countdown(n: usize, f: Box<dyn FnOnce() + Send>) -> Arc<dyn Fn(bool) + Send + Sync> {
+    let slot = Arc::new(crate::sync::Mutex::new((n, true, Some(f))));
+    let run = |slot: &Countdown, ok: bool| {
         let f = {
             let mut s = lock(slot);
             if s.0 > 0 {
                 s.0 -= 1;
             }
-            if s.0 == 0 { s.1.take() } else { None }
+            s.1 &= ok;
+            let all_ok = s.1;
+            if s.0 == 0 {
+                s.2.take().filter(|_| all_ok)
+            } else {
+                None
+            }
         };
         if let Some(f) = f {
             f();
         }
     };
     if n == 0 {
-        run(&slot);
+        run(&slot, true);
     }
-    Arc::new(move || run(&slot))
+    Arc::new(move |ok| run(&slot, ok))
 }

@@ -340,7 +340,7 @@ where
         return Err(e);
     }
     if !leftovers.is_empty() {
-        return Err(MsError::Shutdown(ShutdownError { leftovers }));
+        return Err(MsError::Shutdown(ShutdownError::new(leftovers)));
     }
     Ok(value)
 }

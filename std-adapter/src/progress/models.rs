@@ -119,6 +119,7 @@ fn config(driver: Option<DriverMode>) -> ProgressConfig {
         timeline: None,
         multiple_send: true,
         eager_limit: crate::RankConfig::DEFAULT_EAGER_LIMIT,
+        tables: crate::rank::Tables::DEFAULT,
     }
 }
 

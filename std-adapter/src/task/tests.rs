@@ -150,6 +150,25 @@ mod support {
             self.rt.complete(id);
         }
 
+        /// Fails started node `name` with `failure` ([`Runtime::fail`]).
+        pub(super) fn fail(&self, name: &'static str, failure: crate::error::TransferError) {
+            let id = self.id(name);
+            lock(&self.completed).push(name);
+            self.rt.fail(id, failure);
+        }
+
+        /// The poison of started node `name` ([`Runtime::poison_of`]).
+        pub(super) fn poison_of(&self, name: &'static str) -> Option<super::super::Poison> {
+            self.rt.poison_of(self.id(name))
+        }
+
+        fn id(&self, name: &'static str) -> NodeId {
+            lock(&self.started)
+                .iter()
+                .find_map(|(n, id)| (*n == name).then_some(*id))
+                .unwrap_or_else(|| panic!("{name} has not started"))
+        }
+
         /// Completes the started nodes, and those they release, until none is left open,
         /// then checks that the runtime drained and stops it.
         pub(super) fn finish(self) {
@@ -1058,4 +1077,116 @@ fn buffers_name_each_handle_and_version_its_writes() {
     AnyCell::unpack(&*a, &5u64.to_le_bytes()).unwrap();
     assert!(bufs.version(0) > written, "a receive takes a fresh version");
     assert_eq!(bufs.r::<Variable<u64>>(0).get(), 5);
+}
+
+/// A node whose transfer failed poisons what it wrote: the tasks that read it do not run,
+/// nor the tasks that read what they would have written; a plain write heals the datum.
+#[cfg(not(loom))]
+mod poison {
+    use std::sync::Mutex;
+
+    use starling_core::{Rank, Tag};
+
+    use super::support::{Hooks, finish, start};
+    use super::*;
+    use crate::error::{CommError, TransferDirection, TransferError};
+    use crate::sync::lock;
+
+    const R: AccessMode = AccessMode::R;
+    const W: AccessMode = AccessMode::W;
+    const RW: AccessMode = AccessMode::RW;
+
+    fn failure(data: u32) -> TransferError {
+        TransferError {
+            data: DataId(data),
+            peer: Rank(1),
+            tag: Tag(5),
+            direction: TransferDirection::Recv,
+            cause: CommError::Stalled {
+                explanation: "planted".into(),
+            },
+        }
+    }
+
+    /// A task that logs its name when it runs.
+    fn logged(log: &Arc<Mutex<Vec<&'static str>>>, name: &'static str) -> Codelet {
+        let log = Arc::clone(log);
+        Codelet::new(name, move |_| lock(&log).push(name))
+    }
+
+    #[test]
+    fn readers_of_a_failed_receive_and_their_successors_do_not_run_and_a_write_heals() {
+        let (rt, workers) = start(1);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let x = variable(0, 0);
+        let y = variable(1, 0);
+        let z = variable(2, 0);
+        // A receive into x, held until the test fails it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.submit_hook(
+            vec![access(&x, W)],
+            0,
+            Box::new(move |id| tx.send(id).unwrap()),
+        );
+        let recv = rx.recv().unwrap();
+        let log_cb = Arc::clone(&log);
+        // y = f(x), then z = g(y): both poisoned. An unrelated task on z's sibling runs.
+        rt.submit_task(
+            logged(&log, "reads x"),
+            vec![access(&y, W), access(&x, R)],
+            0,
+            Some(Box::new(move || lock(&log_cb).push("callback"))),
+            None,
+        );
+        rt.submit_task(
+            logged(&log, "reads y"),
+            vec![access(&z, RW), access(&y, R)],
+            0,
+            None,
+            None,
+        );
+        rt.fail(recv, failure(0));
+        assert!(rt.wait_until(support::TIMEOUT, |v| v.outstanding == 0));
+        assert_eq!(rt.failures(), (vec![Arc::new(failure(0))], 2));
+        // Submitted after the failure completed: still poisoned (no writer pending).
+        rt.submit_task(
+            logged(&log, "reads x later"),
+            vec![access(&x, R)],
+            0,
+            None,
+            None,
+        );
+        // A plain write replaces the stale value; what reads after it runs.
+        rt.submit_task(logged(&log, "writes x"), vec![access(&x, W)], 0, None, None);
+        rt.submit_task(
+            logged(&log, "reads x healed"),
+            vec![access(&x, R)],
+            0,
+            None,
+            None,
+        );
+        assert!(rt.wait_until(support::TIMEOUT, |v| v.outstanding == 0));
+        assert_eq!(*lock(&log), ["writes x", "reads x healed"]);
+        assert_eq!(rt.failures().1, 3);
+        assert!(rt.data_poison(DataId(0)).is_none());
+        assert_eq!(rt.data_poison(DataId(1)), Some(Arc::new(failure(0))));
+        assert_eq!(rt.data_poison(DataId(2)), Some(Arc::new(failure(0))));
+        finish(&rt, workers);
+    }
+
+    #[test]
+    fn a_hook_after_a_poisoned_value_sees_the_poison_and_a_writer_hook_does_not() {
+        let hooks = Hooks::new();
+        let x = variable(0, 0);
+        hooks.submit("recv", vec![access(&x, W)]);
+        hooks.submit("send", vec![access(&x, R)]);
+        hooks.submit("recv again", vec![access(&x, W)]);
+        assert_eq!(hooks.started(), ["recv"]);
+        hooks.fail("recv", failure(0));
+        assert_eq!(hooks.started(), ["recv", "send"]);
+        assert_eq!(hooks.poison_of("send"), Some(Arc::new(failure(0))));
+        hooks.complete("send");
+        assert_eq!(hooks.poison_of("recv again"), None);
+        hooks.finish();
+    }
 }

@@ -1,0 +1,212 @@
+//! Run-time table limits (`Config::request_limit`, `Config::key_limit`): how the slab is
+//! shared out ([`Budget`]), and receives the matcher has no room for, which wait without
+//! holding back the others.
+
+use super::*;
+
+/// An engine of 16 slots and 16 keys, limited at run time to `requests` and `keys`.
+fn limited(rank: u32, requests: u32, keys: u32) -> E {
+    let mut config = Config::new(Rank(rank), 2, tags());
+    config.request_limit = requests;
+    config.key_limit = keys;
+    E::new(config)
+}
+
+fn eager(tag: i64, msg: u32, byte: u8) -> Vec<u8> {
+    let env = Envelope {
+        kind: EnvKind::Eager,
+        comm: W,
+        tag: Tag(tag),
+        size: 1,
+        msg: MsgId(msg),
+    };
+    let mut bytes = env.encode().to_vec();
+    bytes.push(byte);
+    bytes
+}
+
+fn ready_recv(e: &mut E, tag: i64) -> ReqId {
+    let r = e
+        .submit_recv(RecvArgs::new(W, Rank(0), Tag(tag), 8))
+        .unwrap();
+    e.handle_data_ready(r).unwrap();
+    r
+}
+
+#[test]
+fn the_budget_is_a_pure_function_of_the_limit() {
+    assert_eq!(
+        Budget::of(4),
+        Budget {
+            sends: 2,
+            recvs: 2,
+            early: 1
+        }
+    );
+    assert_eq!(Budget::of(1), Budget::of(4));
+    assert_eq!(
+        Budget::of(4096),
+        Budget {
+            sends: 2048,
+            recvs: 2048,
+            early: 2047
+        }
+    );
+    // No limit: the whole slab, first come first served (what the other tests pin).
+    assert_eq!(engine(0, 2).budget(), None);
+    // A limit above the slab is the slab.
+    assert_eq!(limited(0, 1 << 20, 0).budget(), Some(Budget::of(16)));
+}
+
+#[test]
+fn sends_beyond_their_share_are_refused_and_leave_room_for_receives() {
+    let mut a = limited(0, 4, 0);
+    for t in 0..2 {
+        a.submit_send(SendArgs::new(W, Rank(1), Tag(t), 1)).unwrap();
+    }
+    assert_eq!(
+        a.submit_send(SendArgs::new(W, Rank(1), Tag(9), 1)),
+        Err(SubmitError::Full(Table::Requests))
+    );
+    // The receives' share is untouched.
+    for t in 0..2 {
+        a.submit_recv(RecvArgs::new(W, Rank(1), Tag(t), 1)).unwrap();
+    }
+    assert_eq!(
+        a.submit_recv(RecvArgs::new(W, Rank(1), Tag(9), 1)),
+        Err(SubmitError::Full(Table::Requests))
+    );
+}
+
+#[test]
+fn early_messages_never_take_the_last_receive_slot() {
+    let mut b = limited(1, 4, 0);
+    assert!(matches!(
+        b.handle_message(Rank(0), W, &eager(1, 0, 10)),
+        Ok(Arrival::Stash { .. })
+    ));
+    // A second early message would leave no slot for the receive that takes the first.
+    assert_eq!(
+        b.handle_message(Rank(0), W, &eager(2, 1, 20)),
+        Err(MessageError::Full(Table::Requests))
+    );
+    // The receive of the first goes in and takes it, freeing its slot.
+    let r = ready_recv(&mut b, 1);
+    transmits(&mut b);
+    assert!(matches!(
+        events(&mut b)[..],
+        [Event::Completed { req, from_early: Some(_), .. }] if req == r
+    ));
+    // The refused message goes in now.
+    assert!(matches!(
+        b.handle_message(Rank(0), W, &eager(2, 1, 20)),
+        Ok(Arrival::Stash { .. })
+    ));
+}
+
+#[test]
+fn early_messages_beyond_the_key_limit_are_refused_and_a_waiting_receive_takes_them() {
+    let mut b = limited(1, 0, 2);
+    for (i, t) in [1, 2].into_iter().enumerate() {
+        assert!(matches!(
+            b.handle_message(Rank(0), W, &eager(t, i as u32, 0)),
+            Ok(Arrival::Stash { .. })
+        ));
+    }
+    // A third key: refused.
+    assert_eq!(
+        b.handle_message(Rank(0), W, &eager(3, 2, 0)),
+        Err(MessageError::Full(Table::MatchKeys))
+    );
+    // Once its receive waits, it needs no key.
+    let r = ready_recv(&mut b, 3);
+    assert!(matches!(
+        b.handle_message(Rank(0), W, &eager(3, 2, 0)),
+        Ok(Arrival::Deliver { req, .. }) if req == r
+    ));
+}
+
+#[test]
+fn a_message_for_a_receive_deferred_for_want_of_keys_is_matched_at_once() {
+    let mut b = limited(1, 0, 2);
+    let _first = ready_recv(&mut b, 1);
+    let _second = ready_recv(&mut b, 2);
+    let third = ready_recv(&mut b, 3);
+    assert_eq!(b.request(third).unwrap().state, State::Ready, "deferred");
+    let early_before = b.early_messages();
+    assert!(matches!(
+        b.handle_message(Rank(0), W, &eager(3, 0, 7)),
+        Ok(Arrival::Deliver { req, .. }) if req == third
+    ));
+    assert_eq!(b.early_messages(), early_before, "no early buffer was made");
+    transmits(&mut b);
+    assert!(matches!(
+        events(&mut b)[..],
+        [Event::Completed { req, .. }] if req == third
+    ));
+}
+
+#[test]
+fn a_deferred_receive_whose_message_waits_does_not_wait_behind_other_keys() {
+    let mut b = limited(1, 0, 2);
+    // The message for tag 4 arrived first.
+    assert!(matches!(
+        b.handle_message(Rank(0), W, &eager(4, 0, 7)),
+        Ok(Arrival::Stash { .. })
+    ));
+    let _first = ready_recv(&mut b, 1);
+    let _second = ready_recv(&mut b, 2);
+    // Tag 3 has no room (2 keys) and nothing waiting: deferred. Tag 4 queues behind it.
+    let third = ready_recv(&mut b, 3);
+    let fourth = ready_recv(&mut b, 4);
+    assert_eq!(b.request(fourth).unwrap().state, State::Ready);
+    transmits(&mut b);
+    // The receive of tag 4 took its message; tag 3's still waits for room.
+    assert!(matches!(
+        events(&mut b)[..],
+        [Event::Completed { req, from_early: Some(_), .. }] if req == fourth
+    ));
+    assert_eq!(b.request(third).unwrap().state, State::Ready);
+    // Two receives of one key deferred in order stay in order.
+    let fifth = ready_recv(&mut b, 3);
+    for (i, r) in [third, fifth].into_iter().enumerate() {
+        assert!(matches!(
+            b.handle_message(Rank(0), W, &eager(3, 1 + i as u32, i as u8)),
+            Ok(Arrival::Deliver { req, .. }) if req == r
+        ));
+    }
+}
+
+#[test]
+fn a_refused_envelope_keeps_its_order_with_its_key_and_its_payload_tag_only() {
+    let b = limited(1, 4, 2);
+    let data = |tag, msg| Envelope {
+        kind: EnvKind::Data,
+        comm: W,
+        tag: Tag(tag),
+        size: 1000,
+        msg: MsgId(msg),
+    };
+    let a = b.refusal_order(Rank(0), W, &data(1, 0).encode()).unwrap();
+    let c = b.refusal_order(Rank(0), W, &data(2, 1).encode()).unwrap();
+    assert_eq!(a.key, Key::new(W, Rank(0), Tag(1)));
+    assert_ne!(a.key, c.key);
+    assert_ne!(
+        a.payload, c.payload,
+        "different message ids: different payload tags"
+    );
+    // One class length apart, two data messages share their payload tag.
+    let wrap = tags().class_len();
+    let d = b
+        .refusal_order(Rank(0), W, &data(3, wrap).encode())
+        .unwrap();
+    assert_eq!(a.payload, d.payload);
+    // Eager envelopes carry their payload: only their key orders them.
+    assert_eq!(
+        b.refusal_order(Rank(0), W, &eager(1, 5, 0))
+            .unwrap()
+            .payload,
+        None
+    );
+    assert_eq!(b.refusal_order(Rank(0), W, &[1, 2, 3]), None);
+}
