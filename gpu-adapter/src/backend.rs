@@ -125,6 +125,18 @@ pub trait Backend: Send + Sync + 'static {
         dst: &mut Self::Buf,
     ) -> Result<Self::Event, GpuError>;
 
+    /// Queues the copy of `src` into `dst`, both on device `dev`, on its upload stream
+    /// (after the work that wrote `src`).
+    ///
+    /// # Errors
+    /// The backend's failure (nothing was queued).
+    fn copy(
+        &self,
+        dev: usize,
+        src: &Self::Buf,
+        dst: &mut Self::Buf,
+    ) -> Result<Self::Event, GpuError>;
+
     /// Copies `src` (of device `dev`) into `host` and waits for the copy.
     ///
     /// # Errors

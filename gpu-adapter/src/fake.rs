@@ -186,6 +186,8 @@ pub struct FakeLog {
     pub overlapped_uploads: AtomicU64,
     /// Bytes pinned.
     pub pinned: AtomicU64,
+    /// Copies from one buffer of a device to another (device values between ranks).
+    pub device_copies: AtomicU64,
     per_device: Mutex<Vec<u64>>,
 }
 
@@ -337,6 +339,30 @@ impl Backend for Fake {
             lock(&data).copy_from_slice(&staged);
             log.uploads.fetch_add(1, Ordering::Relaxed);
             done.set(r);
+        }))?;
+        dst.ready = event.clone();
+        Ok(event)
+    }
+
+    fn copy(&self, dev: usize, src: &FakeBuf, dst: &mut FakeBuf) -> Result<FakeEvent, GpuError> {
+        if dst_len(src) != dst_len(dst) {
+            return Err(GpuError::LengthMismatch {
+                expected: dst_len(dst),
+                got: dst_len(src),
+            });
+        }
+        let event = FakeEvent::default();
+        let (done, after) = (event.clone(), [src.ready.clone(), dst.ready.clone()]);
+        let (from, to) = (Arc::clone(&src.data), Arc::clone(&dst.data));
+        let log = Arc::clone(&self.log);
+        self.devs[dev].upload.push(Box::new(move || {
+            for a in &after {
+                let _ = a.wait();
+            }
+            let values = lock(&from).clone();
+            lock(&to).copy_from_slice(&values);
+            log.device_copies.fetch_add(1, Ordering::Relaxed);
+            done.set(Ok(()));
         }))?;
         dst.ready = event.clone();
         Ok(event)

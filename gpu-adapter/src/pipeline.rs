@@ -103,6 +103,9 @@ pub struct GpuStats {
     pub write_backs: u64,
     /// Bytes of host memory pinned.
     pub pinned_bytes: u64,
+    /// Values received from another rank of the process as device copies (no copy
+    /// through main memory).
+    pub device_values: u64,
 }
 
 #[derive(Debug, Default)]
@@ -116,6 +119,7 @@ struct Counters {
     evictions: AtomicU64,
     write_backs: AtomicU64,
     pinned_bytes: AtomicU64,
+    device_values: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: usize) {
@@ -328,6 +332,7 @@ impl<B: Backend> Layer<B> {
             evictions: l(&c.evictions),
             write_backs: l(&c.write_backs),
             pinned_bytes: l(&c.pinned_bytes),
+            device_values: l(&c.device_values),
         }
     }
 
@@ -1013,6 +1018,129 @@ impl<B: Backend> DeviceLayer for Layer<B> {
 
     fn flush(&self) {
         self.shared.flush();
+    }
+
+    fn export(&self, data: &Buffers<'_>) -> Option<Box<dyn core::any::Any + Send>> {
+        self.shared
+            .export(data)
+            .map(|s| Box::new(s) as Box<dyn core::any::Any + Send>)
+    }
+
+    fn adopt(
+        &self,
+        data: &Buffers<'_>,
+        value: Box<dyn core::any::Any + Send>,
+    ) -> Result<(), Box<dyn core::any::Any + Send>> {
+        let snap = value.downcast::<Snapshot<B>>()?;
+        self.shared
+            .adopt(data, *snap)
+            .map_err(|s| Box::new(s) as Box<dyn core::any::Any + Send>)
+    }
+
+    fn value_bytes(&self, value: Box<dyn core::any::Any + Send>) -> Result<Vec<u8>, String> {
+        let snap = value
+            .downcast::<Snapshot<B>>()
+            .map_err(|_| "not a value of this device layer".to_owned())?;
+        let mut host = vec![0.0f64; snap.len];
+        self.shared
+            .backend
+            .download(snap.dev, &snap.buf, &mut host)
+            .map_err(|e| e.to_string())?;
+        add(
+            &self.shared.counters.bytes_to_host,
+            snap.len * size_of::<f64>(),
+        );
+        Ok(host.iter().flat_map(|x| x.to_ne_bytes()).collect())
+    }
+}
+
+/// A handle's value copied on a device, travelling between ranks of one process in place
+/// of its bytes ([`DeviceLayer::export`]).
+struct Snapshot<B: Backend> {
+    dev: usize,
+    buf: B::Buf,
+    len: usize,
+    shape: Shape,
+}
+
+/// Whether the packed bytes of a handle of this shape are its storage as it is (no
+/// padding): then a device copy of the storage is its value, and its bytes its packed form.
+fn dense(shape: Shape) -> bool {
+    match shape {
+        Shape::Variable | Shape::Vector { .. } => true,
+        Shape::Matrix { nx, ld, .. } => ld == nx,
+        Shape::Block {
+            nx, ny, ldy, ldz, ..
+        } => ldy == nx && ldz == nx * ny,
+    }
+}
+
+impl<B: Backend> Shared<B> {
+    /// [`DeviceLayer::export`]: a snapshot of access 0's device copy, when a device holds
+    /// a valid one.
+    fn export(&self, data: &Buffers<'_>) -> Option<Snapshot<B>> {
+        let shape = shape_of(data, 0).ok().filter(|&s| dense(s))?;
+        let len = with_host(data, 0, <[f64]>::len).ok()?;
+        let mut st = self.state();
+        let st = &mut *st;
+        let e = st.entries.get_mut(&data.uid(0))?;
+        Self::sync_version(e, data.version(0)).ok()?;
+        if e.len != len {
+            return None;
+        }
+        let dev = (0..st.devs.len()).find(|&d| e.state.valid().contains(node_of(d)))?;
+        let src = e.buf(node_of(dev))?;
+        let mut buf = self.backend.alloc(dev, len).ok()?;
+        self.backend.copy(dev, src, &mut buf).ok()?;
+        Some(Snapshot {
+            dev,
+            buf,
+            len,
+            shape,
+        })
+    }
+
+    /// [`DeviceLayer::adopt`]: access 0's copy on the snapshot's device becomes the
+    /// snapshot, the only valid copy.
+    fn adopt(&self, data: &Buffers<'_>, snap: Snapshot<B>) -> Result<(), Snapshot<B>> {
+        let fits = shape_of(data, 0).is_ok_and(|s| s == snap.shape)
+            && with_host(data, 0, <[f64]>::len).is_ok_and(|l| l == snap.len);
+        if !fits {
+            return Err(snap);
+        }
+        let node = node_of(snap.dev);
+        let mut st = self.state();
+        let st = &mut *st;
+        st.clock += 1;
+        let clock = st.clock;
+        let version = data.version(0);
+        let e = st
+            .entries
+            .entry(data.uid(0))
+            .or_insert_with(|| Entry::new(snap.len, version, data.host_ref(0)));
+        if e.len != snap.len || Self::sync_version(e, version).is_err() {
+            return Err(snap);
+        }
+        let Ok(a) = e.state.acquire(node, AccessMode::W) else {
+            return Err(snap);
+        };
+        let _ = e.state.release(node, AccessMode::W);
+        if e.bufs.len() <= node.index() {
+            e.bufs.resize_with(node.index() + 1, || None);
+        }
+        if e.bufs[node.index()].replace(snap.buf).is_none() {
+            st.devs[snap.dev].used += e.bytes();
+        }
+        for d in a.invalidate.iter().filter(|n| !n.is_main_ram()) {
+            let di = d.index();
+            if di < e.bufs.len() && e.bufs[di].is_some() && e.in_use[di] == 0 {
+                e.bufs[di] = None;
+                st.devs[di - 1].used = st.devs[di - 1].used.saturating_sub(e.bytes());
+            }
+        }
+        e.last_use = clock;
+        add(&self.counters.device_values, 1);
+        Ok(())
     }
 }
 

@@ -214,6 +214,18 @@ impl Backend for Cuda {
         Ok(up.record_event(None)?)
     }
 
+    fn copy(
+        &self,
+        dev: usize,
+        src: &CudaSlice<f64>,
+        dst: &mut CudaSlice<f64>,
+    ) -> Result<CudaEvent, GpuError> {
+        crate::device::check_len(dst.len(), src.len())?;
+        let up = &self.devs[dev].upload;
+        up.memcpy_dtod(src, dst)?;
+        Ok(up.record_event(None)?)
+    }
+
     fn download(&self, dev: usize, src: &CudaSlice<f64>, host: &mut [f64]) -> Result<(), GpuError> {
         crate::device::check_len(src.len(), host.len().max(1))?;
         let down = &self.devs[dev].download;

@@ -474,3 +474,47 @@ fn two_ranks_share_a_device_and_two_devices_both_work() {
         assert!(per_device.iter().all(|&k| k > 0), "{per_device:?}");
     }
 }
+
+#[test]
+fn a_large_device_value_goes_to_another_rank_of_the_process_without_main_memory() {
+    let gpu = Fake::open(FakeConfig::default()).unwrap();
+    let g = Arc::clone(&gpu);
+    // 512 KiB: above the size from which sends read in place (256 KiB).
+    let nb = 256;
+    let tile_bytes = (nb * nb * 8) as u64;
+    let got = run_local(2, move |ctx| {
+        let scale = g.codelet("scale", None, |d| {
+            for x in d[0].data.iter_mut() {
+                *x *= 3.0;
+            }
+            Ok(())
+        });
+        let a = ctx.register(Matrix::new(nb, nb, nb, vec![1.0; nb * nb]).unwrap());
+        if ctx.rank() == Rank(0) {
+            ctx.task(&scale).rw(&a).submit(); // 3, on the device only
+            ctx.send(&a, Rank(1), Tag(9)).unwrap();
+            ctx.wait_for_all();
+            (0.0, 0)
+        } else {
+            ctx.recv(&a, Rank(0), Tag(9)).unwrap();
+            ctx.task(&scale).rw(&a).submit(); // 9, on the device copy it received
+            ctx.wait_for_all();
+            let moved = g.stats().bytes_to_host + g.stats().bytes_to_device;
+            let v = ctx.acquire(&a, AccessMode::R).get().get(7, 9);
+            (v, moved)
+        }
+    })
+    .unwrap();
+    assert_eq!(got[1].0, 9.0);
+    let s = gpu.stats();
+    assert_eq!(s.device_values, 1, "{s:?}");
+    // Up once (rank 0's first read), nothing else until rank 1 reads on the host.
+    assert_eq!(got[1].1, tile_bytes as usize as u64, "{s:?}");
+    assert_eq!(
+        gpu.backend()
+            .log()
+            .device_copies
+            .load(core::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}

@@ -49,6 +49,8 @@ pub struct Context {
     in_place_min: usize,
     /// [`Progression::blocking_in_place_min`].
     blocking_in_place_min: usize,
+    /// [`Progression::device_min`].
+    device_min: usize,
     /// The next free id of a split or duplicated communicator (`crate::comm`).
     pub(crate) next_split: AtomicU32,
     /// Pending requests and collectives, for the hang explainer.
@@ -513,6 +515,9 @@ pub(crate) struct Progression {
     /// Blocking sends from this size up read their data in place: the first size above
     /// the eager limit, or `in_place_min` when smaller.
     pub(crate) blocking_in_place_min: usize,
+    /// Sends from this size up may carry a device value instead of bytes
+    /// ([`crate::Transport::carries_device_values`]); `usize::MAX`: never.
+    pub(crate) device_min: usize,
 }
 
 impl Context {
@@ -530,6 +535,7 @@ impl Context {
             pool,
             in_place_min,
             blocking_in_place_min,
+            device_min,
         } = progression;
         Self {
             rank,
@@ -548,6 +554,7 @@ impl Context {
             pool,
             in_place_min,
             blocking_in_place_min,
+            device_min,
             next_split: AtomicU32::new(crate::comm::FIRST_SPLIT_ID),
             tracker: Arc::new(crate::hang::Tracker::new()),
         }
@@ -910,7 +917,8 @@ impl Context {
         }];
         let rt = runtime;
         let pool = Arc::clone(&self.pool);
-        self.runtime.submit_request_hook(
+        let device_min = self.device_min;
+        self.runtime.submit_send_hook(
             access,
             opts.priority,
             Box::new(move |node| {
@@ -918,25 +926,50 @@ impl Context {
                 // A value that depends on a failed transfer is not sent.
                 let poison = rt.poison_of(node);
                 let size = cell.packed_size();
+                // Between ranks of one process, a large value held on a device travels as
+                // a device snapshot (its layer decides); anything else is read from main
+                // memory, which the device layers bring up to date first.
+                let on_device = if size >= device_min && poison.is_none() {
+                    rt.layers().export(&cell)
+                } else {
+                    None
+                };
+                let mut host_failed = None;
+                if on_device.is_none() {
+                    if let Err(e) = rt.layers().to_host(&[Access {
+                        cell: Arc::clone(&cell),
+                        mode,
+                    }]) {
+                        host_failed = Some(e);
+                    }
+                }
                 // A large contiguous handle is sent from its own memory, held for reading
                 // until the send completes; anything else is packed, and the value
                 // current now is the one sent: later writers may go on at once.
-                let lent = if size >= in_place_min && poison.is_none() {
+                let lent = if on_device.is_none()
+                    && size >= in_place_min
+                    && poison.is_none()
+                    && host_failed.is_none()
+                {
                     cell.lend_read()
                 } else {
                     None
                 };
                 let hold = pedantic || lent.is_some();
-                let bytes = lent.map_or_else(
-                    || {
+                let bytes = match (on_device, lent) {
+                    (Some(v), _) => Payload::Device(v),
+                    (None, Some(l)) => Payload::Lent(l),
+                    (None, None) => {
                         let mut bytes = pool.take_empty(size);
-                        if poison.is_none() {
+                        if poison.is_none() && host_failed.is_none() {
                             cell.pack_into(&mut bytes);
                         }
                         Payload::Bytes(bytes)
-                    },
-                    Payload::Lent,
-                );
+                    }
+                };
+                if let Some(e) = host_failed {
+                    rt.record_device_failure(format!("a send could not read its data: {e}"));
+                }
                 let mut args = SendArgs::new(opts.comm, dest, tag, size as u64);
                 args.priority = Priority(opts.priority);
                 args.sync = opts.sync;

@@ -60,6 +60,105 @@ pub trait DeviceLayer: Send + Sync {
     /// Writes every copy that is valid only on a device back to main memory (the rank is
     /// shutting down).
     fn flush(&self);
+
+    /// A send of `data`'s access 0 is about to read it, over a transport that carries
+    /// device values (ranks of one process): when a device holds a valid copy, returns a
+    /// snapshot of it on that device (a device-to-device copy), to travel instead of
+    /// bytes; `None` (the default): the send reads main memory, after
+    /// [`to_host`](Self::to_host).
+    fn export(&self, data: &Buffers<'_>) -> Option<Box<dyn Any + Send>> {
+        let _ = data;
+        None
+    }
+
+    /// A receive into `data`'s access 0 got `value` (made by [`export`](Self::export) of
+    /// this layer): the device copy becomes that value, the only valid copy; main memory
+    /// is not written.
+    ///
+    /// # Errors
+    /// The value, handed back, when it does not fit the handle (another shape, another
+    /// layer's value): the runtime then writes [`value_bytes`](Self::value_bytes) into
+    /// main memory instead.
+    fn adopt(
+        &self,
+        data: &Buffers<'_>,
+        value: Box<dyn Any + Send>,
+    ) -> Result<(), Box<dyn Any + Send>> {
+        let _ = data;
+        Err(value)
+    }
+
+    /// The packed bytes of a value made by [`export`](Self::export) (copied from the
+    /// device).
+    ///
+    /// # Errors
+    /// A text naming the cause when the copy failed or the value is not this layer's.
+    fn value_bytes(&self, value: Box<dyn Any + Send>) -> Result<Vec<u8>, String> {
+        let _ = value;
+        Err("not a value of this device layer".to_owned())
+    }
+}
+
+/// A handle's value on a device, travelling in place of its bytes between ranks of one
+/// process ([`DeviceLayer::export`]): a snapshot the receiving rank's device copy
+/// becomes, with no copy through main memory.
+pub struct DeviceValue {
+    layer: Arc<dyn DeviceLayer>,
+    value: Box<dyn Any + Send>,
+    size: usize,
+}
+
+impl fmt::Debug for DeviceValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceValue")
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for DeviceValue {
+    fn eq(&self, other: &Self) -> bool {
+        core::ptr::addr_eq(&*self.value, &*other.value)
+    }
+}
+
+impl Eq for DeviceValue {}
+
+impl DeviceValue {
+    /// The bytes the value stands for (the handle's packed size).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Makes `cell`'s device copy this value; when its layer cannot, writes its bytes
+    /// into main memory (`cell`'s unpack).
+    pub(crate) fn deliver(
+        self,
+        cell: &Arc<dyn crate::data::AnyCell>,
+        layers: Option<&Layers>,
+    ) -> Result<(), String> {
+        // The receiving rank asks this layer before its host accesses from now on.
+        if let Some(l) = layers {
+            l.attach(&self.layer);
+        }
+        let access = [Access {
+            cell: Arc::clone(cell),
+            mode: starling_core::AccessMode::W,
+        }];
+        match self.layer.adopt(&Buffers::of(&access), self.value) {
+            Ok(()) => Ok(()),
+            Err(value) => {
+                let bytes = self.layer.value_bytes(value)?;
+                cell.unpack(&bytes).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// The value's packed bytes, copied from the device (for a transport that carries
+    /// bytes only).
+    pub fn into_bytes(self) -> Result<Vec<u8>, String> {
+        self.layer.value_bytes(self.value)
+    }
 }
 
 /// A codelet's device implementation: the layer that runs it and what the layer needs to
@@ -206,6 +305,26 @@ impl Layers {
             l.to_host(&buffers)?;
         }
         Ok(())
+    }
+
+    /// A device value for a send of `cell` ([`DeviceLayer::export`]), if a layer has one.
+    pub(crate) fn export(&self, cell: &Arc<dyn crate::data::AnyCell>) -> Option<DeviceValue> {
+        if !self.any() {
+            return None;
+        }
+        let access = [Access {
+            cell: Arc::clone(cell),
+            mode: starling_core::AccessMode::R,
+        }];
+        let buffers = Buffers::of(&access);
+        self.all().into_iter().find_map(|layer| {
+            let value = layer.export(&buffers)?;
+            Some(DeviceValue {
+                layer,
+                value,
+                size: cell.packed_size(),
+            })
+        })
     }
 
     /// [`DeviceLayer::forget`] of every layer.

@@ -9,6 +9,10 @@ use crate::data::DataError;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CommError {
+    /// A device value received in place of bytes could not become the handle's value
+    /// (its device copy failed): the handle keeps its previous value.
+    #[error("a value received on a device could not be delivered: {0}")]
+    Device(String),
     /// The peer rank is not in the world. Nothing was submitted.
     #[error("{rank} is out of range: the world has {size} ranks")]
     RankOutOfRange {

@@ -21,6 +21,7 @@ use starling_core::tags::TagSpace;
 use starling_core::{CommId, PhysTag, Rank, ReqId};
 
 use crate::data::{AnyCell, DataError};
+use crate::device::DeviceValue;
 use crate::error::CommError;
 use crate::id_hash::IdMap;
 use crate::pool::BufferPool;
@@ -90,6 +91,8 @@ pub(crate) enum Payload {
     Bytes(Vec<u8>),
     /// A handle's data read in place, locked for reading until the send completes.
     Lent(Box<dyn SendBuffer>),
+    /// A handle's value on a device, for a transport that carries device values.
+    Device(DeviceValue),
 }
 
 impl Payload {
@@ -97,6 +100,7 @@ impl Payload {
         match self {
             Self::Bytes(b) => b.len(),
             Self::Lent(l) => l.bytes().len(),
+            Self::Device(v) => v.size(),
         }
     }
 
@@ -104,6 +108,8 @@ impl Payload {
         match self {
             Self::Bytes(b) => b,
             Self::Lent(l) => l.bytes(),
+            // Never inline: a device value is sent only above the in-place size.
+            Self::Device(_) => &[],
         }
     }
 }
@@ -126,6 +132,8 @@ enum Pending {
         bytes: Option<Vec<u8>>,
         /// Bytes received straight into the handle's data, when received in place.
         in_place: Option<usize>,
+        /// A device value received in place of bytes.
+        device: Option<DeviceValue>,
         done: Done,
     },
 }
@@ -238,6 +246,8 @@ struct Progress<T: Transport> {
     engine: Box<RankEngine>,
     pending: IdMap<ReqId, Pending>,
     early: IdMap<ReqId, Vec<u8>>,
+    /// Device values received for early requests, as `early` holds bytes.
+    early_device: IdMap<ReqId, DeviceValue>,
     /// Envelope messages the engine refused for a full table, kept in order per key.
     refused: Refused,
     /// Sends the engine's budget had no room for, in submission order.
@@ -254,6 +264,8 @@ struct Progress<T: Transport> {
     /// holds its handle until it completes anyway: [`lend_min`]).
     recv_in_place_min: usize,
     timeline: CommTrace,
+    /// What the progression shares with the rank (its runtime's device layers).
+    rank_shared: Arc<Shared>,
 }
 
 /// A rank's progress, drivable by whichever thread holds its lock: the progression
@@ -494,6 +506,7 @@ pub(crate) fn start<T: Transport>(
         engine,
         pending: IdMap::default(),
         early: IdMap::default(),
+        early_device: IdMap::default(),
         refused: Refused::default(),
         waiting_sends: VecDeque::new(),
         waiting_recvs: VecDeque::new(),
@@ -505,6 +518,7 @@ pub(crate) fn start<T: Transport>(
         pool: Arc::clone(&shared.pool),
         recv_in_place_min: lend_min(config.in_place_min, eager_limit),
         timeline: CommTrace::new(config.timeline, rank, config.tags.envelope()),
+        rank_shared: Arc::clone(&shared),
     };
     let _ = shared.thread.set(thread::current());
     Arc::new(Driver {
@@ -682,6 +696,7 @@ impl<T: Transport> Progress<T> {
                                 cell,
                                 bytes: None,
                                 in_place: None,
+                                device: None,
                                 done,
                             },
                         );
@@ -848,6 +863,7 @@ impl<T: Transport> Progress<T> {
                 match payload {
                     Payload::Bytes(b) => self.transport.send(dest, comm, tag, b, Some(req)),
                     Payload::Lent(l) => self.transport.send_lent(dest, comm, tag, l, Some(req)),
+                    Payload::Device(v) => self.transport.send_device(dest, comm, tag, v, Some(req)),
                 }
             }
             Transmit::Receive {
@@ -908,6 +924,16 @@ impl<T: Transport> Progress<T> {
                 if let Some(done) = self.barriers.remove(&token) {
                     done();
                 }
+            }
+            Completion::ReceivedDevice(req, value) => {
+                let len = value.size() as u64;
+                match self.pending.get_mut(&req) {
+                    Some(Pending::Recv { device, .. }) => *device = Some(value),
+                    _ => {
+                        self.early_device.insert(req, value);
+                    }
+                }
+                let _ = self.engine.handle_received(req, len);
             }
             Completion::ReceivedInPlace(req, len) => {
                 if let Some(Pending::Recv { in_place, .. }) = self.pending.get_mut(&req) {
@@ -1048,6 +1074,7 @@ impl<T: Transport> Progress<T> {
             } => {
                 self.timeline.request_done(req, true);
                 let early = from_early.and_then(|e| self.early.remove(&e));
+                let early_device = from_early.and_then(|e| self.early_device.remove(&e));
                 match (kind, self.pending.remove(&req)) {
                     (Kind::Send, Some(Pending::Send { done, .. })) => done(Ok(())),
                     (
@@ -1068,6 +1095,42 @@ impl<T: Transport> Progress<T> {
                                 got,
                             }))
                         });
+                    }
+                    (
+                        Kind::Recv,
+                        Some(Pending::Recv {
+                            cell,
+                            device: Some(value),
+                            done,
+                            ..
+                        }),
+                    ) => {
+                        // A device value: the handle's device copy becomes it.
+                        let size = value.size();
+                        done(if size as u64 != len {
+                            Err(CommError::Data(DataError::SizeMismatch {
+                                expected: len as usize,
+                                got: size,
+                            }))
+                        } else {
+                            value
+                                .deliver(&cell, self.rank_shared.runtime.get().map(Runtime::layers))
+                                .map_err(CommError::Device)
+                        });
+                    }
+                    (
+                        Kind::Recv,
+                        Some(Pending::Recv {
+                            cell, bytes, done, ..
+                        }),
+                    ) if early_device.is_some() => {
+                        drop(bytes);
+                        let value = early_device.unwrap_or_else(|| unreachable!("checked"));
+                        done(
+                            value
+                                .deliver(&cell, self.rank_shared.runtime.get().map(Runtime::layers))
+                                .map_err(CommError::Device),
+                        );
                     }
                     (
                         Kind::Recv,

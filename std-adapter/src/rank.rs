@@ -373,7 +373,7 @@ impl RankRunner {
         E: core::fmt::Display,
     {
         let Inbox { tx, rx, shared } = inbox;
-        type Ready = Result<(Rank, u32, Arc<dyn Drive>, Option<Arc<Recorder>>), StartError>;
+        type Ready = Result<(Rank, u32, Arc<dyn Drive>, Option<Arc<Recorder>>, bool), StartError>;
         let (ready_tx, ready_rx) = mpsc::channel::<Ready>();
         let trace_file = config.trace_file.clone();
         let base = config.communication_tag;
@@ -402,6 +402,7 @@ impl RankRunner {
                     return;
                 };
                 let (rank, size) = (transport.rank(), transport.size());
+                let device_values = transport.carries_device_values();
                 let timeline = trace_file.map(|f| Recorder::new(&f, rank, size));
                 let recorder = timeline.clone();
                 let config = ProgressConfig {
@@ -419,11 +420,11 @@ impl RankRunner {
                 };
                 let driver = progress::start(transport, rx, config, pshared);
                 let erased: Arc<dyn Drive> = driver.clone();
-                let _ = ready_tx.send(Ok((rank, size, erased, recorder)));
+                let _ = ready_tx.send(Ok((rank, size, erased, recorder, device_values)));
                 progress::run(&driver);
             })
             .expect("spawning the progression thread");
-        let (rank, size, driver, timeline) = match ready_rx.recv() {
+        let (rank, size, driver, timeline, device_values) = match ready_rx.recv() {
             Ok(Ok(rs)) => rs,
             Ok(Err(e)) => {
                 let _ = progression.join();
@@ -478,6 +479,14 @@ impl RankRunner {
                 pool: Arc::clone(&shared.pool),
                 in_place_min,
                 blocking_in_place_min: progress::lend_min(in_place_min, eager_limit),
+                // A value above the eager limit travels as a message of its own: there a
+                // device value can stand for its bytes (from 64 KiB: below, the host path
+                // costs less than a device snapshot).
+                device_min: if device_values {
+                    (eager_limit as usize + 1).max(64 << 10)
+                } else {
+                    usize::MAX
+                },
             },
             config.pedantic_isend,
             config.communication_tag,

@@ -275,6 +275,9 @@ struct Node {
     /// [`Runtime::fail`], this node's own transfer failed): a task does not run, and the
     /// data it writes are poisoned in turn for the nodes after it.
     poison: Option<Poison>,
+    /// A hook that asks the device layers itself how to read its data (a send: a device
+    /// value or main memory), instead of main memory being brought up to date before it.
+    own_host: bool,
 }
 
 #[derive(Default)]
@@ -534,24 +537,43 @@ impl Runtime {
             callback,
             tag,
         };
-        self.submit(work, accesses, priority, 0);
+        self.submit(work, accesses, priority, 0, false);
     }
 
     /// Submits a hook node: `hook` runs once the accesses' dependencies are met (on the
     /// submitting thread if they already are), and the node completes when someone calls
     /// [`Runtime::complete`] with its id.
     pub(crate) fn submit_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
-        self.submit(Work::Hook(hook), accesses, priority, 0);
+        self.submit(Work::Hook(hook), accesses, priority, 0, false);
     }
 
     /// [`Runtime::submit_hook`] for a request: also counts the request in flight, as
     /// [`Runtime::begin_request`] does, under the same lock.
     pub(crate) fn submit_request_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
-        self.submit(Work::Hook(hook), accesses, priority, 1);
+        self.submit(Work::Hook(hook), accesses, priority, 1, false);
+    }
+
+    /// [`Runtime::submit_request_hook`] for a send: the hook reads its data itself, asking
+    /// the device layers how ([`crate::device::Layers::export`], else `to_host`).
+    pub(crate) fn submit_send_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
+        self.submit(Work::Hook(hook), accesses, priority, 1, true);
+    }
+
+    /// Records a host access that could not bring its data back from a device: reported
+    /// at shutdown like a failed task.
+    pub(crate) fn record_device_failure(&self, what: String) {
+        self.state().panics.push(what);
     }
 
     /// Submits a node, counting `requests` requests in flight with it.
-    fn submit(&self, work: Work, accesses: Vec<Access>, priority: i32, requests: usize) {
+    fn submit(
+        &self,
+        work: Work,
+        accesses: Vec<Access>,
+        priority: i32,
+        requests: usize,
+        own_host: bool,
+    ) {
         let mut st = self.state();
         let id = st.next_id;
         st.next_id += 1;
@@ -616,6 +638,7 @@ impl Runtime {
                 accesses,
                 work: Some(work),
                 poison,
+                own_host,
             },
         );
         let mut hooks = Hooks::default();
@@ -635,7 +658,7 @@ impl Runtime {
         match node.work.take() {
             Some(Work::Hook(h)) => {
                 // A hook accesses host memory: the device layers bring it up to date first.
-                let host = if self.shared.layers.any() {
+                let host = if self.shared.layers.any() && !node.own_host {
                     node.accesses.clone()
                 } else {
                     Vec::new()

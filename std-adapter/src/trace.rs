@@ -474,6 +474,14 @@ impl CommTrace {
                     s.close(open);
                 }
             }
+            Completion::ReceivedDevice(req, value) => {
+                if let Some(mut open) = s.receives.remove(req) {
+                    if let What::Received(m) = &mut open.what {
+                        m.bytes = value.size() as u64;
+                    }
+                    s.close(open);
+                }
+            }
             Completion::Envelope {
                 source,
                 comm,

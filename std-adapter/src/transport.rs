@@ -13,6 +13,7 @@ use std::collections::{HashMap, VecDeque};
 
 use starling_core::{CommId, PhysTag, Rank, ReqId};
 
+use crate::device::DeviceValue;
 use crate::sync::{Arc, AtomicUsize, Ordering};
 
 /// Something a transport finished or received.
@@ -36,6 +37,9 @@ pub enum Completion {
     /// The receive posted with this token by [`Transport::recv_lent`] wrote this many
     /// bytes into the lent buffer, and dropped the buffer.
     ReceivedInPlace(ReqId, usize),
+    /// The receive posted with this token got a device value in place of bytes
+    /// ([`Transport::send_device`]).
+    ReceivedDevice(ReqId, DeviceValue),
 }
 
 mod sealed {
@@ -151,6 +155,27 @@ pub trait Transport: Send + 'static {
     ) {
         self.send(dest, comm, tag, buffer.bytes().to_vec(), token);
     }
+    /// Whether [`Transport::send_device`] carries device values as they are (ranks of
+    /// one process sharing their devices); the default is `false`, and the runtime then
+    /// sends bytes.
+    fn carries_device_values(&self) -> bool {
+        false
+    }
+    /// Sends a handle's value held on a device ([`DeviceValue`]) in place of its bytes;
+    /// the receiver gets [`Completion::ReceivedDevice`]. The default copies the value's
+    /// bytes from the device and calls [`Transport::send`] (an empty message if that copy
+    /// failed, which the receiver reports as a size mismatch).
+    fn send_device(
+        &mut self,
+        dest: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        value: DeviceValue,
+        token: Option<ReqId>,
+    ) {
+        let bytes = value.into_bytes().unwrap_or_default();
+        self.send(dest, comm, tag, bytes, token);
+    }
     /// Posts a receive straight into `buffer` (a handle's data, locked for writing until
     /// the buffer drops) and reports [`Completion::ReceivedInPlace`]; or returns the
     /// buffer untouched when the transport cannot (the default), and the runtime posts an
@@ -204,6 +229,17 @@ pub enum InProcessWire {
         /// Its bytes.
         bytes: Vec<u8>,
     },
+    /// A message carrying a device value in place of bytes.
+    DeviceMessage {
+        /// Its sender.
+        source: Rank,
+        /// Its communicator.
+        comm: CommId,
+        /// Its physical tag.
+        tag: PhysTag,
+        /// The value.
+        value: DeviceValue,
+    },
     /// The sender entered barrier number `generation`.
     Barrier {
         /// Its sender.
@@ -211,6 +247,23 @@ pub enum InProcessWire {
         /// Which barrier (counted from 0 on every rank).
         generation: u64,
     },
+}
+
+/// What a message carries.
+#[derive(Debug)]
+enum Body {
+    Bytes(Vec<u8>),
+    Device(DeviceValue),
+}
+
+impl Body {
+    /// The completion of the receive `token` that gets this body.
+    fn received(self, token: ReqId) -> Completion {
+        match self {
+            Self::Bytes(b) => Completion::Received(token, b),
+            Self::Device(v) => Completion::ReceivedDevice(token, v),
+        }
+    }
 }
 
 /// Delivers a wire item into a rank's inbox.
@@ -226,7 +279,7 @@ pub struct InProcess {
     in_flight: Arc<AtomicUsize>,
     envelope_tag: Option<PhysTag>,
     posted: Vec<(Rank, CommId, PhysTag, usize, ReqId)>,
-    unexpected: VecDeque<(Rank, CommId, PhysTag, Vec<u8>)>,
+    unexpected: VecDeque<(Rank, CommId, PhysTag, Body)>,
     completions: VecDeque<Completion>,
     barrier_arrivals: HashMap<u64, u32>,
     barrier_generation: u64,
@@ -265,6 +318,21 @@ impl InProcess {
     fn deliver(&self, dest: Rank, wire: InProcessWire) {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         (self.peers[dest.index()])(wire);
+    }
+
+    /// A data message arrived: it completes the first matching posted receive, or waits.
+    fn arrive(&mut self, source: Rank, comm: CommId, tag: PhysTag, body: Body) {
+        let found = self
+            .posted
+            .iter()
+            .position(|(s, c, t, _, _)| *s == source && *c == comm && *t == tag);
+        match found {
+            Some(i) => {
+                let (_, _, _, _, token) = self.posted.remove(i);
+                self.completions.push_back(body.received(token));
+            }
+            None => self.unexpected.push_back((source, comm, tag, body)),
+        }
     }
 
     fn check_barrier(&mut self) {
@@ -330,12 +398,39 @@ impl Transport for InProcess {
             .position(|(s, c, t, _)| *s == source && *c == comm && *t == tag);
         match found {
             Some(i) => {
-                if let Some((_, _, _, bytes)) = self.unexpected.remove(i) {
-                    self.completions
-                        .push_back(Completion::Received(token, bytes));
+                if let Some((_, _, _, body)) = self.unexpected.remove(i) {
+                    self.completions.push_back(body.received(token));
                 }
             }
             None => self.posted.push((source, comm, tag, size, token)),
+        }
+    }
+
+    fn carries_device_values(&self) -> bool {
+        true
+    }
+
+    fn send_device(
+        &mut self,
+        dest: Rank,
+        comm: CommId,
+        tag: PhysTag,
+        value: DeviceValue,
+        token: Option<ReqId>,
+    ) {
+        let source = self.rank;
+        self.deliver(
+            dest,
+            InProcessWire::DeviceMessage {
+                source,
+                comm,
+                tag,
+                value,
+            },
+        );
+        // The value (a snapshot on the device) is the receiver's now: the send is done.
+        if let Some(t) = token {
+            self.completions.push_back(Completion::Sent(t));
         }
     }
 
@@ -372,20 +467,15 @@ impl Transport for InProcess {
                         bytes,
                     });
                 } else {
-                    let found = self
-                        .posted
-                        .iter()
-                        .position(|(s, c, t, _, _)| *s == source && *c == comm && *t == tag);
-                    match found {
-                        Some(i) => {
-                            let (_, _, _, _, token) = self.posted.remove(i);
-                            self.completions
-                                .push_back(Completion::Received(token, bytes));
-                        }
-                        None => self.unexpected.push_back((source, comm, tag, bytes)),
-                    }
+                    self.arrive(source, comm, tag, Body::Bytes(bytes));
                 }
             }
+            InProcessWire::DeviceMessage {
+                source,
+                comm,
+                tag,
+                value,
+            } => self.arrive(source, comm, tag, Body::Device(value)),
             InProcessWire::Barrier { generation, .. } => {
                 *self.barrier_arrivals.entry(generation).or_default() += 1;
                 self.check_barrier();
