@@ -19,6 +19,16 @@ grep -qxF "/$dir" .git/info/exclude 2>/dev/null || echo "/$dir" >>.git/info/excl
 
 exe() { sed -n 's/.*Executable .*(\(.*\))$/\1/p'; }
 
+echo "== building the CUDA 13 API level too (--features cuda-13): cholesky and the starling-gpu tests"
+cargo build --release --features cuda-13 --example cholesky
+cp target/release/examples/cholesky "$dir/bin/cholesky-cuda13"
+: >"$dir/tests13.txt"
+for t in $(cargo test --release -p starling-gpu --no-default-features --features cuda-13 --no-run 2>&1 | exe); do
+    name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
+    cp "$t" "$dir/bin/test13-$name"
+    echo "test13-$name" >>"$dir/tests13.txt"
+done
+
 echo "== building (release, --features $feature)"
 cargo build --release --features "$feature" --example cholesky --example stencil5
 cp target/release/examples/cholesky target/release/examples/stencil5 "$dir/bin/"

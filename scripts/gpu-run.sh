@@ -34,6 +34,15 @@ for t in $(cat "$here/tests.txt"); do
     fi
 done
 
+for t in $(cat "$here/tests13.txt" 2>/dev/null); do
+    if timeout 90 "$bin/$t" --test-threads=1 >"$out/$t.log" 2>&1; then
+        r=$(grep -E '^test result' "$out/$t.log" | tail -1)
+        row "tests $t (CUDA 13 API)" pass "${r#test result: }"
+    else
+        row "tests $t (CUDA 13 API)" FAIL "$(grep -E 'FAILED|panicked' "$out/$t.log" | head -3 | tr '\n' ' ')"
+    fi
+done
+
 example() {
     local name=$1
     shift
@@ -50,6 +59,31 @@ example "cholesky 2 512 128" "$bin/cholesky" 2 512 128 --gpu
 example "cholesky 1 4096 512 check" "$bin/cholesky" 1 4096 512 --gpu
 example "cholesky 1 16384 2048" "$bin/cholesky" 1 16384 2048 --gpu --no-check
 example "cholesky 2 16384 2048" "$bin/cholesky" 2 16384 2048 --gpu --no-check
+example "cholesky (CUDA 13 API) 1 1024 256" "$bin/cholesky-cuda13" 1 1024 256 --gpu
+
+# A CUDA install with only the versioned library files (pip wheels, a runtime-only
+# install): the loader sees links named libX.so.N only, no loader cache. The CUDA 13 API
+# build must run; the CUDA 12 one must stop, naming the library it cannot load.
+only=$(mktemp -d)
+for f in /usr/local/cuda/lib64/lib*.so.[0-9]*; do
+    b=$(basename "$f")
+    [[ $b =~ ^lib[A-Za-z_]+\.so\.[0-9]+$ ]] && ln -sf "$(readlink -f "$f")" "$only/$b"
+done
+ldso=$(ls /lib64/ld-linux-x86-64.so.2 2>/dev/null || ls /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2)
+drv=$(dirname "$(ldconfig -p | grep -m1 'libcuda.so.1 ' | sed 's/.*=> //')")
+path="$only:$drv:/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64:/usr/lib64"
+echo "versioned-only: $(ls "$only" | tr '\n' ' ')"
+if timeout 60 "$ldso" --inhibit-cache --library-path "$path" "$bin/cholesky-cuda13" 1 1024 256 --gpu >"$out/ex-v13.log" 2>&1; then
+    row "versioned libraries only, CUDA 13 API build" pass "$(grep -hE '^(OK|gpu:)' "$out/ex-v13.log" | tr '\n' ' ' | cut -c1-200)"
+else
+    row "versioned libraries only, CUDA 13 API build" FAIL "$(tail -3 "$out/ex-v13.log" | tr '\n' ' ' | cut -c1-300)"
+fi
+if timeout 60 "$ldso" --inhibit-cache --library-path "$path" "$bin/cholesky" 1 1024 256 --gpu >"$out/ex-v12.log" 2>&1; then
+    row "versioned libraries only, CUDA 12 API build" FAIL "ran although it cannot load libX.so.13: $(grep -hE '^(OK|gpu:)' "$out/ex-v12.log" | tr '\n' ' ' | cut -c1-200)"
+else
+    row "versioned libraries only, CUDA 12 API build" pass "stops: $(grep -m1 -iE 'cublas|nvrtc|cusolver|library' "$out/ex-v12.log" | cut -c1-250)"
+fi
+
 if STARLING_NCUDA=0 timeout 60 "$bin/cholesky" 1 256 64 --gpu >"$out/ex-disabled.log" 2>&1; then
     row "STARLING_NCUDA=0 --gpu" FAIL "exited 0"
 else
