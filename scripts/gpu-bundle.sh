@@ -20,7 +20,7 @@ grep -qxF "/$dir" .git/info/exclude 2>/dev/null || echo "/$dir" >>.git/info/excl
 exe() { sed -n 's/.*Executable .*(\(.*\))$/\1/p'; }
 
 echo "== building the CUDA 13 API level too (--features cuda-13): cholesky and the starling-gpu tests"
-cargo build --release --features cuda-13 --example cholesky
+cargo build --release -p starling --features cuda-13 --example cholesky
 cp target/release/examples/cholesky "$dir/bin/cholesky-cuda13"
 : >"$dir/tests13.txt"
 for t in $(cargo test --release -p starling-gpu --no-default-features --features cuda-13 --no-run 2>&1 | exe); do
