@@ -160,8 +160,13 @@ fn staging(dev: &Device, gpu: &Arc<Gpu>) -> (f64, f64, f64, f64) {
     // buffers, the host data copied into one while the other's copy to the device runs.
     let chunk = 1 << 20;
     // SAFETY: fresh page-locked allocations, written before they are read.
-    let mut stage = unsafe { [ctx.alloc_pinned::<f64>(chunk), ctx.alloc_pinned::<f64>(chunk)] }
-        .map(|b| b.expect("pinned memory"));
+    let mut stage = unsafe {
+        [
+            ctx.alloc_pinned::<f64>(chunk),
+            ctx.alloc_pinned::<f64>(chunk),
+        ]
+    }
+    .map(|b| b.expect("pinned memory"));
     let h2d_pool = best(&mut || {
         let s = Instant::now();
         for (k, part) in host.chunks(chunk).enumerate() {
