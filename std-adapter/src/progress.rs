@@ -75,14 +75,28 @@ pub(crate) enum Command {
     Barrier { done: Box<dyn FnOnce() + Send> },
     /// Answer with the bytes sent to each peer.
     Amounts(Box<dyn FnOnce(Vec<u64>) + Send>),
-    /// Answer with what is left in the engine.
-    Leftovers(Box<dyn FnOnce(Vec<Leftover>) + Send>),
+    /// Answer with what is left in the engine and what waits outside it.
+    Leftovers(Box<dyn FnOnce(Held) + Send>),
     /// Answer with the statistics report.
     Report(Box<dyn FnOnce(String) + Send>),
     /// Answer with how many messages arrived as early data.
     EarlyMessages(Box<dyn FnOnce(u64) + Send>),
     /// Stop the thread.
     Stop,
+}
+
+/// What a rank's progression thread holds that did not finish, for the leftovers at
+/// shutdown and the hang explainer.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    /// The engine's leftovers ([`Engine::leftovers`]).
+    pub(crate) engine: Vec<Leftover>,
+    /// The envelopes kept refused for a full table, as orphans: they arrived, and wait
+    /// outside the engine for their receive.
+    pub(crate) refused: Vec<Leftover>,
+    /// The submissions waiting for room in the engine, oldest first per direction:
+    /// (kind, communicator, peer, tag).
+    pub(crate) queued: Vec<(Kind, CommId, Rank, starling_core::Tag)>,
 }
 
 /// What a send sends.
@@ -607,12 +621,31 @@ impl<T: Transport> Progress<T> {
                 reply(v);
             }
             Command::Leftovers(reply) => {
-                // The envelopes still refused were never received either.
+                // The envelopes still refused were never received either, and the
+                // submissions waiting for room never reached the engine.
                 let refused = self
                     .admission
                     .refused()
-                    .filter_map(|(s, c, b)| self.engine.orphan_of(s, c, b));
-                reply(self.engine.leftovers().chain(refused).collect());
+                    .filter_map(|(s, c, b)| self.engine.orphan_of(s, c, b))
+                    .collect();
+                let queued = [Direction::Send, Direction::Recv]
+                    .into_iter()
+                    .flat_map(|d| self.admission.waiting(d))
+                    .filter_map(|c| match c {
+                        Command::Send { args, .. } => {
+                            Some((Kind::Send, args.comm, args.dest, args.tag))
+                        }
+                        Command::Recv { args, .. } => {
+                            Some((Kind::Recv, args.comm, args.source, args.tag))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                reply(Held {
+                    engine: self.engine.leftovers().collect(),
+                    refused,
+                    queued,
+                });
             }
             Command::EarlyMessages(reply) => reply(self.engine.early_messages()),
             Command::Report(reply) => {
