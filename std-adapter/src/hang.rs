@@ -30,7 +30,16 @@
 //!
 //! [`explain`] is a pure function of the reports; it pairs each pending receive with the
 //! peer's pending sends and says which side is missing, follows chains of waits and names
-//! cycles.
+//! cycles. It sees what waits outside a rank's engine too: a message that arrived and
+//! waits at its receiver (refused for a full table: [`Orphan::refused`]; or early data)
+//! is never blamed on its sender and makes no wait, a submission waiting for room is
+//! [`Stage::Queued`], and a rank in the closing barrier of shutdown
+//! ([`Waiting::Shutdown`]) waits for no one.
+//!
+//! A report leads with its cause: beyond [`LIKE`] findings alike (the same ranks, the same
+//! kind of cause), [`explain`] gives a line of counts, then each group's count, first and
+//! last; [`explain_and_keep`] (which the watchdogs use) writes every finding to a file in
+//! `STARLING_HANG_DIR` or the temporary directory and names it.
 
 use core::fmt::{self, Write as _};
 use core::time::Duration;
