@@ -769,7 +769,9 @@ fn every_interleaving_of_crossing_bursts_on_tiny_tables() {
 }
 
 /// Larger tiny-table workloads: five messages on one key (612 612 interleavings), five
-/// keys through two (126 126); about 10 s in a release build.
+/// keys through two (126 126), and over MPI's ordering three keys received in the reverse
+/// order and three messages on one key (1 103 960 each, a two-message payload in each);
+/// about 20 s in a release build.
 /// `cargo test --release --test delivery tiny -- --ignored --nocapture`.
 #[test]
 #[ignore = "minutes in debug: run with --release --ignored"]
@@ -780,4 +782,21 @@ fn every_interleaving_of_larger_workloads_on_tiny_tables() {
         TINY,
         &burst(0, 1, 5, 1, |i| i as i64 + 10),
     );
+    // Over MPI's ordering only: a payload may overtake its envelope, a send completes
+    // before or after its message arrives.
+    let per_tag = Setup {
+        network: Network::PerTag,
+        ..TINY
+    };
+    let mut reverse = burst(0, 1, 3, 1, |i| i as i64);
+    for (i, m) in reverse.iter_mut().enumerate() {
+        m.recv_order = -(i as i64);
+    }
+    reverse[1].size = 20;
+    every_interleaving_overflowing(
+        "reverse order, MPI's ordering, tiny tables",
+        per_tag,
+        &reverse,
+    );
+    every_interleaving_overflowing("one tag, MPI's ordering, tiny tables", per_tag, &one_tag(3));
 }
