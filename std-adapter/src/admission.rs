@@ -4,7 +4,7 @@
 //!
 //! Two kinds of items wait (design rule 2: a bounded table is a wait):
 //!
-//! * **submissions** the engine refused with `SubmitError::Full(Table::Requests)`: they
+//! * **submissions** the engine refused with an error that waits (`SubmitError::waits`): they
 //!   wait in submission order per direction (sends, receives) and are submitted again,
 //!   oldest first, whenever room may have freed ([`Admission::admit_waiting`]); a new
 //!   submission waits behind the waiting ones of its direction;

@@ -689,7 +689,7 @@ impl<T: Transport> Progress<T> {
                         );
                         self.data_ready(req);
                     }
-                    Err(SubmitError::Full(Table::Requests)) => {
+                    Err(e) if e.waits() => {
                         return Err(Command::Send { args, bytes, done });
                     }
                     Err(e) => done(Err(CommError::from(e))),
@@ -719,7 +719,7 @@ impl<T: Transport> Progress<T> {
                         // Its messages need no room now: those refused go in.
                         return Ok(Some(Key::new(args.comm, args.source, args.tag)));
                     }
-                    Err(SubmitError::Full(Table::Requests)) => {
+                    Err(e) if e.waits() => {
                         return Err(Command::Recv { args, cell, done });
                     }
                     Err(e) => done(Err(CommError::from(e))),

@@ -747,7 +747,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                     node.reqs.insert(ticket, (req, Kind::Send, key));
                     (req, Kind::Send, key, ready)
                 }
-                Err(SubmitError::Full(Table::Requests)) => {
+                Err(e) if e.waits() => {
                     return Err(SimCmd::Send {
                         ticket,
                         args,
@@ -769,7 +769,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                     node.reqs.insert(ticket, (req, Kind::Recv, key));
                     (req, Kind::Recv, key, ready)
                 }
-                Err(SubmitError::Full(Table::Requests)) => {
+                Err(e) if e.waits() => {
                     return Err(SimCmd::Recv {
                         ticket,
                         args,
