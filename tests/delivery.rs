@@ -736,6 +736,22 @@ fn every_interleaving_of_receives_in_the_reverse_order_on_tiny_tables() {
 }
 
 #[test]
+fn every_interleaving_of_data_made_ready_late_on_tiny_tables() {
+    // Three messages on three keys, received last first; the first one's send and
+    // receive acquire their data as steps of their own: its receive waits for room and
+    // may be made ready before the engine took it (`Cluster::ticket_ready` then hands it
+    // in with its data ready), or after.
+    let mut msgs = burst(0, 1, 3, 1, |i| i as i64);
+    for (i, m) in msgs.iter_mut().enumerate() {
+        m.recv_order = -(i as i64);
+    }
+    msgs[0].late = true;
+    let (paths, refusals, queued) =
+        every_interleaving_overflowing("data made ready late, tiny tables", TINY, &msgs);
+    assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+}
+
+#[test]
 fn every_interleaving_of_many_messages_on_one_tag_on_tiny_tables() {
     // Four messages on one key, two of them two-message payloads, received after they
     // were sent: early messages past the one early buffer are refused and keep their
