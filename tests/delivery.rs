@@ -18,8 +18,8 @@ use std::panic::{catch_unwind, resume_unwind};
 
 use starling::core::engine::{RecvArgs, RequestError, SendArgs};
 use starling::core::request::Kind;
-use starling::core::{CommId, Priority, Rank, ReqId, Tag};
-use starling::sim::{Cluster, Explorer, Network, SplitMix64};
+use starling::core::{CommId, Priority, Rank, Tag};
+use starling::sim::{Cluster, Explorer, Network, SplitMix64, Ticket};
 
 /// One user message of the workload.
 #[derive(Clone, Debug)]
@@ -39,6 +39,9 @@ struct Msg {
     /// Its send and its receive acquire their data as a step of their own, after being
     /// submitted (otherwise in the same step).
     late: bool,
+    /// Where its receive comes in its rank's script ([`Setup::scripted`]): receives are
+    /// posted by ascending `recv_order`.
+    recv_order: i64,
 }
 
 type Key = (CommId, u32, u32, Tag);
@@ -98,6 +101,7 @@ fn workload(rng: &mut SplitMix64, nranks: u32) -> Vec<Msg> {
                 slack: if rng.chance(1, 3) { rng.below(16) } else { 0 },
                 short: 0,
                 late: true,
+                recv_order: 0,
             }
         })
         .collect()
@@ -120,7 +124,17 @@ impl Chooser<'_> {
     }
 }
 
-fn schedule(rng: &mut Chooser<'_>, msgs: &[Msg], rank: u32) -> VecDeque<Op> {
+fn schedule(rng: &mut Chooser<'_>, msgs: &[Msg], rank: u32, scripted: bool) -> VecDeque<Op> {
+    if scripted {
+        // Sends in message order, then receives by their `recv_order`.
+        let mut recvs: Vec<usize> = (0..msgs.len()).filter(|&i| msgs[i].dst == rank).collect();
+        recvs.sort_by_key(|&i| (msgs[i].recv_order, i));
+        return (0..msgs.len())
+            .filter(|&i| msgs[i].src == rank)
+            .map(Op::Send)
+            .chain(recvs.into_iter().map(Op::Recv))
+            .collect();
+    }
     let mut queues: BTreeMap<(bool, Key), VecDeque<Op>> = BTreeMap::new();
     for (i, m) in msgs.iter().enumerate() {
         if m.src == rank {
@@ -164,6 +178,13 @@ struct Setup {
     /// wait in the engine's deferred queue, envelopes of a third key are refused and
     /// handed in again.
     tiny: bool,
+    /// And a run-time request limit of 4 (the threaded runtime's `Tables::TINY`): the
+    /// slab shared out as 2 sends, 2 receives, 1 early buffer; submissions wait for
+    /// room in the adapter's queues.
+    budget: bool,
+    /// Each rank submits in one fixed order ([`schedule`]): only the interleavings of the
+    /// ranks' steps and the network's are explored.
+    scripted: bool,
 }
 
 fn run_seed(seed: u64) {
@@ -192,6 +213,8 @@ fn run_seed(seed: u64) {
         priorities,
         network,
         tiny: false,
+        budget: false,
+        scripted: false,
     };
     let cluster = cluster(setup, seed ^ 0x5eed);
     execute(
@@ -200,6 +223,7 @@ fn run_seed(seed: u64) {
         &msgs,
         &key_prio,
         &mut Chooser::Seeded(&mut rng),
+        false,
     );
 }
 
@@ -216,65 +240,82 @@ fn configure(setup: Setup, c: &mut starling::core::engine::Config) {
     c.eager_limit = setup.eager_limit;
     c.max_inflight_sends = setup.cap;
     c.priorities = setup.priorities;
+    if setup.budget {
+        c.request_limit = 4;
+        c.key_limit = 2;
+    }
 }
 
 /// Runs the workload `msgs` on `cluster`, each rank submitting its operations in an order
 /// `chooser` picks (keeping each key's order), and checks that every request completes
 /// exactly once without error, every payload reaches the receive of its index in FIFO
-/// order per key, and nothing is left. `run` names the run in failures.
+/// order per key, and nothing is left. `run` names the run in failures. With `scripted`,
+/// each rank submits in its fixed order ([`schedule`]).
 fn execute<const REQ: usize, const KEYS: usize, const PEERS: usize>(
     run: &str,
     mut cluster: Cluster<REQ, KEYS, PEERS>,
     msgs: &[Msg],
     key_prio: &HashMap<Key, i32>,
     rng: &mut Chooser<'_>,
+    scripted: bool,
 ) {
     let nranks = cluster.size();
-    let mut scripts: Vec<VecDeque<Op>> = (0..nranks).map(|r| schedule(rng, msgs, r)).collect();
+    let mut scripts: Vec<VecDeque<Op>> = (0..nranks)
+        .map(|r| schedule(rng, msgs, r, scripted))
+        .collect();
     // Submitted requests whose data is not ready yet, per rank and key, in order.
-    let mut not_ready: Vec<BTreeMap<(bool, Key), VecDeque<ReqId>>> =
+    let mut not_ready: Vec<BTreeMap<(bool, Key), VecDeque<Ticket>>> =
         (0..nranks).map(|_| BTreeMap::new()).collect();
     // What each request is, per rank.
-    let mut ops: Vec<HashMap<ReqId, Op>> = (0..nranks).map(|_| HashMap::new()).collect();
-    let mut done: Vec<HashMap<ReqId, usize>> = (0..nranks).map(|_| HashMap::new()).collect();
+    let mut ops: Vec<HashMap<Ticket, Op>> = (0..nranks).map(|_| HashMap::new()).collect();
+    let mut done: Vec<HashMap<Ticket, usize>> = (0..nranks).map(|_| HashMap::new()).collect();
     let mut completed_ops = 0usize;
 
     loop {
-        // Collect completions.
-        for r in 0..nranks {
-            for c in cluster.take_completions(Rank(r)) {
-                *done[r as usize].entry(c.req).or_default() += 1;
-                let op = ops[r as usize][&c.req];
-                // Only a receive made short on purpose fails, and with `Truncated`.
-                let want = match op {
-                    Op::Recv(i) => msgs[i].truncation(),
-                    Op::Send(_) => None,
-                };
-                let truncated = want.is_some();
-                assert_eq!(c.error, want, "{run}: {op:?}");
-                completed_ops += 1;
-                match (op, c.kind) {
-                    (Op::Send(i), Kind::Send) => {
-                        if !msgs[i].detached_send {
-                            cluster.retire(Rank(r), c.req);
+        // Collect completions, until there are none (retiring a request frees room, which
+        // lets waiting submissions and refused envelopes in, which may complete more).
+        loop {
+            let mut collected = false;
+            for r in 0..nranks {
+                for c in cluster.take_completions(Rank(r)) {
+                    collected = true;
+                    let ticket = c.ticket.expect("every request has a ticket");
+                    *done[r as usize].entry(ticket).or_default() += 1;
+                    let op = ops[r as usize][&ticket];
+                    // Only a receive made short on purpose fails, and with `Truncated`.
+                    let want = match op {
+                        Op::Recv(i) => msgs[i].truncation(),
+                        Op::Send(_) => None,
+                    };
+                    let truncated = want.is_some();
+                    assert_eq!(c.error, want, "{run}: {op:?}");
+                    completed_ops += 1;
+                    match (op, c.kind) {
+                        (Op::Send(i), Kind::Send) => {
+                            if !msgs[i].detached_send {
+                                cluster.retire(Rank(r), c.req);
+                            }
                         }
+                        (Op::Recv(i), Kind::Recv) => {
+                            let m = &msgs[i];
+                            // FIFO per key: receives of a key are made ready in message
+                            // order, so the receive made for message i must hold message
+                            // i's payload (payloads differ by index). Completion order
+                            // may differ: an eager message matched second can finish
+                            // before a two-message payload matched first.
+                            if !truncated {
+                                assert_eq!(c.data, m.payload(i), "{run}: wrong payload for {m:?}");
+                            }
+                            if !m.detached_recv {
+                                cluster.retire(Rank(r), c.req);
+                            }
+                        }
+                        other => panic!("{run}: kind mismatch {other:?}"),
                     }
-                    (Op::Recv(i), Kind::Recv) => {
-                        let m = &msgs[i];
-                        // FIFO per key: receives of a key are made ready in message
-                        // order, so the receive made for message i must hold message
-                        // i's payload (payloads differ by index). Completion order
-                        // may differ: an eager message matched second can finish
-                        // before a two-message payload matched first.
-                        if !truncated {
-                            assert_eq!(c.data, m.payload(i), "{run}: wrong payload for {m:?}");
-                        }
-                        if !m.detached_recv {
-                            cluster.retire(Rank(r), c.req);
-                        }
-                    }
-                    other => panic!("{run}: kind mismatch {other:?}"),
                 }
+            }
+            if !collected {
+                break;
             }
         }
         // Pick an action: submit, make data ready, or deliver.
@@ -333,12 +374,12 @@ fn execute<const REQ: usize, const KEYS: usize, const PEERS: usize>(
                     args.sync = m.sync;
                     args.detached = m.detached_send;
                     args.priority = Priority(key_prio.get(&m.key()).copied().unwrap_or(0));
-                    cluster.send(rank, args, m.payload(i), !late)
+                    cluster.post_send(rank, args, m.payload(i), !late)
                 }
                 Op::Recv(_) => {
                     let mut args = RecvArgs::new(m.comm, Rank(m.src), m.tag, m.capacity() as u64);
                     args.detached = m.detached_recv;
-                    cluster.recv(rank, args, !late)
+                    cluster.post_recv(rank, args, !late)
                 }
             };
             ops[r].insert(req, op);
@@ -353,10 +394,15 @@ fn execute<const REQ: usize, const KEYS: usize, const PEERS: usize>(
             if q.is_empty() {
                 not_ready[r].remove(&k);
             }
-            cluster.data_ready(rank, req);
+            cluster.ticket_ready(rank, req);
         }
     }
 
+    if completed_ops != msgs.len() * 2 {
+        for r in 0..nranks {
+            eprintln!("rank {r}: {:?}", cluster.describe(Rank(r)));
+        }
+    }
     assert_eq!(
         completed_ops,
         msgs.len() * 2,
@@ -364,18 +410,21 @@ fn execute<const REQ: usize, const KEYS: usize, const PEERS: usize>(
     );
     for (r, d) in done.iter().enumerate() {
         for (req, n) in d {
-            assert_eq!(*n, 1, "{run}: rank {r} {req} completed {n} times");
+            assert_eq!(*n, 1, "{run}: rank {r} {req:?} completed {n} times");
         }
         let left = cluster.leftovers(Rank(r as u32));
         assert!(left.is_empty(), "{run}: rank {r} left {left:?}");
     }
     assert!(cluster.is_quiet(), "{run}: cluster not quiet");
     REFUSALS.with(|r| r.set(r.get() + cluster.refusals()));
+    QUEUED.with(|r| r.set(r.get() + cluster.queued()));
 }
 
 thread_local! {
     /// Envelopes refused for a full table in the runs of this thread so far.
     static REFUSALS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    /// Submissions that waited for room in the runs of this thread so far.
+    static QUEUED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
 }
 
 /// Runs `count` seeds from `first` (`STARLING_SIM_SEEDS=<count>` runs that many instead,
@@ -426,6 +475,7 @@ fn msg(src: u32, dst: u32, comm: u16, tag: i64, size: usize) -> Msg {
         slack: 0,
         short: 0,
         late: false,
+        recv_order: 0,
     }
 }
 
@@ -447,9 +497,9 @@ fn every_interleaving(name: &str, setup: Setup, msgs: &[Msg]) -> u64 {
     let done = Explorer::run(MAX_PATHS, |e| {
         let (prio, choose) = (&HashMap::new(), &mut Chooser::Every(e));
         if setup.tiny {
-            execute(name, tiny(setup), msgs, prio, choose);
+            execute(name, tiny(setup), msgs, prio, choose, setup.scripted);
         } else {
-            execute(name, cluster(setup, 0), msgs, prio, choose);
+            execute(name, cluster(setup, 0), msgs, prio, choose, setup.scripted);
         }
     });
     assert!(
@@ -476,6 +526,8 @@ const TWO: Setup = Setup {
     priorities: true,
     network: Network::PerTag,
     tiny: false,
+    budget: false,
+    scripted: false,
 };
 
 #[test]
@@ -609,4 +661,158 @@ fn every_interleaving_of_larger_workloads() {
             msg(0, 1, 0, 5, 20),
         ],
     );
+}
+
+// ----- every interleaving on the threaded runtime's tiny tables ----------------------------
+
+/// Two ranks with the threaded runtime's `Tables::TINY` (a request limit of 4: 2 sends,
+/// 2 receives, 1 early buffer; 2 match keys), the adapter's queues for what does not fit
+/// (`starling_std`'s admission code, which the progression thread runs), per-pair order,
+/// each rank submitting in one fixed order: sends first, then receives.
+const TINY: Setup = Setup {
+    nranks: 2,
+    eager_limit: 8,
+    cap: 0,
+    priorities: true,
+    network: Network::PerPair,
+    tiny: true,
+    budget: true,
+    scripted: true,
+};
+
+/// Runs `msgs` in every interleaving on [`TINY`] tables (or `setup`'s), checks that the
+/// tables overflowed (submissions waited, envelopes were refused) and returns the
+/// interleavings, the refusals and the waiting submissions.
+fn every_interleaving_overflowing(name: &str, setup: Setup, msgs: &[Msg]) -> (u64, u64, u64) {
+    let (r0, q0) = (
+        REFUSALS.with(core::cell::Cell::get),
+        QUEUED.with(core::cell::Cell::get),
+    );
+    let paths = every_interleaving(name, setup, msgs);
+    let refusals = REFUSALS.with(core::cell::Cell::get) - r0;
+    let queued = QUEUED.with(core::cell::Cell::get) - q0;
+    eprintln!("{name}: {refusals} envelopes refused, {queued} submissions waited for room");
+    (paths, refusals, queued)
+}
+
+/// `n` messages from `src` to `dst`, of `size` bytes, on tags `tag(i)`.
+fn burst(src: u32, dst: u32, n: usize, size: usize, tag: impl Fn(usize) -> i64) -> Vec<Msg> {
+    (0..n).map(|i| msg(src, dst, 0, tag(i), size)).collect()
+}
+
+/// Four inline messages on four keys, received last first.
+fn reverse_order() -> Vec<Msg> {
+    let mut msgs = burst(0, 1, 4, 1, |i| i as i64);
+    for (i, m) in msgs.iter_mut().enumerate() {
+        m.recv_order = -(i as i64);
+    }
+    msgs
+}
+
+/// `n` messages on one key, the second and the fourth two-message payloads.
+fn one_tag(n: usize) -> Vec<Msg> {
+    let mut msgs = burst(0, 1, n, 1, |_| 7);
+    for m in msgs.iter_mut().skip(1).step_by(2) {
+        m.size = 20;
+    }
+    msgs
+}
+
+/// `a` messages from rank 0 to rank 1 and `b` from rank 1 to rank 0, on one tag.
+fn crossing(a: usize, b: usize) -> Vec<Msg> {
+    let mut msgs = burst(0, 1, a, 1, |_| 1);
+    msgs.extend(burst(1, 0, b, 1, |_| 1));
+    msgs
+}
+
+#[test]
+fn every_interleaving_of_receives_in_the_reverse_order_on_tiny_tables() {
+    // Received last first: one message waits as early data (the early share is 1), the
+    // others are refused (no slot) and each goes in when its receive is posted; the sends
+    // overflow their share of 2 and wait in order, and so do the receives.
+    let (paths, refusals, queued) =
+        every_interleaving_overflowing("reverse order, tiny tables", TINY, &reverse_order());
+    assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+}
+
+#[test]
+fn every_interleaving_of_data_made_ready_late_on_tiny_tables() {
+    // Three messages on three keys, received last first; the first one's send and
+    // receive acquire their data as steps of their own: its receive waits for room and
+    // may be made ready before the engine took it (`Cluster::ticket_ready` then hands it
+    // in with its data ready), or after.
+    let mut msgs = burst(0, 1, 3, 1, |i| i as i64);
+    for (i, m) in msgs.iter_mut().enumerate() {
+        m.recv_order = -(i as i64);
+    }
+    msgs[0].late = true;
+    let (paths, refusals, queued) =
+        every_interleaving_overflowing("data made ready late, tiny tables", TINY, &msgs);
+    assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+}
+
+#[test]
+fn every_interleaving_of_many_messages_on_one_tag_on_tiny_tables() {
+    // Four messages on one key, two of them two-message payloads, received after they
+    // were sent: early messages past the one early buffer are refused and keep their
+    // order; sends and receives overflow their shares and wait.
+    let (paths, refusals, queued) =
+        every_interleaving_overflowing("one tag, tiny tables", TINY, &one_tag(4));
+    assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+}
+
+#[test]
+fn every_interleaving_of_many_keys_on_tiny_tables() {
+    // Four keys through two match keys, received in order.
+    let msgs = burst(0, 1, 4, 1, |i| i as i64 + 10);
+    let (paths, refusals, queued) =
+        every_interleaving_overflowing("many keys, tiny tables", TINY, &msgs);
+    assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+}
+
+#[test]
+fn every_interleaving_of_crossing_bursts_on_tiny_tables() {
+    // Rank 0 sends three messages to rank 1 while rank 1 sends one back, then each
+    // receives the other's: rank 0's sends overflow their share while rank 1's early
+    // buffer is full and envelopes wait refused.
+    let (paths, refusals, queued) =
+        every_interleaving_overflowing("crossing bursts, tiny tables", TINY, &crossing(3, 1));
+    assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+    // Two each way: the early share overflows on both ranks at once.
+    let (paths, refusals, _) =
+        every_interleaving_overflowing("crossing pairs, tiny tables", TINY, &crossing(2, 2));
+    assert!(refusals > 0, "{refusals} {paths}");
+}
+
+/// Larger tiny-table workloads: five messages on one key (612 612 interleavings), five
+/// keys through two (126 126), and over MPI's ordering three keys received in the reverse
+/// order and three messages on one key (1 103 960 each, a two-message payload in each);
+/// about 20 s in a release build.
+/// `cargo test --release --test delivery tiny -- --ignored --nocapture`.
+#[test]
+#[ignore = "minutes in debug: run with --release --ignored"]
+fn every_interleaving_of_larger_workloads_on_tiny_tables() {
+    every_interleaving_overflowing("one tag, five messages, tiny tables", TINY, &one_tag(5));
+    every_interleaving_overflowing(
+        "five keys, tiny tables",
+        TINY,
+        &burst(0, 1, 5, 1, |i| i as i64 + 10),
+    );
+    // Over MPI's ordering only: a payload may overtake its envelope, a send completes
+    // before or after its message arrives.
+    let per_tag = Setup {
+        network: Network::PerTag,
+        ..TINY
+    };
+    let mut reverse = burst(0, 1, 3, 1, |i| i as i64);
+    for (i, m) in reverse.iter_mut().enumerate() {
+        m.recv_order = -(i as i64);
+    }
+    reverse[1].size = 20;
+    every_interleaving_overflowing(
+        "reverse order, MPI's ordering, tiny tables",
+        per_tag,
+        &reverse,
+    );
+    every_interleaving_overflowing("one tag, MPI's ordering, tiny tables", per_tag, &one_tag(3));
 }

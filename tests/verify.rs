@@ -9,7 +9,8 @@ use std::time::Instant;
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Variable;
 use starling::{
-    ClusterConfig, Codelet, CommError, Context, Handle, InsertError, RuntimeConfig, run_local_with,
+    ClusterConfig, Codelet, CommError, Context, Handle, InsertError, RuntimeConfig, Tables,
+    run_local_with,
 };
 
 fn config() -> ClusterConfig {
@@ -468,4 +469,120 @@ fn hang_explain_merges_a_directory_of_reports() {
         text.contains("rank 0 waits for tag 17 from rank 1 (for 3.0 s); rank 1 never sent it: it is itself waiting for tag 5 from rank 0"),
         "{text}"
     );
+}
+
+// ----- honest reports: refused and queued items, thousands of them -----------------------
+
+#[test]
+fn a_message_refused_at_its_receiver_is_not_blamed_on_its_sender() {
+    // Tiny tables: rank 1's two receives of messages never sent hold its receive share,
+    // so the message rank 0 sends on tag 5 is refused when it arrives and rank 1's
+    // receive of it waits for room. The explanation says the message arrived and waits
+    // on rank 1; it does not say that rank 0 never sent it.
+    let config = ClusterConfig {
+        tables: Tables::TINY,
+        ..with_watchdog(1000)
+    };
+    let (out, shutdown) = outcomes(2, config, |ctx| {
+        let h = ctx.register(Variable::new(0u32));
+        if ctx.rank() == Rank(1) {
+            let never: Vec<_> = (0..2).map(|_| ctx.register(Variable::new(0u32))).collect();
+            for (i, n) in never.iter().enumerate() {
+                ctx.irecv_detached(n, Rank(0), Tag(100 + i as i64), |r| {
+                    assert!(r.is_err(), "never sent: given up by the watchdog");
+                })
+                .unwrap();
+            }
+            ctx.barrier();
+            std::thread::sleep(Duration::from_millis(100));
+            ctx.recv(&h, Rank(0), Tag(5))
+        } else {
+            ctx.barrier();
+            ctx.send(&h, Rank(1), Tag(5))
+        }
+    });
+    assert_eq!(out[0], Some(Ok(())), "an eager send completes");
+    assert!(
+        matches!(out[1], Some(Err(CommError::Stalled { .. }))),
+        "{:?}",
+        out[1]
+    );
+    let err = shutdown.expect_err("the watchdog's finding is returned");
+    let text = err.leftovers.join("\n");
+    assert!(
+        text.contains("rank 1 waits for tag 5 from rank 0 (into data 0, for ")
+            && text.contains(
+                "rank 0 sent it and it arrived: rank 1 holds it (refused by its engine for a full \
+             table and kept, in order, until it fits); the receive is waiting for room in the \
+             engine's tables"
+            ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("rank 0 never sent it; it sent tag 5"),
+        "{text}"
+    );
+    assert!(!text.contains("deadlock"), "{text}");
+    // At shutdown: the refused message and the receive that never reached the engine.
+    assert!(
+        text.contains(
+            "rank 1: message from rank 0 with tag 5 (4 bytes) was never received (it arrived; \
+             its engine refused it for a full table and it waited outside, for its receive)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("rank 1: Recv with rank 0 and tag 5 never reached the engine"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_hang_with_thousands_of_stuck_receives_is_summarised_and_listed_in_a_file() {
+    const N: i64 = 5_000;
+    let dir = std::env::temp_dir().join(format!("starling-verify-hang-{}", std::process::id()));
+    // (The explainer writes its full list where STARLING_HANG_DIR says, else in the
+    // temporary directory: this test reads the path it prints.)
+    let (out, shutdown) = outcomes(2, with_watchdog(1000), |ctx| {
+        if ctx.rank() == Rank(1) {
+            let hs: Vec<_> = (0..N).map(|_| ctx.register(Variable::new(0u32))).collect();
+            for (i, h) in hs.iter().enumerate() {
+                ctx.irecv_detached(h, Rank(0), Tag(i as i64), |r| {
+                    assert!(r.is_err(), "never sent: given up by the watchdog");
+                })
+                .unwrap();
+            }
+            ctx.wait_for_all();
+        }
+    });
+    assert_eq!(out, vec![Some(()), Some(())]);
+    let err = shutdown.expect_err("the watchdog's finding is returned");
+    // The watchdog's report leads, in a few lines, and names where the full list is.
+    let listed = err
+        .leftovers
+        .iter()
+        .position(|l| l.starts_with("the full list ("))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(listed < 30, "{:#?}", &err.leftovers[..listed + 1]);
+    let head = err.leftovers[..=listed].join("\n");
+    assert!(
+        err.leftovers[0].starts_with("watchdog: nothing progressed"),
+        "{head}"
+    );
+    assert!(
+        head.contains("5000 like this; the first: rank 1 waits for tag 0 from rank 0")
+            && head.contains("  … the last: rank 1 waits for tag 4999 from rank 0"),
+        "{head}"
+    );
+    let path = err.leftovers[listed]
+        .split_once("findings): ")
+        .map(|(_, p)| p.to_owned())
+        .unwrap_or_else(|| panic!("{head}"));
+    let kept = std::fs::read_to_string(&path).expect("the full list is written");
+    assert_eq!(kept.lines().count(), N as usize, "{path}");
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(&dir);
+    // The error's text stays short whatever it holds.
+    assert!(err.leftovers.len() > N as usize);
+    assert!(err.to_string().len() < 8_000, "{}", err.to_string().len());
 }

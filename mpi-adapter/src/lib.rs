@@ -586,7 +586,7 @@ impl MpiRank {
                 Arc::clone(&self.fired),
             ));
         }
-        runner.context().barrier();
+        runner.context().closing_barrier();
         let fired = self.stop_watchdog();
         if !fired.is_empty() {
             // The barrier (or a request before it) stalled and the watchdog failed it.

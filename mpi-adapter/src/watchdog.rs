@@ -97,7 +97,9 @@ pub(crate) fn explain(
             }
         }
     };
-    lines.extend(hang::explain(size, &reports));
+    // A summary that leads with the cause; every finding goes to a file it names.
+    let keep = dir.map_or_else(hang::hang_dir, Path::to_path_buf);
+    lines.extend(hang::explain_and_keep(size, &reports, &keep));
     lines.extend(notes);
     lines
 }
@@ -127,7 +129,23 @@ pub(crate) fn start(
             );
             let lines = explain(&probes[0], size, dir.as_deref(), timeout, header);
             let text = lines.join("\n");
-            eprintln!("[starling-mpi] {text}");
+            // One rank prints the merged explanation, the lowest that reported (every
+            // rank's failed requests carry it all the same).
+            let printer = dir
+                .as_deref()
+                .and_then(|d| hang::read_reports(d, size).0.first().map(|r| r.rank))
+                .unwrap_or(rank);
+            if printer == rank {
+                eprintln!("[starling-mpi] {text}");
+            } else {
+                eprintln!(
+                    "[starling-mpi] rank {}: watchdog: nothing progressed for {:.1} s; rank {} \
+                     prints the explanation",
+                    rank.0,
+                    idle.as_secs_f64(),
+                    printer.0
+                );
+            }
             probes[0].abandon(&text);
             fired
                 .lock()

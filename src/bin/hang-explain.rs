@@ -8,7 +8,9 @@
 //! ```
 //!
 //! `ranks` is the size of the job; by default, the size the reports name. Prints one
-//! finding per line (`starling::hang::explain`). Exits with 1 when the directory holds no
+//! finding per line (`starling::hang::explain`); beyond a few findings alike, their
+//! summary, with every finding written to a file in `<dir>` whose path the last line
+//! names (`starling::hang::explain_and_keep`). Exits with 1 when the directory holds no
 //! report, 2 on bad arguments; unreadable or stale reports are named on stderr.
 
 use std::path::PathBuf;
@@ -45,7 +47,7 @@ fn main() -> ExitCode {
         eprintln!("hang-explain: no report in {}", dir.display());
         return ExitCode::FAILURE;
     }
-    let lines = hang::explain(size, &reports);
+    let lines = hang::explain_and_keep(size, &reports, &dir);
     if lines.is_empty() {
         println!("nothing pending in the {} report(s) found", reports.len());
     }

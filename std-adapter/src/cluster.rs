@@ -416,7 +416,7 @@ where
                      (ClusterConfig::watchdog, STARLING_WATCHDOG_SECS); giving up",
                     idle.as_secs_f64()
                 )];
-                lines.extend(hang::explain(ranks, &reports));
+                lines.extend(hang::explain_and_keep(ranks, &reports, &hang::hang_dir()));
                 let text = hang::join(&lines);
                 eprintln!("[starling] {text}");
                 for p in probes {
@@ -528,7 +528,7 @@ where
     quiesce.rendezvous.wait();
     if explain && rank.0 == 0 {
         let reports = lock(&quiesce.reports);
-        let why = hang::explain(quiesce.ranks, &reports);
+        let why = hang::explain_and_keep(quiesce.ranks, &reports, &hang::hang_dir());
         leftovers.splice(0..0, why.into_iter().map(|w| format!("why: {w}")));
     }
     runner.stop();

@@ -1433,18 +1433,27 @@ impl Context {
     /// ([`Context::check_agreement`]); a divergence is reported at shutdown and fails
     /// every later insert. When the watchdog gives up on the job, it returns.
     pub fn barrier(&self) {
+        self.barrier_as(crate::hang::Waiting::Barrier);
+    }
+
+    /// [`Context::barrier`] as the closing barrier of shutdown, which a rank enters once
+    /// its work is done: the hang explainer counts it as no wait between ranks
+    /// ([`crate::hang::Waiting::Shutdown`]), so it invents no deadlock between ranks that
+    /// exchange nothing, and it says that a message awaited from such a rank will never
+    /// be sent.
+    pub fn closing_barrier(&self) {
+        self.barrier_as(crate::hang::Waiting::Shutdown);
+    }
+
+    fn barrier_as(&self, kind: crate::hang::Waiting) {
         self.agreement_at_barrier();
         let _wait = trace::wait(self.runtime.tracer(), "barrier");
         let (tx, rx) = mpsc::channel();
         let flag = Arc::new(AtomicBool::new(false));
         let raised = Arc::clone(&flag);
-        let ticket = self.tracker.begin(
-            crate::hang::Waiting::Barrier,
-            self.rank,
-            CommId::WORLD,
-            Tag(0),
-            None,
-        );
+        let ticket = self
+            .tracker
+            .begin(kind, self.rank, CommId::WORLD, Tag(0), None);
         let woken: Done = Box::new(move |_| {
             raised.store(true, Ordering::SeqCst);
             let _ = tx.send(());

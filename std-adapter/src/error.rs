@@ -122,8 +122,11 @@ impl From<SubmitError> for CommError {
 
 /// What a rank left behind at shutdown; [`crate::run_local`] returns these as an error
 /// instead of hanging or aborting.
+///
+/// Its text names every item up to [`ShutdownError::SHOWN`] of them; beyond, the first
+/// ones, how many are left out, and the last (the fields hold them all).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("shutdown left {} item(s): {}", leftovers.len(), leftovers.join("; "))]
+#[error("shutdown left {} item(s): {}", leftovers.len(), shown(leftovers))]
 pub struct ShutdownError {
     /// One line per leftover, naming its rank: orphan messages (source, tag, size), receives that never
     /// completed, requests never waited on, transfers that failed.
@@ -133,7 +136,25 @@ pub struct ShutdownError {
     pub failures: Vec<(Rank, TransferError)>,
 }
 
+/// The leftovers as [`ShutdownError`]'s text shows them.
+fn shown(leftovers: &[String]) -> String {
+    let n = leftovers.len();
+    if n <= ShutdownError::SHOWN {
+        return leftovers.join("; ");
+    }
+    let head = ShutdownError::SHOWN - 1;
+    format!(
+        "{}; … {} more …; {}",
+        leftovers[..head].join("; "),
+        n - head - 1,
+        leftovers[n - 1]
+    )
+}
+
 impl ShutdownError {
+    /// The most leftovers its text names one by one.
+    pub const SHOWN: usize = 24;
+
     /// A report of `leftovers` with no failed transfer.
     pub fn new(leftovers: Vec<String>) -> Self {
         Self {

@@ -30,19 +30,30 @@
 //!
 //! [`explain`] is a pure function of the reports; it pairs each pending receive with the
 //! peer's pending sends and says which side is missing, follows chains of waits and names
-//! cycles.
+//! cycles. It sees what waits outside a rank's engine too: a message that arrived and
+//! waits at its receiver (refused for a full table: [`Orphan::refused`]; or early data)
+//! is never blamed on its sender and makes no wait, a submission waiting for room is
+//! [`Stage::Queued`], and a rank in the closing barrier of shutdown
+//! ([`Waiting::Shutdown`]) waits for no one.
+//!
+//! A report leads with its cause: beyond [`LIKE`] findings alike (the same ranks, the same
+//! kind of cause), [`explain`] gives a line of counts, then each group's count, first and
+//! last; [`explain_and_keep`] (which the watchdogs use) writes every finding to a file in
+//! `STARLING_HANG_DIR` or the temporary directory and names it.
 
 use core::fmt::{self, Write as _};
 use core::time::Duration;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use starling_core::request::State;
 use starling_core::{CommId, DataId, Rank, Tag};
 
 use crate::error::CommError;
 
+mod merge;
 mod track;
 
+pub use merge::{Explanation, GROUPS, LIKE, explain, explain_all, explain_and_keep, hang_dir};
 pub(crate) use track::Tracker;
 pub use track::{Activity, Probe, Watchdog};
 
@@ -58,6 +69,11 @@ pub enum Waiting {
     Barrier,
     /// A graph-agreement check; it waits for every rank.
     Check,
+    /// The closing barrier of a rank that finished its work
+    /// ([`crate::Context::closing_barrier`]): it waits for no message, so it is no wait
+    /// *between* ranks (no deadlock goes through it); a rank whose receive waits for a
+    /// rank at shutdown waits for a message that will never be sent.
+    Shutdown,
 }
 
 impl Waiting {
@@ -67,6 +83,7 @@ impl Waiting {
             Self::Recv => "recv",
             Self::Barrier => "barrier",
             Self::Check => "check",
+            Self::Shutdown => "shutdown",
         }
     }
 
@@ -76,6 +93,7 @@ impl Waiting {
             "recv" => Self::Recv,
             "barrier" => Self::Barrier,
             "check" => Self::Check,
+            "shutdown" => Self::Shutdown,
             _ => return None,
         })
     }
@@ -90,6 +108,9 @@ pub enum Stage {
     WaitingForData,
     /// Handed to the rank's progression thread; the engine had not reported on it.
     Posted,
+    /// Handed to the rank's progression thread, which keeps it until the engine's tables
+    /// have room for it (a full table is a wait: it goes in, in order, when room frees).
+    Queued,
     /// In the protocol engine, in this state.
     Engine(State),
 }
@@ -99,6 +120,7 @@ impl Stage {
         match self {
             Self::WaitingForData => "waiting-for-data",
             Self::Posted => "posted",
+            Self::Queued => "queued",
             Self::Engine(State::Created) => "created",
             Self::Engine(State::Ready) => "ready",
             Self::Engine(State::AwaitingEnvelope) => "awaiting-envelope",
@@ -112,6 +134,7 @@ impl Stage {
         Some(match w {
             "waiting-for-data" => Self::WaitingForData,
             "posted" => Self::Posted,
+            "queued" => Self::Queued,
             "created" => Self::Engine(State::Created),
             "ready" => Self::Engine(State::Ready),
             "awaiting-envelope" => Self::Engine(State::AwaitingEnvelope),
@@ -153,6 +176,10 @@ pub struct Orphan {
     pub tag: Tag,
     /// Its payload size in bytes.
     pub size: u64,
+    /// Whether the engine refused its envelope for a full table: the progression thread
+    /// keeps it, in order with its key, until its receive is posted or room frees
+    /// (otherwise the engine holds it as early data).
+    pub refused: bool,
 }
 
 /// What one rank reports when the watchdog fires: its pending requests and the messages
@@ -203,8 +230,12 @@ impl RankReport {
         for o in &self.orphans {
             let _ = writeln!(
                 s,
-                "orphan source={} comm={} tag={} size={}",
-                o.source.0, o.comm.0, o.tag.0, o.size
+                "orphan source={} comm={} tag={} size={} refused={}",
+                o.source.0,
+                o.comm.0,
+                o.tag.0,
+                o.size,
+                u8::from(o.refused)
             );
         }
         s.push_str("end\n");
@@ -272,6 +303,8 @@ impl RankReport {
                         comm: CommId(number(&f, "comm", n)?),
                         tag: Tag(number(&f, "tag", n)?),
                         size: number(&f, "size", n)?,
+                        // (absent from reports written before it was added)
+                        refused: f.get("refused").is_some_and(|v| *v == "1"),
                     });
                 }
                 None => {}
@@ -312,403 +345,6 @@ fn number<T: core::str::FromStr>(
         line,
         why: format!("bad `{key}`"),
     })
-}
-
-// ----- the merger ----------------------------------------------------------------------
-
-/// A tag as an explanation names it: the runtime's own tags by what they are for.
-fn tag_name(tag: Tag) -> String {
-    match crate::agreement::internal_tag_name(tag) {
-        Some(what) => what.to_owned(),
-        None => format!("tag {}", tag.0),
-    }
-}
-
-fn on_comm(comm: CommId) -> String {
-    if comm == CommId::WORLD {
-        String::new()
-    } else {
-        format!(" on communicator {}", comm.0)
-    }
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
-}
-
-fn ranks_list(ranks: &BTreeSet<u32>) -> String {
-    let v: Vec<String> = ranks.iter().map(u32::to_string).collect();
-    match v.len() {
-        1 => format!("rank {}", v[0]),
-        _ => format!("ranks {}", v.join(", ")),
-    }
-}
-
-/// Names what a rank is waiting for, briefly (for chains: "it is itself waiting for …").
-fn first_wait(report: &RankReport) -> Option<String> {
-    let p = report
-        .pending
-        .iter()
-        .find(|p| p.kind == Waiting::Recv)
-        .or_else(|| report.pending.first())?;
-    Some(match p.kind {
-        Waiting::Recv => format!(
-            "{} from rank {}{}",
-            tag_name(p.tag),
-            p.peer.0,
-            on_comm(p.comm)
-        ),
-        Waiting::Send => format!(
-            "its send of {} to rank {}{} ({})",
-            tag_name(p.tag),
-            p.peer.0,
-            on_comm(p.comm),
-            stage_text(p.stage)
-        ),
-        Waiting::Barrier => "a barrier".to_owned(),
-        Waiting::Check => "an agreement check".to_owned(),
-    })
-}
-
-fn stage_text(stage: Stage) -> &'static str {
-    match stage {
-        Stage::WaitingForData => "waiting for its data: earlier accesses to it are not done",
-        Stage::Posted => "handed to the progression thread",
-        Stage::Engine(State::Created | State::Ready) => "ready, waiting for its turn to leave",
-        Stage::Engine(State::AwaitingEnvelope) => "no matching message arrived",
-        Stage::Engine(State::AwaitingReady) => {
-            "a synchronous send: waiting for the receiver to post the receive"
-        }
-        Stage::Engine(State::Transferring) => "its payload is in flight",
-        Stage::Engine(State::Completed) => "completed, not yet reported",
-    }
-}
-
-fn matches(p: &Pending, kind: Waiting, peer: Rank, comm: CommId, tag: Tag) -> bool {
-    p.kind == kind && p.peer == peer && p.comm == comm && p.tag == tag
-}
-
-/// Merges the ranks' reports into one explanation, one finding per line, the most
-/// telling first (a cycle of waits, else the first receive that waits for a message its
-/// sender never sent). `size` is the number of ranks: ranks with no report are named.
-/// The findings come in rank order, whatever the order of `reports`.
-/// Empty when no rank has anything pending.
-///
-/// Pure: it looks only at its arguments.
-pub fn explain(size: u32, reports: &[RankReport]) -> Vec<String> {
-    let by_rank: BTreeMap<u32, &RankReport> = reports.iter().map(|r| (r.rank.0, r)).collect();
-    let mut findings = Vec::new();
-
-    for r in by_rank.values().copied() {
-        for p in r.pending.iter().filter(|p| p.kind == Waiting::Recv) {
-            let s = p.peer;
-            let mut line = format!(
-                "rank {} waits for {} from rank {}{}",
-                r.rank.0,
-                tag_name(p.tag),
-                s.0,
-                on_comm(p.comm)
-            );
-            let mut detail = Vec::new();
-            if let Some(d) = p.data {
-                detail.push(format!("into {d}"));
-            }
-            detail.push(format!("for {}", secs(p.age)));
-            let _ = write!(line, " ({})", detail.join(", "));
-            let reason = match by_rank.get(&s.0) {
-                None => format!("rank {} sent no report", s.0),
-                Some(sr) => {
-                    if let Some(send) = sr
-                        .pending
-                        .iter()
-                        .find(|q| matches(q, Waiting::Send, r.rank, p.comm, p.tag))
-                    {
-                        match send.stage {
-                            Stage::WaitingForData => {
-                                let mut t = format!(
-                                    "rank {}'s send of it waits for its data{}",
-                                    s.0,
-                                    send.data.map(|d| format!(" ({d})")).unwrap_or_default()
-                                );
-                                if let Some(feed) = sr.pending.iter().find(|q| {
-                                    q.kind == Waiting::Recv
-                                        && q.data.is_some()
-                                        && q.data == send.data
-                                }) {
-                                    let _ = write!(
-                                        t,
-                                        ": the receive into it of {} from rank {}",
-                                        tag_name(feed.tag),
-                                        feed.peer.0
-                                    );
-                                }
-                                t
-                            }
-                            stage => {
-                                format!("rank {} posted the send ({})", s.0, stage_text(stage))
-                            }
-                        }
-                    } else {
-                        let wrong_comm = r
-                            .orphans
-                            .iter()
-                            .find(|o| o.source == s && o.tag == p.tag && o.comm != p.comm);
-                        let other_tag =
-                            r.orphans.iter().find(|o| o.source == s && o.comm == p.comm);
-                        if let Some(o) = wrong_comm {
-                            format!(
-                                "rank {} sent it on communicator {} instead, where nobody received it",
-                                s.0, o.comm.0
-                            )
-                        } else if let Some(o) = other_tag {
-                            format!(
-                                "rank {} never sent it; it sent {} ({} bytes) instead, which rank {} never received",
-                                s.0,
-                                tag_name(o.tag),
-                                o.size,
-                                r.rank.0
-                            )
-                        } else if let Some(w) = first_wait(sr) {
-                            format!("rank {} never sent it: it is itself waiting for {w}", s.0)
-                        } else {
-                            format!(
-                                "rank {} never sent it and waits for nothing: its flow has no such send",
-                                s.0
-                            )
-                        }
-                    }
-                }
-            };
-            findings.push(format!("{line}; {reason}"));
-        }
-        for p in r.pending.iter().filter(|p| p.kind == Waiting::Send) {
-            let received = by_rank.get(&p.peer.0).is_some_and(|d| {
-                d.pending
-                    .iter()
-                    .any(|q| matches(q, Waiting::Recv, r.rank, p.comm, p.tag))
-            });
-            if received {
-                continue; // explained with the receive
-            }
-            let mut line = format!(
-                "rank {}'s send of {}{} to rank {}{} ({}, for {})",
-                r.rank.0,
-                tag_name(p.tag),
-                p.data.map(|d| format!(" ({d})")).unwrap_or_default(),
-                p.peer.0,
-                on_comm(p.comm),
-                stage_text(p.stage),
-                secs(p.age)
-            );
-            if p.stage == Stage::WaitingForData {
-                if let Some(feed) = r
-                    .pending
-                    .iter()
-                    .find(|q| q.kind == Waiting::Recv && q.data.is_some() && q.data == p.data)
-                {
-                    let _ = write!(
-                        line,
-                        "; it waits for the receive into it of {} from rank {}",
-                        tag_name(feed.tag),
-                        feed.peer.0
-                    );
-                }
-            } else if let Some(d) = by_rank.get(&p.peer.0) {
-                match first_wait(d) {
-                    Some(w) => {
-                        let _ = write!(
-                            line,
-                            "; rank {} never posted a matching receive: it waits for {w}",
-                            p.peer.0
-                        );
-                    }
-                    None => {
-                        let _ = write!(line, "; rank {} never posted a matching receive", p.peer.0);
-                    }
-                }
-            }
-            findings.push(line);
-        }
-    }
-
-    // Collectives: who is in, who never came.
-    for kind in [Waiting::Barrier, Waiting::Check] {
-        let inside: BTreeSet<u32> = reports
-            .iter()
-            .filter(|r| r.pending.iter().any(|p| p.kind == kind))
-            .map(|r| r.rank.0)
-            .collect();
-        if inside.is_empty() {
-            continue;
-        }
-        let what = if kind == Waiting::Barrier {
-            "a barrier"
-        } else {
-            "an agreement check"
-        };
-        let outside: BTreeSet<u32> = (0..size).filter(|r| !inside.contains(r)).collect();
-        let mut line = format!(
-            "{} {} in {what}",
-            ranks_list(&inside),
-            if inside.len() == 1 { "waits" } else { "wait" }
-        );
-        if outside.is_empty() {
-            line.push_str(" that every rank entered");
-        } else {
-            let _ = write!(line, "; {} never entered it", ranks_list(&outside));
-            let why: Vec<String> = outside
-                .iter()
-                .filter_map(|o| {
-                    by_rank
-                        .get(o)
-                        .and_then(|r| first_wait(r))
-                        .map(|w| format!("rank {o} waits for {w}"))
-                })
-                .collect();
-            if !why.is_empty() {
-                let _ = write!(line, " ({})", why.join("; "));
-            }
-        }
-        findings.push(line);
-    }
-
-    // Messages nobody took, not explained above.
-    for r in by_rank.values().copied() {
-        for o in &r.orphans {
-            let explained = r
-                .pending
-                .iter()
-                .any(|p| p.kind == Waiting::Recv && p.peer == o.source);
-            if !explained {
-                findings.push(format!(
-                    "rank {} holds a message from rank {} with {}{} ({} bytes) that no receive took",
-                    r.rank.0,
-                    o.source.0,
-                    tag_name(o.tag),
-                    on_comm(o.comm),
-                    o.size
-                ));
-            }
-        }
-    }
-
-    let missing: BTreeSet<u32> = (0..size).filter(|r| !by_rank.contains_key(r)).collect();
-    if !missing.is_empty() && !findings.is_empty() {
-        findings.push(format!(
-            "no report from {} (it may have died, or be stuck outside Starling)",
-            ranks_list(&missing)
-        ));
-    }
-
-    let mut out: Vec<String> = cycles(&waits_for(size, &by_rank))
-        .into_iter()
-        .map(|c| {
-            let mut t = format!("deadlock: rank {} waits for rank {}", c[0], c[1]);
-            for w in c.windows(2).skip(1) {
-                let _ = write!(t, ", which waits for rank {}", w[1]);
-            }
-            t
-        })
-        .collect();
-    out.extend(findings);
-    out
-}
-
-/// Who waits for whom: a receive waits for its source unless the source's send of it
-/// is on its way; a send waiting for its data waits for the source of this rank's receive
-/// into that data; a synchronous send waits for its destination until the destination
-/// posts the receive; a rank inside a collective waits for every rank outside it.
-fn waits_for(size: u32, by_rank: &BTreeMap<u32, &RankReport>) -> BTreeMap<u32, BTreeSet<u32>> {
-    let mut g: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
-    for r in by_rank.values() {
-        let me = r.rank.0;
-        for p in &r.pending {
-            let on_its_way = |d: &RankReport| {
-                d.pending.iter().any(|q| {
-                    matches(q, Waiting::Send, r.rank, p.comm, p.tag)
-                        && q.stage != Stage::WaitingForData
-                })
-            };
-            match p.kind {
-                Waiting::Recv => {
-                    if !by_rank.get(&p.peer.0).is_some_and(|d| on_its_way(d)) {
-                        g.entry(me).or_default().insert(p.peer.0);
-                    }
-                }
-                Waiting::Send if p.stage == Stage::WaitingForData => {
-                    for feed in r
-                        .pending
-                        .iter()
-                        .filter(|q| q.kind == Waiting::Recv && q.data.is_some() && q.data == p.data)
-                    {
-                        g.entry(me).or_default().insert(feed.peer.0);
-                    }
-                }
-                Waiting::Send if p.stage == Stage::Engine(State::AwaitingReady) => {
-                    let posted = by_rank.get(&p.peer.0).is_some_and(|d| {
-                        d.pending
-                            .iter()
-                            .any(|q| matches(q, Waiting::Recv, r.rank, p.comm, p.tag))
-                    });
-                    if !posted {
-                        g.entry(me).or_default().insert(p.peer.0);
-                    }
-                }
-                Waiting::Send => {}
-                Waiting::Barrier | Waiting::Check => {
-                    for o in 0..size {
-                        let inside = by_rank
-                            .get(&o)
-                            .is_some_and(|d| d.pending.iter().any(|q| q.kind == p.kind));
-                        if !inside {
-                            g.entry(me).or_default().insert(o);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    g
-}
-
-/// The elementary cycles of the wait-for graph, each once, starting at its lowest rank
-/// and closed (its first rank repeated at the end).
-fn cycles(graph: &BTreeMap<u32, BTreeSet<u32>>) -> Vec<Vec<u32>> {
-    let mut found = Vec::new();
-    for &start in graph.keys() {
-        // Depth-first over ranks above `start`, so each cycle is found from its lowest.
-        let mut path = vec![start];
-        let mut stack = vec![
-            graph
-                .get(&start)
-                .map(|s| s.iter().copied().collect::<Vec<_>>())
-                .unwrap_or_default(),
-        ];
-        while let Some(next) = stack.last_mut() {
-            match next.pop() {
-                Some(n) if n == start => {
-                    let mut c = path.clone();
-                    c.push(start);
-                    found.push(c);
-                }
-                Some(n) if n > start && !path.contains(&n) && found.len() < 16 => {
-                    path.push(n);
-                    stack.push(
-                        graph
-                            .get(&n)
-                            .map(|s| s.iter().copied().collect())
-                            .unwrap_or_default(),
-                    );
-                }
-                Some(_) => {}
-                None => {
-                    stack.pop();
-                    path.pop();
-                }
-            }
-        }
-    }
-    found
 }
 
 /// The explanation as one text: the findings, one per line.

@@ -33,6 +33,7 @@
 //! Concurrency goes through one private `sync` module so that `loom` can replace it.
 #![forbid(unsafe_code)]
 
+mod admission;
 pub mod agreement;
 mod cluster;
 pub mod comm;

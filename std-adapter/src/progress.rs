@@ -8,7 +8,7 @@
 //! `poll_event`, perform what they return.
 
 use core::time::Duration;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::HashMap;
 
 use starling_core::engine::{
     Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RefusalOrder, RequestError,
@@ -18,8 +18,9 @@ use starling_core::error::Table;
 use starling_core::lists::Key;
 use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
-use starling_core::{CommId, PhysTag, Rank, ReqId};
+use starling_core::{CommId, Rank, ReqId};
 
+use crate::admission::{Admission, Admit, Direction};
 use crate::data::{AnyCell, DataError};
 use crate::device::DeviceValue;
 use crate::error::CommError;
@@ -75,14 +76,28 @@ pub(crate) enum Command {
     Barrier { done: Box<dyn FnOnce() + Send> },
     /// Answer with the bytes sent to each peer.
     Amounts(Box<dyn FnOnce(Vec<u64>) + Send>),
-    /// Answer with what is left in the engine.
-    Leftovers(Box<dyn FnOnce(Vec<Leftover>) + Send>),
+    /// Answer with what is left in the engine and what waits outside it.
+    Leftovers(Box<dyn FnOnce(Held) + Send>),
     /// Answer with the statistics report.
     Report(Box<dyn FnOnce(String) + Send>),
     /// Answer with how many messages arrived as early data.
     EarlyMessages(Box<dyn FnOnce(u64) + Send>),
     /// Stop the thread.
     Stop,
+}
+
+/// What a rank's progression thread holds that did not finish, for the leftovers at
+/// shutdown and the hang explainer.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    /// The engine's leftovers ([`Engine::leftovers`]).
+    pub(crate) engine: Vec<Leftover>,
+    /// The envelopes kept refused for a full table, as orphans: they arrived, and wait
+    /// outside the engine for their receive.
+    pub(crate) refused: Vec<Leftover>,
+    /// The submissions waiting for room in the engine, oldest first per direction:
+    /// (kind, communicator, peer, tag).
+    pub(crate) queued: Vec<(Kind, CommId, Rank, starling_core::Tag)>,
 }
 
 /// What a send sends.
@@ -248,12 +263,10 @@ struct Progress<T: Transport> {
     early: IdMap<ReqId, Vec<u8>>,
     /// Device values received for early requests, as `early` holds bytes.
     early_device: IdMap<ReqId, DeviceValue>,
-    /// Envelope messages the engine refused for a full table, kept in order per key.
-    refused: Refused,
-    /// Sends the engine's budget had no room for, in submission order.
-    waiting_sends: VecDeque<Command>,
-    /// Receives the engine's budget had no room for, in submission order.
-    waiting_recvs: VecDeque<Command>,
+    /// What waits outside the engine for room: submissions in order per direction,
+    /// envelopes refused for a full table in order per key ([`crate::admission`], the
+    /// code the simulator's explorer checks).
+    admission: Admission<Command>,
     barriers: HashMap<u64, Box<dyn FnOnce() + Send>>,
     next_barrier: u64,
     trace: bool,
@@ -507,9 +520,7 @@ pub(crate) fn start<T: Transport>(
         pending: IdMap::default(),
         early: IdMap::default(),
         early_device: IdMap::default(),
-        refused: Refused::default(),
-        waiting_sends: VecDeque::new(),
-        waiting_recvs: VecDeque::new(),
+        admission: Admission::default(),
         barriers: HashMap::new(),
         next_barrier: 0,
         trace: config.trace,
@@ -605,20 +616,12 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
 impl<T: Transport> Progress<T> {
     fn command(&mut self, c: Command) {
         match c {
+            // Behind the submissions already waiting: one direction keeps its order.
             c @ Command::Send { .. } => {
-                // Behind the sends already waiting: one direction keeps its order.
-                if !self.waiting_sends.is_empty() {
-                    self.waiting_sends.push_back(c);
-                } else if let Err(c) = self.submit(c) {
-                    self.waiting_sends.push_back(c);
-                }
+                self.with_admission(|a, p| a.offer(p, Direction::Send, c));
             }
             c @ Command::Recv { .. } => {
-                if !self.waiting_recvs.is_empty() {
-                    self.waiting_recvs.push_back(c);
-                } else if let Err(c) = self.submit(c) {
-                    self.waiting_recvs.push_back(c);
-                }
+                self.with_admission(|a, p| a.offer(p, Direction::Recv, c));
             }
             Command::Barrier { done } => {
                 let token = self.next_barrier;
@@ -632,12 +635,31 @@ impl<T: Transport> Progress<T> {
                 reply(v);
             }
             Command::Leftovers(reply) => {
-                // The envelopes still refused were never received either.
+                // The envelopes still refused were never received either, and the
+                // submissions waiting for room never reached the engine.
                 let refused = self
-                    .refused
-                    .iter()
-                    .filter_map(|(s, c, b)| self.engine.orphan_of(s, c, b));
-                reply(self.engine.leftovers().chain(refused).collect());
+                    .admission
+                    .refused()
+                    .filter_map(|(s, c, b)| self.engine.orphan_of(s, c, b))
+                    .collect();
+                let queued = [Direction::Send, Direction::Recv]
+                    .into_iter()
+                    .flat_map(|d| self.admission.waiting(d))
+                    .filter_map(|c| match c {
+                        Command::Send { args, .. } => {
+                            Some((Kind::Send, args.comm, args.dest, args.tag))
+                        }
+                        Command::Recv { args, .. } => {
+                            Some((Kind::Recv, args.comm, args.source, args.tag))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                reply(Held {
+                    engine: self.engine.leftovers().collect(),
+                    refused,
+                    queued,
+                });
             }
             Command::EarlyMessages(reply) => reply(self.engine.early_messages()),
             Command::Report(reply) => {
@@ -648,10 +670,18 @@ impl<T: Transport> Progress<T> {
         }
     }
 
+    /// Runs `f` on the rank's [`Admission`] with this thread as its driver.
+    fn with_admission<R>(&mut self, f: impl FnOnce(&mut Admission<Command>, &mut Self) -> R) -> R {
+        let mut a = core::mem::take(&mut self.admission);
+        let r = f(&mut a, self);
+        self.admission = a;
+        r
+    }
+
     /// Submits a send or a receive to the engine; hands it back when the engine's budget
     /// has no room for it now (it waits, in order, and is submitted again when room
-    /// frees: [`Progress::admit_waiting`]).
-    fn submit(&mut self, c: Command) -> Result<(), Command> {
+    /// frees: [`Admission::admit_waiting`]). `Some(key)` for a receive now in the engine.
+    fn submit(&mut self, c: Command) -> Result<Option<Key>, Command> {
         match c {
             Command::Send {
                 mut args,
@@ -673,7 +703,7 @@ impl<T: Transport> Progress<T> {
                         );
                         self.data_ready(req);
                     }
-                    Err(SubmitError::Full(Table::Requests)) => {
+                    Err(e) if e.waits() => {
                         return Err(Command::Send { args, bytes, done });
                     }
                     Err(e) => done(Err(CommError::from(e))),
@@ -702,9 +732,9 @@ impl<T: Transport> Progress<T> {
                         );
                         self.data_ready(req);
                         // Its messages need no room now: those refused go in.
-                        self.retry_key(Key::new(args.comm, args.source, args.tag));
+                        return Ok(Some(Key::new(args.comm, args.source, args.tag)));
                     }
-                    Err(SubmitError::Full(Table::Requests)) => {
+                    Err(e) if e.waits() => {
                         return Err(Command::Recv { args, cell, done });
                     }
                     Err(e) => done(Err(CommError::from(e))),
@@ -712,28 +742,16 @@ impl<T: Transport> Progress<T> {
             }
             other => self.command(other),
         }
-        Ok(())
+        Ok(None)
     }
 
-    /// Submits the waiting sends and receives, in order, while the engine has room;
-    /// whether any went in.
+    /// Submits what waits for room and hands refused envelopes in again; whether any
+    /// went in.
     fn admit_waiting(&mut self) -> bool {
-        let mut any = false;
-        while let Some(c) = self.waiting_sends.pop_front() {
-            if let Err(c) = self.submit(c) {
-                self.waiting_sends.push_front(c);
-                break;
-            }
-            any = true;
+        if self.admission.is_empty() {
+            return false;
         }
-        while let Some(c) = self.waiting_recvs.pop_front() {
-            if let Err(c) = self.submit(c) {
-                self.waiting_recvs.push_front(c);
-                break;
-            }
-            any = true;
-        }
-        any
+        self.with_admission(|a, p| a.admit_waiting(p) | a.retry_refused(p))
     }
 
     /// Hands a request whose data is ready to the engine. A send only joins the ready
@@ -796,7 +814,7 @@ impl<T: Transport> Progress<T> {
             self.pool.give(spent);
         }
         // Progress may have freed room: waiting submissions and envelopes go in again.
-        if !progressed && (self.admit_waiting() | self.retry_refused()) {
+        if !progressed && self.admit_waiting() {
             self.drain_counted();
             progressed = true;
         }
@@ -943,28 +961,24 @@ impl<T: Transport> Progress<T> {
             }
         }
         self.admit_waiting();
-        self.retry_refused();
     }
 
     /// Hands an envelope message to the engine. While earlier ones that it must stay
-    /// behind wait in `refused` (the core says which: [`RankEngine::refusal_order`]), it
+    /// behind wait refused (the core says which: [`RankEngine::refusal_order`]), it
     /// waits behind them; a message of another key goes in.
     fn on_envelope(&mut self, source: Rank, comm: CommId, bytes: Vec<u8>) {
-        // (with nothing refused, nothing holds it back: no second decoding)
-        if !self.refused.is_empty() {
-            if let Some(o) = self.engine.refusal_order(source, comm, &bytes) {
-                if self.refused.must_wait(source, &o) {
-                    self.refused.push(source, comm, bytes, o);
-                    return;
+        if self.admission.nothing_refused() {
+            // Nothing holds it back.
+            match self.handle_envelope(source, comm, bytes) {
+                Ok(()) => return,
+                Err((bytes, _)) => {
+                    return self.with_admission(|a, p| a.keep_refused(p, source, comm, bytes));
                 }
             }
         }
-        if let Err((bytes, _)) = self.handle_envelope(source, comm, bytes) {
-            // (refused bytes always have an order: the engine decoded them)
-            if let Some(o) = self.engine.refusal_order(source, comm, &bytes) {
-                self.refused.push(source, comm, bytes, o);
-            }
-        }
+        self.with_admission(|a, p| {
+            a.on_envelope(p, source, comm, bytes);
+        });
     }
 
     /// Hands an envelope to the engine; gives it back when a table is full (the engine
@@ -999,66 +1013,6 @@ impl<T: Transport> Progress<T> {
             }
             return Ok(());
         }
-    }
-
-    /// Hands in again the refused envelopes of `key` that may go in, oldest first,
-    /// until one is refused again (a receive of `key` was just posted: they need no
-    /// room now).
-    fn retry_key(&mut self, key: Key) {
-        while let Some(seq) = self.refused.front_of(key) {
-            if self.retry_one(seq) != Retry::In {
-                return;
-            }
-        }
-    }
-
-    /// Hands in refused envelope `seq` if nothing it must stay behind is still
-    /// refused.
-    fn retry_one(&mut self, seq: u64) -> Retry {
-        if !self.refused.eligible(seq) {
-            return Retry::Held;
-        }
-        let Some((source, comm, bytes)) = self.refused.take(seq) else {
-            return Retry::Held;
-        };
-        match self.handle_envelope(source, comm, bytes) {
-            Ok(()) => {
-                self.refused.remove(seq);
-                Retry::In
-            }
-            Err((bytes, table)) => {
-                self.refused.put_back(seq, bytes);
-                Retry::Refused(table)
-            }
-        }
-    }
-
-    /// Hands refused envelopes in again, in arrival order, each that nothing earlier
-    /// holds back; stops at the first refused for want of a request slot (the next
-    /// ones would need one too), and after a bounded number of tries (a later pass goes
-    /// on). Whether any went in.
-    fn retry_refused(&mut self) -> bool {
-        /// Tries per pass: a pass runs after every completion.
-        const TRIES: usize = 32;
-        let mut any = false;
-        let mut tries = 0;
-        let mut after = None;
-        while tries < TRIES {
-            let Some(seq) = self.refused.next_head(after) else {
-                break;
-            };
-            after = Some(seq);
-            if !self.refused.eligible(seq) {
-                continue;
-            }
-            tries += 1;
-            match self.retry_one(seq) {
-                Retry::In => any = true,
-                Retry::Refused(Table::Requests) => break,
-                Retry::Refused(_) | Retry::Held => {}
-            }
-        }
-        any
     }
 
     fn on_event(&mut self, e: Event) {
@@ -1176,154 +1130,24 @@ impl<T: Transport> Progress<T> {
     }
 }
 
-/// What handing in a refused envelope again did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Retry {
-    /// The engine took it.
-    In,
-    /// An earlier refused envelope holds it back: not tried.
-    Held,
-    /// The engine refused it again for this full table.
-    Refused(Table),
-}
+impl<T: Transport> Admit for Progress<T> {
+    type Cmd = Command;
 
-/// A refused envelope: source, communicator, bytes (`None` while being handed in), what
-/// it keeps its order with.
-type RefusedItem = (Rank, CommId, Option<Vec<u8>>, RefusalOrder);
-
-/// Envelopes the engine refused for a full table, kept for handing in again: in arrival
-/// order per matching key and per payload tag of a source (what [`RefusalOrder`] says
-/// they must stay behind), otherwise free to overtake each other.
-#[derive(Default)]
-struct Refused {
-    /// By arrival number: source, communicator, bytes (`None` while being handed in),
-    /// what it keeps its order with.
-    items: BTreeMap<u64, RefusedItem>,
-    /// Arrival numbers per key, oldest first.
-    by_key: HashMap<Key, VecDeque<u64>>,
-    /// Arrival numbers per (source, payload tag), oldest first.
-    by_payload: HashMap<(Rank, PhysTag), VecDeque<u64>>,
-    /// The oldest envelope of each key.
-    heads: BTreeSet<u64>,
-    next: u64,
-}
-
-impl Refused {
-    /// Whether no envelope is kept.
-    fn is_empty(&self) -> bool {
-        self.items.is_empty()
+    fn submit(&mut self, c: Command) -> Result<Option<Key>, Command> {
+        Self::submit(self, c)
     }
 
-    /// Whether an envelope from `source` that keeps `order` must wait behind refused ones.
-    fn must_wait(&self, source: Rank, order: &RefusalOrder) -> bool {
-        self.by_key.get(&order.key).is_some_and(|q| !q.is_empty())
-            || order.payload.is_some_and(|t| {
-                self.by_payload
-                    .get(&(source, t))
-                    .is_some_and(|q| !q.is_empty())
-            })
+    fn hand_in(
+        &mut self,
+        source: Rank,
+        comm: CommId,
+        bytes: Vec<u8>,
+    ) -> Result<(), (Vec<u8>, Table)> {
+        self.handle_envelope(source, comm, bytes)
     }
 
-    /// Keeps a refused envelope, behind the others.
-    fn push(&mut self, source: Rank, comm: CommId, bytes: Vec<u8>, order: RefusalOrder) {
-        let seq = self.next;
-        self.next += 1;
-        self.items.insert(seq, (source, comm, Some(bytes), order));
-        let q = self.by_key.entry(order.key).or_default();
-        if q.is_empty() {
-            self.heads.insert(seq);
-        }
-        q.push_back(seq);
-        if let Some(t) = order.payload {
-            self.by_payload
-                .entry((source, t))
-                .or_default()
-                .push_back(seq);
-        }
-    }
-
-    /// The oldest refused envelope of `key`.
-    fn front_of(&self, key: Key) -> Option<u64> {
-        self.by_key.get(&key).and_then(|q| q.front().copied())
-    }
-
-    /// The oldest envelope of a key after arrival number `after` (from the first).
-    fn next_head(&self, after: Option<u64>) -> Option<u64> {
-        match after {
-            None => self.heads.iter().next().copied(),
-            Some(a) => self
-                .heads
-                .range((core::ops::Bound::Excluded(a), core::ops::Bound::Unbounded))
-                .next()
-                .copied(),
-        }
-    }
-
-    /// Whether envelope `seq` is the oldest of its key and of its payload tag.
-    fn eligible(&self, seq: u64) -> bool {
-        let Some((source, _, Some(_), order)) = self.items.get(&seq) else {
-            return false;
-        };
-        self.front_of(order.key) == Some(seq)
-            && order.payload.is_none_or(|t| {
-                self.by_payload.get(&(*source, t)).and_then(|q| q.front()) == Some(&seq)
-            })
-    }
-
-    /// Takes envelope `seq`'s bytes to hand it in (it stays in place until removed).
-    fn take(&mut self, seq: u64) -> Option<(Rank, CommId, Vec<u8>)> {
-        let (source, comm, bytes, _) = self.items.get_mut(&seq)?;
-        Some((*source, *comm, bytes.take()?))
-    }
-
-    /// Gives envelope `seq` its bytes back: it was refused again.
-    fn put_back(&mut self, seq: u64, bytes: Vec<u8>) {
-        if let Some(item) = self.items.get_mut(&seq) {
-            item.2 = Some(bytes);
-        }
-    }
-
-    /// Forgets envelope `seq`, which went in (the oldest of its key and payload tag).
-    fn remove(&mut self, seq: u64) {
-        let Some((source, _, _, order)) = self.items.remove(&seq) else {
-            return;
-        };
-        self.heads.remove(&seq);
-        if let Some(q) = self.by_key.get_mut(&order.key) {
-            // It is the oldest of its key (it went in only as such): O(1).
-            if q.front() == Some(&seq) {
-                q.pop_front();
-            } else {
-                q.retain(|s| *s != seq);
-            }
-            match q.front() {
-                Some(&next) => {
-                    self.heads.insert(next);
-                }
-                None => {
-                    self.by_key.remove(&order.key);
-                }
-            }
-        }
-        if let Some(t) = order.payload {
-            if let Some(q) = self.by_payload.get_mut(&(source, t)) {
-                if q.front() == Some(&seq) {
-                    q.pop_front();
-                } else {
-                    q.retain(|s| *s != seq);
-                }
-                if q.is_empty() {
-                    self.by_payload.remove(&(source, t));
-                }
-            }
-        }
-    }
-
-    /// The refused envelopes, oldest first: source, communicator, bytes.
-    fn iter(&self) -> impl Iterator<Item = (Rank, CommId, &[u8])> + '_ {
-        self.items
-            .values()
-            .filter_map(|(s, c, b, _)| b.as_deref().map(|b| (*s, *c, b)))
+    fn refusal_order(&self, source: Rank, comm: CommId, bytes: &[u8]) -> Option<RefusalOrder> {
+        self.engine.refusal_order(source, comm, bytes)
     }
 }
 

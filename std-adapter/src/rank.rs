@@ -538,10 +538,22 @@ impl RankRunner {
     /// rank finished its work (after a barrier), or orphans may still be in flight.
     pub fn leftovers(&self) -> Vec<String> {
         let rank = self.ctx.rank();
-        let mut out: Vec<String> = ask(&self.ctx, Command::Leftovers)
-            .into_iter()
-            .map(|l| describe(rank, &l))
-            .collect();
+        let held = ask(&self.ctx, Command::Leftovers);
+        let mut out: Vec<String> = held.engine.iter().map(|l| describe(rank, l)).collect();
+        out.extend(held.refused.iter().map(|l| {
+            format!(
+                "{} (it arrived; its engine refused it for a full table and it waited \
+                 outside, for its receive)",
+                describe(rank, l)
+            )
+        }));
+        out.extend(held.queued.iter().map(|(kind, _, peer, tag)| {
+            format!(
+                "rank {}: {kind:?} with rank {} and tag {} never reached the engine (it \
+                 waited for room in the engine's tables)",
+                rank.0, peer.0, tag.0
+            )
+        }));
         out.extend(
             lock(&self.ctx.reports)
                 .drain(..)

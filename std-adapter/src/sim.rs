@@ -16,10 +16,14 @@
 //! in *every* interleaving that the network allows (stateless model checking). A failing
 //! path is printed as its list of choices, which [`Explorer::replay`] runs again.
 //!
-//! The engines' tables are large by default; [`Cluster::sized`] makes them small, and the
-//! cluster then does the adapter's part for a full table: it keeps an envelope the engine
-//! refused and hands it in again after every step, before any later one of its key (or
-//! payload tag), as the threaded adapter does — envelopes of other keys go by.
+//! The engines' tables are large by default; [`Cluster::sized`] makes them small (and
+//! [`Config::request_limit`] / [`Config::key_limit`] smaller still), and the cluster then
+//! does the adapter's part for a full table with the adapter's own code (the crate's
+//! `admission` module, which the progression thread runs too): an envelope the engine
+//! refused waits behind the refused ones of its key (or payload tag) only, and goes in
+//! when its receive is posted or after any step; a submission made with
+//! [`Cluster::post_send`] / [`Cluster::post_recv`] that the engine has no room for waits
+//! in order per direction and is submitted when room frees.
 //!
 //! The simulated transport models the part of MPI the engine relies on: an envelope tag
 //! whose messages are handed to [`Engine::handle_message`] as they arrive, and payload
@@ -34,12 +38,20 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use starling_core::engine::{
-    Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RequestError, SendArgs,
-    SubmitError, Transmit,
+    Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RefusalOrder, RequestError,
+    SendArgs, SubmitError, Transmit,
 };
+use starling_core::error::Table;
+use starling_core::lists::Key;
 use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
 use starling_core::{CommId, PhysTag, Rank, ReqId};
+
+use crate::admission::{Admission, Admit, Direction};
+
+mod explorer;
+
+pub use explorer::{Exploration, Explorer};
 
 /// The engine type the simulator runs: 1024 requests, 256 match keys, 64 peers.
 pub type SimEngine = Engine<REQUESTS, MATCH_KEYS, PEER_SLOTS>;
@@ -96,6 +108,44 @@ pub struct Completion {
     pub data: Vec<u8>,
     /// Why it failed, if it did.
     pub error: Option<RequestError>,
+    /// The ticket of a request submitted with [`Cluster::post_send`] or
+    /// [`Cluster::post_recv`].
+    pub ticket: Option<Ticket>,
+}
+
+/// A submission made with [`Cluster::post_send`] or [`Cluster::post_recv`]: it may wait
+/// for room before the engine gives it a [`ReqId`]; its [`Completion`] names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket(pub u64);
+
+/// A submission waiting for room, as the simulated adapter keeps it.
+#[derive(Debug)]
+enum SimCmd {
+    Send {
+        ticket: Ticket,
+        args: SendArgs,
+        data: Vec<u8>,
+        ready: bool,
+    },
+    Recv {
+        ticket: Ticket,
+        args: RecvArgs,
+        ready: bool,
+    },
+}
+
+impl SimCmd {
+    const fn ticket(&self) -> Ticket {
+        match self {
+            Self::Send { ticket, .. } | Self::Recv { ticket, .. } => *ticket,
+        }
+    }
+
+    const fn set_ready(&mut self) {
+        match self {
+            Self::Send { ready, .. } | Self::Recv { ready, .. } => *ready = true,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -132,11 +182,14 @@ struct UnexpectedPayload {
 
 struct Node<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     engine: Box<Engine<REQ, KEYS, PEERS>>,
-    /// Envelopes the engine refused for a full table ([`MessageError::Full`]), kept in
-    /// arrival order and handed in again, each before any later one of its key or payload
-    /// tag ([`Engine::refusal_order`]), as the threaded adapter does: (source,
-    /// communicator, message).
-    refused: VecDeque<(Rank, CommId, Vec<u8>)>,
+    /// Refused envelopes and submissions waiting for room, handled by the threaded
+    /// adapter's own code.
+    admission: Admission<SimCmd>,
+    /// The tickets of the requests submitted through [`Cluster::post_send`] /
+    /// [`Cluster::post_recv`], until they complete.
+    tickets: HashMap<ReqId, Ticket>,
+    /// The requests of tickets, until they complete.
+    reqs: HashMap<Ticket, (ReqId, Kind, Key)>,
     /// Send payloads and receive buffers of application requests.
     buffers: HashMap<ReqId, Vec<u8>>,
     /// Early buffers of the engine's own requests.
@@ -187,7 +240,7 @@ pub struct Cluster<
     network: Network,
     rng: SplitMix64,
     delivered: u64,
-    refusals: u64,
+    next_ticket: u64,
 }
 
 impl<const REQ: usize, const KEYS: usize, const PEERS: usize> core::fmt::Debug
@@ -237,7 +290,9 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                 engine.stats_mut().enable();
                 Node {
                     engine,
-                    refused: VecDeque::new(),
+                    admission: Admission::default(),
+                    tickets: HashMap::new(),
+                    reqs: HashMap::new(),
                     buffers: HashMap::new(),
                     early: HashMap::new(),
                     posted: Vec::new(),
@@ -253,7 +308,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
             network: Network::PerPair,
             rng: SplitMix64::new(seed),
             delivered: 0,
-            refusals: 0,
+            next_ticket: 0,
         }
     }
 
@@ -281,8 +336,139 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
 
     /// Envelopes an engine refused so far for a full table (each was kept and handed in
     /// again later; a retry refused again counts again).
-    pub const fn refusals(&self) -> u64 {
-        self.refusals
+    pub fn refusals(&self) -> u64 {
+        self.nodes.iter().map(|n| n.admission.refusals()).sum()
+    }
+
+    /// Submissions made with [`Cluster::post_send`] / [`Cluster::post_recv`] that waited
+    /// for room in their engine so far.
+    pub fn queued(&self) -> u64 {
+        self.nodes.iter().map(|n| n.admission.queued()).sum()
+    }
+
+    /// Submits a send of `data` from `rank` as the threaded adapter does: when the
+    /// engine has no room for it (or earlier sends of `rank` wait), it waits, in order,
+    /// and is submitted when room frees. It waits for [`Cluster::ticket_ready`] unless
+    /// `ready`.
+    ///
+    /// # Panics
+    /// When the engine refuses the submission for anything but room (a test bug).
+    pub fn post_send(
+        &mut self,
+        rank: Rank,
+        mut args: SendArgs,
+        data: Vec<u8>,
+        ready: bool,
+    ) -> Ticket {
+        args.size = data.len() as u64;
+        let ticket = self.new_ticket();
+        let cmd = SimCmd::Send {
+            ticket,
+            args,
+            data,
+            ready,
+        };
+        self.with_admission(rank, |a, at| a.offer(at, Direction::Send, cmd));
+        self.settle();
+        ticket
+    }
+
+    /// Submits a receive on `rank` as the threaded adapter does ([`Cluster::post_send`]).
+    ///
+    /// # Panics
+    /// When the engine refuses the submission for anything but room (a test bug).
+    pub fn post_recv(&mut self, rank: Rank, args: RecvArgs, ready: bool) -> Ticket {
+        let ticket = self.new_ticket();
+        let cmd = SimCmd::Recv {
+            ticket,
+            args,
+            ready,
+        };
+        self.with_admission(rank, |a, at| a.offer(at, Direction::Recv, cmd));
+        self.settle();
+        ticket
+    }
+
+    /// The data of `ticket`'s request on `rank` was acquired: let it go (at once if it
+    /// is in the engine, else as soon as it is).
+    ///
+    /// # Panics
+    /// When the engine refuses (a test bug).
+    pub fn ticket_ready(&mut self, rank: Rank, ticket: Ticket) {
+        let node = &mut self.nodes[rank.index()];
+        if let Some(&(req, kind, key)) = node.reqs.get(&ticket) {
+            self.with_admission(rank, |a, at| {
+                at.ready(req);
+                if kind == Kind::Recv {
+                    a.retry_key(at, key);
+                }
+            });
+        } else {
+            for dir in [Direction::Send, Direction::Recv] {
+                for c in node.admission.waiting_mut(dir) {
+                    if c.ticket() == ticket {
+                        c.set_ready();
+                    }
+                }
+            }
+        }
+        self.settle();
+    }
+
+    fn new_ticket(&mut self) -> Ticket {
+        self.next_ticket += 1;
+        Ticket(self.next_ticket)
+    }
+
+    /// Runs `f` on `rank`'s [`Admission`] with the cluster as its driver.
+    fn with_admission<R>(
+        &mut self,
+        rank: Rank,
+        f: impl FnOnce(&mut Admission<SimCmd>, &mut At<'_, REQ, KEYS, PEERS>) -> R,
+    ) -> R {
+        let mut a = core::mem::take(&mut self.nodes[rank.index()].admission);
+        let r = f(
+            &mut a,
+            &mut At {
+                cluster: self,
+                rank,
+            },
+        );
+        self.nodes[rank.index()].admission = a;
+        r
+    }
+
+    /// What `rank` has left and what waits outside its engine (submissions, the keys of
+    /// refused envelopes), for a failure message.
+    pub fn describe(&self, rank: Rank) -> String {
+        let n = &self.nodes[rank.index()];
+        format!(
+            "left {:?} waiting sends {:?} recvs {:?} refused {:?}",
+            self.leftovers(rank),
+            n.admission.waiting(Direction::Send).collect::<Vec<_>>(),
+            n.admission.waiting(Direction::Recv).collect::<Vec<_>>(),
+            n.admission
+                .refused()
+                .map(|(s, c, b)| n.engine.refusal_order(s, c, b))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// Submits what waits for room and hands refused envelopes in again on every rank,
+    /// as the adapter does after progress, until nothing more goes in.
+    fn settle(&mut self) {
+        let mut moved = true;
+        while moved {
+            moved = false;
+            for r in 0..self.nodes.len() {
+                if self.nodes[r].admission.is_empty() {
+                    continue;
+                }
+                moved |= self.with_admission(Rank(r as u32), |a, at| {
+                    a.admit_waiting(at) | a.retry_refused(at)
+                });
+            }
+        }
     }
 
     /// Submits a send of `data` from `rank`; it waits for [`Cluster::data_ready`] unless
@@ -360,7 +546,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
             .handle_data_ready(req)
             .expect("handle_data_ready");
         self.drain(rank);
-        self.retry_refused();
+        self.settle();
     }
 
     /// Retires a completed, non-detached request on `rank` (the application waited).
@@ -370,7 +556,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
     pub fn retire(&mut self, rank: Rank, req: ReqId) {
         self.nodes[rank.index()].engine.retire(req).expect("retire");
         self.nodes[rank.index()].buffers.remove(&req);
-        self.retry_refused();
+        self.settle();
     }
 
     /// Takes the requests of `rank` that finished since the last call.
@@ -407,7 +593,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
             }
             let (rank, req) = self.unsent.remove(j);
             self.sent(rank, req);
-            self.retry_refused();
+            self.settle();
             return true;
         }
         let Some(&channel) = self.links.keys().nth(i) else {
@@ -425,7 +611,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         };
         self.delivered += 1;
         self.deliver(Rank(channel.0), Rank(channel.1), msg);
-        self.retry_refused();
+        self.settle();
         true
     }
 
@@ -436,9 +622,15 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         self.delivered - before
     }
 
-    /// What `rank` has left (messages never received, requests never finished).
+    /// What `rank` has left (messages never received, requests never finished), the
+    /// envelopes still refused included (as messages never received).
     pub fn leftovers(&self, rank: Rank) -> Vec<Leftover> {
-        self.nodes[rank.index()].engine.leftovers().collect()
+        let node = &self.nodes[rank.index()];
+        let refused = node
+            .admission
+            .refused()
+            .filter_map(|(s, c, b)| node.engine.orphan_of(s, c, b));
+        node.engine.leftovers().chain(refused).collect()
     }
 
     /// Whether every rank is idle and nothing is in flight.
@@ -448,7 +640,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
             && self
                 .nodes
                 .iter()
-                .all(|n| n.refused.is_empty() && n.engine.is_idle())
+                .all(|n| n.admission.is_empty() && n.engine.is_idle())
     }
 
     /// The random generator, for workloads that want to share the seed.
@@ -484,13 +676,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                 if let (Some(req), Network::PerPair) = (inline, self.network) {
                     self.sent(src, req);
                 }
-                let node = &mut self.nodes[dst.index()];
-                if held_back(node, node.refused.len(), src, comm, &bytes) {
-                    // Behind the refused ones of its key (or payload tag).
-                    node.refused.push_back((src, comm, bytes));
-                } else {
-                    self.hand_in(dst, src, comm, bytes);
-                }
+                self.with_admission(dst, |a, at| a.on_envelope(at, src, comm, bytes));
             }
             Wire::Payload {
                 comm,
@@ -522,9 +708,15 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         }
     }
 
-    /// Hands envelope `bytes` from `src` to `dst`'s engine; a refusal for a full table
-    /// keeps it (at the back of `dst`'s refused envelopes). Whether it went in.
-    fn hand_in(&mut self, dst: Rank, src: Rank, comm: CommId, bytes: Vec<u8>) -> bool {
+    /// Hands envelope `bytes` from `src` to `dst`'s engine; gives it back with the full
+    /// table when the engine refused it.
+    fn hand_in(
+        &mut self,
+        dst: Rank,
+        src: Rank,
+        comm: CommId,
+        bytes: Vec<u8>,
+    ) -> Result<(), (Vec<u8>, Table)> {
         let node = &mut self.nodes[dst.index()];
         match node.engine.handle_message(src, comm, &bytes) {
             Ok(Arrival::Nothing) => {}
@@ -535,53 +727,71 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
             Ok(Arrival::Stash { early, inline }) => {
                 node.early.insert(early, inline.to_vec());
             }
-            Err(MessageError::Full(_)) => {
-                node.refused.push_back((src, comm, bytes));
-                self.refusals += 1;
-                return false;
-            }
+            Err(MessageError::Full(table)) => return Err((bytes, table)),
             Err(e) => panic!("rank {} refused a message from {src}: {e}", dst.0),
         }
         self.drain(dst);
-        true
+        Ok(())
     }
 
-    /// Hands every rank's refused envelopes in again, in arrival order, each that no
-    /// earlier refused one holds back (same key, or same payload tag:
-    /// [`Engine::refusal_order`], as the threaded adapter does); repeats while any went
-    /// in (each may free room for another's).
-    fn retry_refused(&mut self) {
-        let mut moved = true;
-        while moved {
-            moved = false;
-            for r in 0..self.nodes.len() {
-                let mut i = 0;
-                while i < self.nodes[r].refused.len() {
-                    let node = &self.nodes[r];
-                    let (src, comm, bytes) = &node.refused[i];
-                    if held_back(node, i, *src, *comm, bytes) {
-                        i += 1;
-                        continue;
-                    }
-                    let Some((src, comm, bytes)) = self.nodes[r].refused.remove(i) else {
-                        break;
-                    };
-                    let before = self.nodes[r].refused.len();
-                    if self.hand_in(Rank(r as u32), src, comm, bytes) {
-                        moved = true;
-                    } else {
-                        // Refused again: back in its place, order kept.
-                        let node = &mut self.nodes[r];
-                        if node.refused.len() > before {
-                            if let Some(m) = node.refused.pop_back() {
-                                node.refused.insert(i, m);
-                            }
-                        }
-                        i += 1;
-                    }
+    /// Submits a waiting or new submission on `rank`: `Err` when the engine has no room.
+    fn submit(&mut self, rank: Rank, c: SimCmd) -> Result<Option<Key>, SimCmd> {
+        let node = &mut self.nodes[rank.index()];
+        let (req, kind, key, ready) = match c {
+            SimCmd::Send {
+                ticket,
+                args,
+                data,
+                ready,
+            } => match node.engine.submit_send(args) {
+                Ok(req) => {
+                    node.buffers.insert(req, data);
+                    node.tickets.insert(req, ticket);
+                    let key = Key::new(args.comm, args.dest, args.tag);
+                    node.reqs.insert(ticket, (req, Kind::Send, key));
+                    (req, Kind::Send, key, ready)
                 }
-            }
+                Err(e) if e.waits() => {
+                    return Err(SimCmd::Send {
+                        ticket,
+                        args,
+                        data,
+                        ready,
+                    });
+                }
+                Err(e) => panic!("rank {}: submit_send: {e}", rank.0),
+            },
+            SimCmd::Recv {
+                ticket,
+                args,
+                ready,
+            } => match node.engine.submit_recv(args) {
+                Ok(req) => {
+                    node.buffers.insert(req, vec![0; args.capacity as usize]);
+                    node.tickets.insert(req, ticket);
+                    let key = Key::new(args.comm, args.source, args.tag);
+                    node.reqs.insert(ticket, (req, Kind::Recv, key));
+                    (req, Kind::Recv, key, ready)
+                }
+                Err(e) if e.waits() => {
+                    return Err(SimCmd::Recv {
+                        ticket,
+                        args,
+                        ready,
+                    });
+                }
+                Err(e) => panic!("rank {}: submit_recv: {e}", rank.0),
+            },
+        };
+        if !ready {
+            return Ok(None);
         }
+        self.nodes[rank.index()]
+            .engine
+            .handle_data_ready(req)
+            .expect("handle_data_ready");
+        self.drain(rank);
+        Ok((kind == Kind::Recv).then_some(key))
     }
 
     fn sent(&mut self, rank: Rank, req: ReqId) {
@@ -691,6 +901,13 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         }
     }
 
+    /// The ticket of `req`, which finished: forgotten.
+    fn ticket_done(node: &mut Node<REQ, KEYS, PEERS>, req: ReqId) -> Option<Ticket> {
+        let t = node.tickets.remove(&req)?;
+        node.reqs.remove(&t);
+        Some(t)
+    }
+
     fn on_event(node: &mut Node<REQ, KEYS, PEERS>, rank: Rank, e: Event) {
         match e {
             Event::Completed {
@@ -708,21 +925,25 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                     Kind::Recv => node.buffers[&req][..len as usize].to_vec(),
                     Kind::Send => Vec::new(),
                 };
+                let ticket = Self::ticket_done(node, req);
                 node.completions.push(Completion {
                     rank,
                     req,
                     kind,
                     data,
                     error: None,
+                    ticket,
                 });
             }
             Event::Failed { req, kind, error } => {
+                let ticket = Self::ticket_done(node, req);
                 node.completions.push(Completion {
                     rank,
                     req,
                     kind,
                     data: Vec::new(),
                     error: Some(error),
+                    ticket,
                 });
             }
             Event::Discard { early } => {
@@ -732,184 +953,44 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
     }
 }
 
-/// One choice of a path: the option taken, of how many.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Choice {
-    taken: usize,
-    of: usize,
+/// A [`Cluster`] driving one rank's [`Admission`]: the adapter's part, simulated.
+struct At<'a, const REQ: usize, const KEYS: usize, const PEERS: usize> {
+    cluster: &'a mut Cluster<REQ, KEYS, PEERS>,
+    rank: Rank,
 }
 
-/// Runs a deterministic program once per sequence of its choices, depth first, until every
-/// sequence ran (stateless model checking, as `loom` does for threads).
-///
-/// The program asks [`Explorer::choose`] whenever it has options — which rank acts next,
-/// which channel delivers — and must make the same choices, with the same numbers of
-/// options, whenever it is given the same answers: a program that does not is reported.
-/// The first path takes option 0 everywhere; each next path changes the last choice that
-/// has an untried option and takes option 0 after it.
-///
-/// ```
-/// use starling_std::sim::Explorer;
-///
-/// // Three ranks acting in every order: 3! paths.
-/// let mut orders = Vec::new();
-/// let done = Explorer::run(1000, |e| {
-///     let mut left = vec![0, 1, 2];
-///     let mut order = Vec::new();
-///     while !left.is_empty() {
-///         order.push(left.remove(e.choose(left.len())));
-///     }
-///     orders.push(order);
-/// });
-/// assert_eq!((done.paths, done.complete), (6, true));
-/// assert_eq!(orders[0], [0, 1, 2]);
-/// assert_eq!(orders[5], [2, 1, 0]);
-/// ```
-#[derive(Debug, Default)]
-pub struct Explorer {
-    /// The choices of the current path (those replayed first, then those made).
-    trail: Vec<Choice>,
-    /// Choices made so far in the current path.
-    depth: usize,
-    /// Following a given path ([`Explorer::replay`]), whose numbers of options are unknown.
-    replaying: bool,
-}
-
-/// What [`Explorer::run`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Exploration {
-    /// Paths run.
-    pub paths: u64,
-    /// Whether they were all of them (`false`: the limit stopped the exploration first).
-    pub complete: bool,
-    /// The most choices made in one path.
-    pub longest: usize,
-}
-
-impl Explorer {
-    /// A choice among `options` (at least 1): the option this path takes, in
-    /// `0..options`.
-    ///
-    /// # Panics
-    /// When `options` is 0, or when a replayed choice had a different number of options
-    /// (the program is not deterministic).
-    pub fn choose(&mut self, options: usize) -> usize {
-        assert!(options > 0, "a choice needs at least one option");
-        let taken = match self.trail.get(self.depth) {
-            Some(c) if self.replaying => {
-                assert!(
-                    c.taken < options,
-                    "the replayed path does not fit this program"
-                );
-                c.taken
-            }
-            Some(c) => {
-                assert_eq!(
-                    c.of, options,
-                    "choice {} had {} options before and {options} now: the explored \
-                     program is not deterministic",
-                    self.depth, c.of
-                );
-                c.taken
-            }
-            None => {
-                self.trail.push(Choice {
-                    taken: 0,
-                    of: options,
-                });
-                0
-            }
-        };
-        self.depth += 1;
-        taken
-    }
-
-    /// The options taken so far in the current path: [`Explorer::replay`] runs it again.
-    pub fn path(&self) -> Vec<usize> {
-        self.trail[..self.depth].iter().map(|c| c.taken).collect()
-    }
-
-    /// Prepares the next path; `false` when every path ran.
-    fn advance(&mut self) -> bool {
-        self.trail.truncate(self.depth);
-        while let Some(last) = self.trail.last_mut() {
-            if last.taken + 1 < last.of {
-                last.taken += 1;
-                self.depth = 0;
-                return true;
-            }
-            self.trail.pop();
-        }
-        false
-    }
-
-    /// Runs `program` once per path, at most `limit` times. A panic in `program` is
-    /// re-raised after printing the failing path (for [`Explorer::replay`]).
-    pub fn run(limit: u64, mut program: impl FnMut(&mut Self)) -> Exploration {
-        let mut e = Self::default();
-        let mut done = Exploration {
-            paths: 0,
-            complete: false,
-            longest: 0,
-        };
-        while done.paths < limit {
-            let outcome = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
-                program(&mut e);
-            }));
-            if let Err(panic) = outcome {
-                eprintln!(
-                    "explored path {} failed; replay it with Explorer::replay(&{:?}, ..)",
-                    done.paths,
-                    e.path()
-                );
-                std::panic::resume_unwind(panic);
-            }
-            done.paths += 1;
-            done.longest = done.longest.max(e.depth);
-            if !e.advance() {
-                done.complete = true;
-                break;
-            }
-        }
-        done
-    }
-
-    /// Runs `program` once along `path` (a failing path printed by [`Explorer::run`]);
-    /// choices beyond it take option 0.
-    pub fn replay(path: &[usize], program: impl FnOnce(&mut Self)) {
-        let mut e = Self {
-            trail: path
-                .iter()
-                .map(|&taken| Choice {
-                    taken,
-                    of: usize::MAX,
-                })
-                .collect(),
-            depth: 0,
-            replaying: true,
-        };
-        program(&mut e);
+impl<const REQ: usize, const KEYS: usize, const PEERS: usize> At<'_, REQ, KEYS, PEERS> {
+    /// The data of `req`, in the engine, is ready.
+    fn ready(&mut self, req: ReqId) {
+        self.cluster.nodes[self.rank.index()]
+            .engine
+            .handle_data_ready(req)
+            .expect("handle_data_ready");
+        self.cluster.drain(self.rank);
     }
 }
 
-/// Whether an envelope from `src` must wait behind the first `upto` refused envelopes of
-/// `node`: one of them has its key, or its payload tag from the same source
-/// ([`Engine::refusal_order`]).
-fn held_back<const REQ: usize, const KEYS: usize, const PEERS: usize>(
-    node: &Node<REQ, KEYS, PEERS>,
-    upto: usize,
-    src: Rank,
-    comm: CommId,
-    bytes: &[u8],
-) -> bool {
-    let Some(order) = node.engine.refusal_order(src, comm, bytes) else {
-        return false;
-    };
-    node.refused.iter().take(upto).any(|(s, c, b)| {
-        node.engine.refusal_order(*s, *c, b).is_some_and(|o| {
-            o.key == order.key || (*s == src && o.payload.is_some() && o.payload == order.payload)
-        })
-    })
+impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, REQ, KEYS, PEERS> {
+    type Cmd = SimCmd;
+
+    fn submit(&mut self, c: SimCmd) -> Result<Option<Key>, SimCmd> {
+        self.cluster.submit(self.rank, c)
+    }
+
+    fn hand_in(
+        &mut self,
+        source: Rank,
+        comm: CommId,
+        bytes: Vec<u8>,
+    ) -> Result<(), (Vec<u8>, Table)> {
+        self.cluster.hand_in(self.rank, source, comm, bytes)
+    }
+
+    fn refusal_order(&self, source: Rank, comm: CommId, bytes: &[u8]) -> Option<RefusalOrder> {
+        self.cluster.nodes[self.rank.index()]
+            .engine
+            .refusal_order(source, comm, bytes)
+    }
 }
 
 #[cfg(test)]

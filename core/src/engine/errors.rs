@@ -80,6 +80,17 @@ impl fmt::Display for SubmitError {
 
 impl core::error::Error for SubmitError {}
 
+impl SubmitError {
+    /// Whether the submission must wait rather than fail: the request slab (or its share
+    /// of the [`Budget`](super::Budget)) is full, which frees as requests complete and
+    /// are retired. The adapter keeps the submission, unchanged and in order, and submits
+    /// it again when room frees (a full table is a wait, never a failure); any other
+    /// refusal fails the request.
+    pub const fn waits(&self) -> bool {
+        matches!(self, Self::Full(Table::Requests))
+    }
+}
+
 /// The local caller misused the engine (a bug in the adapter or the application).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

@@ -461,6 +461,13 @@ fn a_full_slab_refuses_submissions_and_loses_nothing() {
     for id in ids {
         assert!(a.request(id).is_some());
     }
+    // A full slab is a wait; a peer outside the world is a failure.
+    assert!(SubmitError::Full(Table::Requests).waits());
+    assert!(
+        !a.submit_send(SendArgs::new(W, Rank(9), Tag(1), 1))
+            .unwrap_err()
+            .waits()
+    );
 }
 
 #[test]

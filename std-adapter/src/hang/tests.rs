@@ -87,6 +87,7 @@ fn a_message_sent_with_another_tag_is_pointed_at() {
         comm: CommId::WORLD,
         tag: Tag(18),
         size: 8,
+        refused: false,
     };
     let reports = [
         report(0, 2, vec![], vec![]),
@@ -210,12 +211,18 @@ fn a_report_reads_back_from_its_text() {
                 kind: Waiting::Check,
                 ..recv(3, 0, 0, Stage::Posted)
             },
+            recv(1, 4, 2, Stage::Queued),
+            Pending {
+                kind: Waiting::Shutdown,
+                ..recv(2, 0, 0, Stage::Posted)
+            },
         ],
         vec![Orphan {
             source: Rank(2),
             comm: CommId(4),
             tag: Tag(9),
             size: 1 << 40,
+            refused: true,
         }],
     );
     let text = r.to_text();
@@ -260,4 +267,178 @@ fn the_findings_do_not_depend_on_the_order_of_the_reports() {
     let why = explain(3, &reports);
     assert_eq!(why, explain(3, &reversed));
     assert!(why[1].starts_with("rank 0 waits"), "{why:?}");
+}
+
+// ----- refused and queued items, shutdown, summaries ---------------------------------------
+
+/// A message from `source` with `tag` that arrived and waits on its receiver.
+fn held(source: u32, tag: i64, refused: bool) -> Orphan {
+    Orphan {
+        source: Rank(source),
+        comm: CommId::WORLD,
+        tag: Tag(tag),
+        size: 8,
+        refused,
+    }
+}
+
+#[test]
+fn a_message_sent_but_refused_at_its_receiver_is_not_blamed_on_its_sender() {
+    // Rank 1's receive of tag 5 waits for room in its engine; the message it waits for
+    // arrived and was refused for a full table. Rank 0 waits for tag 9 from rank 1, sent
+    // after rank 1's receive: once one wait for each other, now only rank 0 waits on rank
+    // 1 (the message rank 1 waits for is on rank 1 already).
+    let reports = [
+        report(0, 2, vec![recv(1, 9, 0, AWAITING)], vec![]),
+        report(
+            1,
+            2,
+            vec![recv(0, 5, 1, Stage::Queued)],
+            vec![held(0, 5, true)],
+        ),
+    ];
+    let why = explain(2, &reports);
+    let text = why.join("\n");
+    assert!(!text.contains("deadlock"), "{text}");
+    assert!(!text.contains("rank 0 never sent"), "{text}");
+    assert!(
+        text.contains(
+            "rank 1 waits for tag 5 from rank 0 (into data 1, for 1.5 s); rank 0 sent it and \
+             it arrived: rank 1 holds it (refused by its engine for a full table and kept, in \
+             order, until it fits); the receive is waiting for room in the engine's tables"
+        ),
+        "{text}"
+    );
+    // Early data is named as such, and only as many receives as messages held are said
+    // to have theirs.
+    let reports = [
+        report(0, 2, vec![], vec![]),
+        report(
+            1,
+            2,
+            vec![recv(0, 5, 1, AWAITING), recv(0, 5, 2, AWAITING)],
+            vec![held(0, 5, false)],
+        ),
+    ];
+    let why = explain(2, &reports);
+    assert!(why[0].ends_with("rank 1 holds it (as early data in its engine); the receive is no matching message arrived"), "{why:?}");
+    assert!(
+        why[1].ends_with("rank 0 never sent it and waits for nothing: its flow has no such send"),
+        "{why:?}"
+    );
+}
+
+#[test]
+fn ranks_at_shutdown_wait_for_no_one() {
+    // Rank 0 finished and waits in the closing barrier; rank 1 waits for a message from
+    // rank 0 and rank 2 for one from rank 1. A barrier would make rank 0 wait for rank 1
+    // (a cycle); shutdown does not: rank 0 will never send it.
+    let at_shutdown = Pending {
+        kind: Waiting::Shutdown,
+        data: None,
+        ..recv(0, 0, 0, Stage::Posted)
+    };
+    let reports = [
+        report(0, 3, vec![at_shutdown.clone()], vec![]),
+        report(1, 3, vec![recv(0, 3, 1, AWAITING)], vec![]),
+        report(2, 3, vec![at_shutdown], vec![]),
+    ];
+    let why = explain(3, &reports);
+    let text = why.join("\n");
+    assert!(!text.contains("deadlock"), "{text}");
+    assert!(
+        text.contains("rank 0 finished its work without sending it (it waits at shutdown)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "ranks 0, 2 wait in the closing barrier of shutdown (their work is done); rank 1 \
+             never entered it (rank 1 waits for tag 3 from rank 0)"
+        ),
+        "{text}"
+    );
+    // The same with a barrier of the application is a deadlock.
+    let barrier = |r| {
+        report(
+            r,
+            3,
+            vec![Pending {
+                kind: Waiting::Barrier,
+                data: None,
+                ..recv(r, 0, 0, Stage::Posted)
+            }],
+            vec![],
+        )
+    };
+    let reports = [
+        barrier(0),
+        report(1, 3, vec![recv(0, 3, 1, AWAITING)], vec![]),
+        barrier(2),
+    ];
+    assert!(explain(3, &reports)[0].starts_with("deadlock: rank 0 waits for rank 1"));
+}
+
+#[test]
+fn thousands_of_like_findings_are_summarised_with_their_count_first_and_last() {
+    const N: i64 = 5_000;
+    // Rank 1 waits for 5 000 messages rank 0 never sent, and holds 5 000 refused ones of
+    // other tags from rank 2.
+    let reports = [
+        report(0, 3, vec![], vec![]),
+        report(
+            1,
+            3,
+            (0..N).map(|t| recv(0, t, t as u32, AWAITING)).collect(),
+            (0..N).map(|t| held(2, N + t, true)).collect(),
+        ),
+        report(2, 3, vec![], vec![]),
+    ];
+    let e = explain_all(3, &reports);
+    assert_eq!(e.findings.len(), 2 * N as usize);
+    assert!(e.is_summarised());
+    assert_eq!(explain(3, &reports), e.summary);
+    let text = e.summary.join("\n");
+    assert!(e.summary.len() < 10, "{text}");
+    assert!(
+        e.summary[0].starts_with(
+            "10000 findings in 2 groups (5000 pending requests; 5000 messages arrived and not \
+             taken, 5000 of them refused for a full table)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("5000 like this; the first: rank 1 waits for tag 0 from rank 0")
+            && text.contains("  … the last: rank 1 waits for tag 4999 from rank 0")
+            && text.contains(
+                "5000 like this; the first: rank 1 holds a message from rank 2 with tag 5000"
+            )
+            && text.contains("  … the last: rank 1 holds a message from rank 2 with tag 9999"),
+        "{text}"
+    );
+    // Kept: every finding in a file the last line names.
+    let dir = std::env::temp_dir().join(format!("starling-hang-test-{}", std::process::id()));
+    let lines = explain_and_keep(3, &reports, &dir);
+    assert_eq!(lines.len(), e.summary.len() + 1);
+    let last = lines.last().expect("a path line");
+    let path = last
+        .strip_prefix("the full list (10000 findings): ")
+        .unwrap_or_else(|| panic!("{last}"));
+    let kept = std::fs::read_to_string(path).expect("the full list");
+    assert_eq!(kept.lines().count(), 2 * N as usize);
+    assert!(kept.contains("rank 1 waits for tag 2500 from rank 0"));
+    let _ = std::fs::remove_dir_all(&dir);
+    // A few findings alike are listed, not summarised, and nothing is written.
+    let few = [
+        report(0, 2, vec![], vec![]),
+        report(
+            1,
+            2,
+            (0..3).map(|t| recv(0, t, 0, AWAITING)).collect(),
+            vec![],
+        ),
+    ];
+    let e = explain_all(2, &few);
+    assert!(!e.is_summarised());
+    assert_eq!(explain_and_keep(2, &few, &dir).len(), 3);
+    assert!(!dir.exists());
 }

@@ -1,6 +1,7 @@
 //! Keeping track of a rank's pending requests, and the watchdog that watches them.
 
 use core::time::Duration;
+use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -11,7 +12,7 @@ use starling_core::{CommId, DataId, Rank, Tag};
 use super::{Orphan, Pending, RankReport, Stage, Waiting, stalled};
 use crate::context::CommandSink;
 use crate::error::CommError;
-use crate::progress::{Command, Done};
+use crate::progress::{Command, Done, Held};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, lock};
 use crate::task::Runtime;
 
@@ -303,16 +304,34 @@ impl Probe {
         (self.commands)(Command::Leftovers(Box::new(move |v| {
             let _ = tx.send(v);
         })));
-        let leftovers = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
+        let held: Held = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
         let mut engine: Vec<(Kind, CommId, Rank, Tag, Stage)> = Vec::new();
         let mut orphans = Vec::new();
-        for l in leftovers {
+        for o in held.refused.iter().filter_map(|l| match l {
+            Leftover::Orphan(o) => Some(o),
+            _ => None,
+        }) {
+            orphans.push(Orphan {
+                source: o.source,
+                comm: o.comm,
+                tag: o.tag,
+                size: o.size,
+                refused: true,
+            });
+        }
+        // The submissions waiting for room, per key, oldest first.
+        let mut queued: HashMap<(Kind, CommId, Rank, Tag), usize> = HashMap::new();
+        for q in &held.queued {
+            *queued.entry(*q).or_default() += 1;
+        }
+        for l in held.engine {
             match l {
                 Leftover::Orphan(o) => orphans.push(Orphan {
                     source: o.source,
                     comm: o.comm,
                     tag: o.tag,
                     size: o.size,
+                    refused: false,
                 }),
                 Leftover::Pending {
                     kind,
@@ -324,6 +343,14 @@ impl Probe {
                 } => engine.push((kind, comm, peer, tag, Stage::Engine(state))),
                 Leftover::NotRetired { .. } => {}
             }
+        }
+        // The engine's requests per key, oldest first.
+        let mut engines: HashMap<(Kind, CommId, Rank, Tag), VecDeque<Stage>> = HashMap::new();
+        for (kind, comm, peer, tag, stage) in engine {
+            engines
+                .entry((kind, comm, peer, tag))
+                .or_default()
+                .push_back(stage);
         }
         let pending = self
             .tracker
@@ -339,12 +366,16 @@ impl Probe {
                         _ => None,
                     };
                     // The engine's state of the oldest matching request (same key:
-                    // requests of one key are matched in order).
+                    // requests of one key are matched in order); past those, the
+                    // submissions waiting for room.
                     k.and_then(|k| {
-                        let i = engine.iter().position(|e| {
-                            e.0 == k && e.1 == p.comm && e.2 == p.peer && e.3 == p.tag
-                        })?;
-                        Some(engine.remove(i).4)
+                        let key = (k, p.comm, p.peer, p.tag);
+                        if let Some(q) = engines.get_mut(&key).and_then(VecDeque::pop_front) {
+                            return Some(q);
+                        }
+                        let n = queued.get_mut(&key).filter(|n| **n > 0)?;
+                        *n -= 1;
+                        Some(Stage::Queued)
                     })
                     .unwrap_or(Stage::Posted)
                 };

@@ -1,0 +1,550 @@
+//! What waits outside a full engine, and the order it goes back in: one implementation
+//! for the progression thread (`progress.rs`) and the simulator ([`crate::sim`]), so that
+//! what the explorer checks in every interleaving is what the threaded runtime runs.
+//!
+//! Two kinds of items wait (design rule 2: a bounded table is a wait):
+//!
+//! * **submissions** the engine refused with an error that waits (`SubmitError::waits`): they
+//!   wait in submission order per direction (sends, receives) and are submitted again,
+//!   oldest first, whenever room may have freed ([`Admission::admit_waiting`]); a new
+//!   submission waits behind the waiting ones of its direction;
+//! * **envelopes** the engine refused with `MessageError::Full`: each waits behind the
+//!   earlier refused envelopes it must keep its order with — those of its key and, for a
+//!   data envelope, those of its payload tag from the same source (the core says which:
+//!   [`Engine::refusal_order`](starling_core::engine::Engine::refusal_order)); an
+//!   envelope of another key goes by. They go in again when a receive of their key is
+//!   posted ([`Admission::retry_key`]: they then need no room) and after progress
+//!   ([`Admission::retry_refused`]).
+//!
+//! The driver ([`Admit`]) performs the engine calls; this module only decides what is
+//! tried, in which order, and what waits.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use starling_core::engine::RefusalOrder;
+use starling_core::error::Table;
+use starling_core::lists::Key;
+use starling_core::{CommId, PhysTag, Rank};
+
+/// Refused envelopes tried per pass of [`Admission::retry_refused`] (a pass runs after
+/// every completion; a later pass goes on).
+pub(crate) const TRIES: usize = 32;
+
+/// The engine calls an [`Admission`] needs, performed by its driver.
+pub(crate) trait Admit {
+    /// A submission (a send or a receive, with whatever the driver keeps with it).
+    type Cmd;
+
+    /// Submits `c` to the engine (and, when its data is ready, hands that in too).
+    /// `Err(c)` when the engine has no room for it now (nothing changed);
+    /// `Ok(Some(key))` when a receive of `key` is now in the engine, ready: the refused
+    /// envelopes of its key need no room any more.
+    fn submit(&mut self, c: Self::Cmd) -> Result<Option<Key>, Self::Cmd>;
+
+    /// Hands envelope `bytes` from `source` to the engine; gives it back with the full
+    /// table when the engine refused it (nothing changed).
+    fn hand_in(
+        &mut self,
+        source: Rank,
+        comm: CommId,
+        bytes: Vec<u8>,
+    ) -> Result<(), (Vec<u8>, Table)>;
+
+    /// The engine's [`RefusalOrder`] of an envelope (`None`: it does not decode).
+    fn refusal_order(&self, source: Rank, comm: CommId, bytes: &[u8]) -> Option<RefusalOrder>;
+}
+
+/// The direction of a submission: each keeps its order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// A send.
+    Send,
+    /// A receive.
+    Recv,
+}
+
+/// What waits outside one engine: submissions per direction and refused envelopes.
+pub(crate) struct Admission<C> {
+    sends: VecDeque<C>,
+    recvs: VecDeque<C>,
+    refused: Refused,
+    /// Envelopes refused so far (a retry refused again counts again).
+    refusals: u64,
+    /// Submissions that had to wait so far.
+    queued: u64,
+}
+
+impl<C> Default for Admission<C> {
+    fn default() -> Self {
+        Self {
+            sends: VecDeque::new(),
+            recvs: VecDeque::new(),
+            refused: Refused::default(),
+            refusals: 0,
+            queued: 0,
+        }
+    }
+}
+
+/// What handing in a refused envelope again did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retry {
+    /// The engine took it.
+    In,
+    /// An earlier refused envelope holds it back: not tried.
+    Held,
+    /// The engine refused it again for this full table.
+    Refused(Table),
+}
+
+impl<C> Admission<C> {
+    /// Whether nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.sends.is_empty() && self.recvs.is_empty() && self.refused.is_empty()
+    }
+
+    /// Whether no envelope is refused (then nothing holds a new one back).
+    pub(crate) fn nothing_refused(&self) -> bool {
+        self.refused.is_empty()
+    }
+
+    /// Envelopes refused so far, retries included.
+    pub(crate) const fn refusals(&self) -> u64 {
+        self.refusals
+    }
+
+    /// Submissions that waited for room so far.
+    pub(crate) const fn queued(&self) -> u64 {
+        self.queued
+    }
+
+    /// The submissions waiting for room in direction `dir`, oldest first.
+    pub(crate) fn waiting(&self, dir: Direction) -> impl Iterator<Item = &C> + '_ {
+        match dir {
+            Direction::Send => self.sends.iter(),
+            Direction::Recv => self.recvs.iter(),
+        }
+    }
+
+    /// The submissions waiting for room in direction `dir`, to update in place.
+    pub(crate) fn waiting_mut(&mut self, dir: Direction) -> impl Iterator<Item = &mut C> + '_ {
+        match dir {
+            Direction::Send => self.sends.iter_mut(),
+            Direction::Recv => self.recvs.iter_mut(),
+        }
+    }
+
+    /// The refused envelopes, oldest first: source, communicator, bytes.
+    pub(crate) fn refused(&self) -> impl Iterator<Item = (Rank, CommId, &[u8])> + '_ {
+        self.refused.iter()
+    }
+
+    fn queue(&mut self, dir: Direction) -> &mut VecDeque<C> {
+        match dir {
+            Direction::Send => &mut self.sends,
+            Direction::Recv => &mut self.recvs,
+        }
+    }
+
+    /// A new submission: submitted at once unless earlier ones of its direction wait (it
+    /// waits behind them), or the engine has no room (it waits).
+    pub(crate) fn offer(&mut self, a: &mut impl Admit<Cmd = C>, dir: Direction, c: C) {
+        if !self.queue(dir).is_empty() {
+            self.queued += 1;
+            self.queue(dir).push_back(c);
+            return;
+        }
+        match a.submit(c) {
+            Ok(Some(key)) => self.retry_key(a, key),
+            Ok(None) => {}
+            Err(c) => {
+                self.queued += 1;
+                self.queue(dir).push_back(c);
+            }
+        }
+    }
+
+    /// Submits the waiting sends, then the waiting receives, each direction in order
+    /// while the engine has room; whether any went in.
+    pub(crate) fn admit_waiting(&mut self, a: &mut impl Admit<Cmd = C>) -> bool {
+        let mut any = false;
+        for dir in [Direction::Send, Direction::Recv] {
+            while let Some(c) = self.queue(dir).pop_front() {
+                match a.submit(c) {
+                    Ok(key) => {
+                        any = true;
+                        if let Some(key) = key {
+                            self.retry_key(a, key);
+                        }
+                    }
+                    Err(c) => {
+                        self.queue(dir).push_front(c);
+                        break;
+                    }
+                }
+            }
+        }
+        any
+    }
+
+    /// An envelope arrived: it waits behind the refused envelopes it must keep its
+    /// order with, else goes to the engine, and waits if the engine refuses it. Whether
+    /// it went in.
+    pub(crate) fn on_envelope(
+        &mut self,
+        a: &mut impl Admit<Cmd = C>,
+        source: Rank,
+        comm: CommId,
+        bytes: Vec<u8>,
+    ) -> bool {
+        // (with nothing refused, nothing holds it back: no second decoding)
+        if !self.refused.is_empty() {
+            if let Some(o) = a.refusal_order(source, comm, &bytes) {
+                if self.refused.must_wait(source, &o) {
+                    self.refused.push(source, comm, bytes, o);
+                    return false;
+                }
+            }
+        }
+        match a.hand_in(source, comm, bytes) {
+            Ok(()) => true,
+            Err((bytes, _)) => {
+                self.keep_refused(a, source, comm, bytes);
+                false
+            }
+        }
+    }
+
+    /// Keeps an envelope the engine just refused (handed in directly, with nothing
+    /// refused before it), behind the others.
+    pub(crate) fn keep_refused(
+        &mut self,
+        a: &impl Admit<Cmd = C>,
+        source: Rank,
+        comm: CommId,
+        bytes: Vec<u8>,
+    ) {
+        self.refusals += 1;
+        // (refused bytes always have an order: the engine decoded them)
+        if let Some(o) = a.refusal_order(source, comm, &bytes) {
+            self.refused.push(source, comm, bytes, o);
+        }
+    }
+
+    /// Hands in again the refused envelopes of `key` that may go in, oldest first,
+    /// until one is refused again (a receive of `key` was just posted: they need no
+    /// room now).
+    pub(crate) fn retry_key(&mut self, a: &mut impl Admit<Cmd = C>, key: Key) {
+        while let Some(seq) = self.refused.front_of(key) {
+            if self.retry_one(a, seq) != Retry::In {
+                return;
+            }
+        }
+    }
+
+    /// Hands in refused envelope `seq` if nothing it must stay behind is still
+    /// refused.
+    fn retry_one(&mut self, a: &mut impl Admit<Cmd = C>, seq: u64) -> Retry {
+        if !self.refused.eligible(seq) {
+            return Retry::Held;
+        }
+        let Some((source, comm, bytes)) = self.refused.take(seq) else {
+            return Retry::Held;
+        };
+        match a.hand_in(source, comm, bytes) {
+            Ok(()) => {
+                self.refused.remove(seq);
+                Retry::In
+            }
+            Err((bytes, table)) => {
+                self.refusals += 1;
+                self.refused.put_back(seq, bytes);
+                Retry::Refused(table)
+            }
+        }
+    }
+
+    /// Hands refused envelopes in again, in arrival order, each that nothing earlier
+    /// holds back; stops at the first refused for want of a request slot (the next
+    /// ones would need one too), and after [`TRIES`] tries (a later pass goes on).
+    /// Whether any went in.
+    pub(crate) fn retry_refused(&mut self, a: &mut impl Admit<Cmd = C>) -> bool {
+        let mut any = false;
+        let mut tries = 0;
+        let mut after = None;
+        while tries < TRIES {
+            let Some(seq) = self.refused.next_head(after) else {
+                break;
+            };
+            after = Some(seq);
+            if !self.refused.eligible(seq) {
+                continue;
+            }
+            tries += 1;
+            match self.retry_one(a, seq) {
+                Retry::In => any = true,
+                Retry::Refused(Table::Requests) => break,
+                Retry::Refused(_) | Retry::Held => {}
+            }
+        }
+        any
+    }
+}
+
+/// A refused envelope: source, communicator, bytes (`None` while being handed in), what
+/// it keeps its order with.
+type RefusedItem = (Rank, CommId, Option<Vec<u8>>, RefusalOrder);
+
+/// Envelopes the engine refused for a full table, kept for handing in again: in arrival
+/// order per matching key and per payload tag of a source (what [`RefusalOrder`] says
+/// they must stay behind), otherwise free to overtake each other.
+#[derive(Default)]
+struct Refused {
+    /// By arrival number.
+    items: BTreeMap<u64, RefusedItem>,
+    /// Arrival numbers per key, oldest first.
+    by_key: HashMap<Key, VecDeque<u64>>,
+    /// Arrival numbers per (source, payload tag), oldest first.
+    by_payload: HashMap<(Rank, PhysTag), VecDeque<u64>>,
+    /// The oldest envelope of each key.
+    heads: BTreeSet<u64>,
+    next: u64,
+}
+
+impl Refused {
+    /// Whether no envelope is kept.
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Whether an envelope from `source` that keeps `order` must wait behind refused ones.
+    fn must_wait(&self, source: Rank, order: &RefusalOrder) -> bool {
+        self.by_key.get(&order.key).is_some_and(|q| !q.is_empty())
+            || order.payload.is_some_and(|t| {
+                self.by_payload
+                    .get(&(source, t))
+                    .is_some_and(|q| !q.is_empty())
+            })
+    }
+
+    /// Keeps a refused envelope, behind the others.
+    fn push(&mut self, source: Rank, comm: CommId, bytes: Vec<u8>, order: RefusalOrder) {
+        let seq = self.next;
+        self.next += 1;
+        self.items.insert(seq, (source, comm, Some(bytes), order));
+        let q = self.by_key.entry(order.key).or_default();
+        if q.is_empty() {
+            self.heads.insert(seq);
+        }
+        q.push_back(seq);
+        if let Some(t) = order.payload {
+            self.by_payload
+                .entry((source, t))
+                .or_default()
+                .push_back(seq);
+        }
+    }
+
+    /// The oldest refused envelope of `key`.
+    fn front_of(&self, key: Key) -> Option<u64> {
+        self.by_key.get(&key).and_then(|q| q.front().copied())
+    }
+
+    /// The oldest envelope of a key after arrival number `after` (from the first).
+    fn next_head(&self, after: Option<u64>) -> Option<u64> {
+        match after {
+            None => self.heads.iter().next().copied(),
+            Some(a) => self
+                .heads
+                .range((core::ops::Bound::Excluded(a), core::ops::Bound::Unbounded))
+                .next()
+                .copied(),
+        }
+    }
+
+    /// Whether envelope `seq` is the oldest of its key and of its payload tag.
+    fn eligible(&self, seq: u64) -> bool {
+        let Some((source, _, Some(_), order)) = self.items.get(&seq) else {
+            return false;
+        };
+        self.front_of(order.key) == Some(seq)
+            && order.payload.is_none_or(|t| {
+                self.by_payload.get(&(*source, t)).and_then(|q| q.front()) == Some(&seq)
+            })
+    }
+
+    /// Takes envelope `seq`'s bytes to hand it in (it stays in place until removed).
+    fn take(&mut self, seq: u64) -> Option<(Rank, CommId, Vec<u8>)> {
+        let (source, comm, bytes, _) = self.items.get_mut(&seq)?;
+        Some((*source, *comm, bytes.take()?))
+    }
+
+    /// Gives envelope `seq` its bytes back: it was refused again.
+    fn put_back(&mut self, seq: u64, bytes: Vec<u8>) {
+        if let Some(item) = self.items.get_mut(&seq) {
+            item.2 = Some(bytes);
+        }
+    }
+
+    /// Forgets envelope `seq`, which went in (the oldest of its key and payload tag).
+    fn remove(&mut self, seq: u64) {
+        let Some((source, _, _, order)) = self.items.remove(&seq) else {
+            return;
+        };
+        self.heads.remove(&seq);
+        if let Some(q) = self.by_key.get_mut(&order.key) {
+            // It is the oldest of its key (it went in only as such): O(1).
+            if q.front() == Some(&seq) {
+                q.pop_front();
+            } else {
+                q.retain(|s| *s != seq);
+            }
+            match q.front() {
+                Some(&next) => {
+                    self.heads.insert(next);
+                }
+                None => {
+                    self.by_key.remove(&order.key);
+                }
+            }
+        }
+        if let Some(t) = order.payload {
+            if let Some(q) = self.by_payload.get_mut(&(source, t)) {
+                if q.front() == Some(&seq) {
+                    q.pop_front();
+                } else {
+                    q.retain(|s| *s != seq);
+                }
+                if q.is_empty() {
+                    self.by_payload.remove(&(source, t));
+                }
+            }
+        }
+    }
+
+    /// The refused envelopes, oldest first: source, communicator, bytes.
+    fn iter(&self) -> impl Iterator<Item = (Rank, CommId, &[u8])> + '_ {
+        self.items
+            .values()
+            .filter_map(|(s, c, b, _)| b.as_deref().map(|b| (*s, *c, b)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use starling_core::Tag;
+
+    use super::*;
+
+    /// An engine stand-in: an envelope is `[tag, payload tag or 0]`; it refuses the tags
+    /// in `full` (for `table`) and records what went in; a submission is a number, refused
+    /// while `room` is 0.
+    #[derive(Default)]
+    struct Fake {
+        full: Vec<u8>,
+        table: Option<Table>,
+        went_in: Vec<u8>,
+        room: usize,
+        submitted: Vec<u32>,
+    }
+
+    impl Admit for Fake {
+        type Cmd = u32;
+
+        fn submit(&mut self, c: u32) -> Result<Option<Key>, u32> {
+            if self.room == 0 {
+                return Err(c);
+            }
+            self.room -= 1;
+            self.submitted.push(c);
+            // Odd numbers are receives of tag `c`.
+            Ok((c % 2 == 1).then(|| Key::new(CommId::WORLD, Rank(0), Tag(i64::from(c)))))
+        }
+
+        fn hand_in(&mut self, _: Rank, _: CommId, bytes: Vec<u8>) -> Result<(), (Vec<u8>, Table)> {
+            if self.full.contains(&bytes[0]) {
+                return Err((bytes, self.table.unwrap_or(Table::Requests)));
+            }
+            self.went_in.push(bytes[0]);
+            Ok(())
+        }
+
+        fn refusal_order(&self, source: Rank, comm: CommId, b: &[u8]) -> Option<RefusalOrder> {
+            Some(RefusalOrder {
+                key: Key::new(comm, source, Tag(i64::from(b[0]))),
+                payload: (b[1] != 0).then_some(PhysTag(i32::from(b[1]))),
+            })
+        }
+    }
+
+    fn arrive(a: &mut Admission<u32>, f: &mut Fake, tag: u8, payload: u8) -> bool {
+        a.on_envelope(f, Rank(0), CommId::WORLD, vec![tag, payload])
+    }
+
+    #[test]
+    fn a_refused_envelope_holds_back_its_key_and_payload_tag_only() {
+        let (mut a, mut f) = (Admission::default(), Fake::default());
+        f.full = vec![1];
+        f.table = Some(Table::MatchKeys);
+        assert!(!arrive(&mut a, &mut f, 1, 9)); // refused
+        f.full.clear();
+        assert!(!arrive(&mut a, &mut f, 1, 0), "same key: behind it");
+        assert!(!arrive(&mut a, &mut f, 2, 9), "same payload tag: behind it");
+        assert!(
+            arrive(&mut a, &mut f, 3, 8),
+            "another key and payload tag go by"
+        );
+        assert_eq!(f.went_in, [3]);
+        assert_eq!(a.refusals(), 1);
+        // Retried in arrival order, each behind what it must stay behind.
+        assert!(a.retry_refused(&mut f));
+        assert_eq!(f.went_in, [3, 1, 1, 2]);
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn a_posted_receive_lets_its_refused_envelopes_in_and_a_full_slab_stops_a_pass() {
+        let (mut a, mut f) = (Admission::default(), Fake::default());
+        f.full = vec![5, 7];
+        assert!(!arrive(&mut a, &mut f, 5, 0));
+        assert!(!arrive(&mut a, &mut f, 7, 0));
+        f.full = vec![5];
+        // A pass stops at the first envelope refused for want of a slot (the next would
+        // need one too) ...
+        assert!(!a.retry_refused(&mut f));
+        assert!(f.went_in.is_empty());
+        // ... but a receive of key 7, once in, takes its envelope at once.
+        f.room = 1;
+        a.offer(&mut f, Direction::Recv, 7);
+        assert_eq!(
+            (f.submitted.as_slice(), f.went_in.as_slice()),
+            (&[7][..], &[7][..])
+        );
+        // A receive that waits for room takes its envelope when it goes in.
+        a.offer(&mut f, Direction::Recv, 5);
+        assert_eq!(f.submitted, [7], "no room: it waits");
+        f.full.clear();
+        f.room = 1;
+        assert!(a.admit_waiting(&mut f));
+        assert_eq!(f.went_in, [7, 5]);
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn submissions_wait_in_order_per_direction() {
+        let (mut a, mut f) = (Admission::default(), Fake::default());
+        a.offer(&mut f, Direction::Send, 2);
+        f.room = 5;
+        a.offer(&mut f, Direction::Send, 4); // behind 2, though there is room
+        a.offer(&mut f, Direction::Recv, 1);
+        assert_eq!(f.submitted, [1]);
+        assert_eq!(
+            a.waiting(Direction::Send).copied().collect::<Vec<_>>(),
+            [2, 4]
+        );
+        assert!(a.admit_waiting(&mut f));
+        assert_eq!(f.submitted, [1, 2, 4]);
+        assert_eq!(a.queued(), 2);
+        assert!(a.is_empty());
+    }
+}
