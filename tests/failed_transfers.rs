@@ -361,3 +361,28 @@ fn a_reduction_with_a_failed_contribution_reports_the_datum_and_leaves_no_wrong_
         other => panic!("the owner must get the failed contribution, got {other:?}"),
     }
 }
+
+/// A task skipped because its input's transfer failed still unlocks its tag: `tag_wait`
+/// returns (the failure is reported by the waits and at shutdown) instead of hanging.
+#[test]
+fn the_tag_of_a_task_skipped_for_a_failed_transfer_is_unlocked() {
+    let out = run_local_with(2, config(Some(Duration::from_secs(20))), move |ctx| {
+        let x = mismatched(ctx, 1);
+        let y = var(ctx, 2, 1, 0);
+        let z = var(ctx, 3, 1, 7);
+        ctx.insert(&sum()).w(&y).r(&x).submit().unwrap();
+        if ctx.rank() == Rank(1) {
+            // A local task after the failed one on y: skipped, its tag unlocked.
+            ctx.task(&double())
+                .w(&z)
+                .r(&y)
+                .tag(starling::TaskTag(77))
+                .submit();
+            ctx.tag_wait(&[starling::TaskTag(77)]);
+            assert_eq!(value(ctx, &z), 7, "the skipped task did not run");
+        }
+        let _ = ctx.mpi_wait_for_all();
+    });
+    let err = out.expect_err("shutdown reports the failed transfer");
+    assert_eq!(err.failures.len(), 1, "{err}");
+}

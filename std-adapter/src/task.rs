@@ -770,6 +770,15 @@ impl Runtime {
         while let Some(id) = st.skipped.pop() {
             st.tasks_skipped += 1;
             st.tasks_done += 1;
+            // Its tag is unlocked as if it ran, so that `tag_wait` returns (the failure
+            // that skipped it is reported by the waits and at shutdown) instead of hanging.
+            let tag = match st.nodes.get_mut(&id).and_then(|n| n.work.take()) {
+                Some(Work::Task { tag, .. }) => tag,
+                _ => None,
+            };
+            if let Some(t) = tag {
+                st.unlocked_tags.insert(t, true);
+            }
             self.complete_one(st, id, hooks);
         }
     }
