@@ -583,7 +583,7 @@ fn main() -> ExitCode {
         }
     });
     let elapsed = start.elapsed().as_secs_f64();
-    let rss = peak_rss_mib().map_or("?".into(), |m| format!("{m:.0} MiB"));
+    let rss = peak_rss_mib().map_or_else(|| "?".into(), |m| format!("{m:.0} MiB"));
     let mut ok = true;
     match out {
         Ok(results) => {
