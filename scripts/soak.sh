@@ -8,7 +8,7 @@
 # needed). Then the cost per message of 1 000 against 100 000 outstanding messages between
 # two ranks, in one process, rounds alternating between the sizes.
 #
-#   bash scripts/soak.sh                  # everything (≈ 5 min on 2 cores)
+#   bash scripts/soak.sh                  # everything (≈ 6–8 min on 2 cores with mpirun)
 #   SCALE=1 bash scripts/soak.sh          # the issue's own sizes
 #   ONLY="stencil gather" bash scripts/soak.sh
 #   MPI=0 bash scripts/soak.sh            # in-process only
