@@ -12,6 +12,11 @@
 //!   sweeps of `insert(RW c, R left, R right, R up, R down)`, with or without the
 //!   handbook's pruning `if`; per logical task (`niter · (side − 2)²` loop iterations),
 //!   the insertion loops alone (the C side: `insert_starpu.c`).
+//! * `pingpong [iters] [reps]` — blocking `send`/`recv` round trips of a `Vector<u8>` of
+//!   8 B, 1 KiB, 64 KiB and 1 MiB between the two ranks of an in-process cluster (1 worker
+//!   each): the half round trip (the MPI side of `run.sh` measures the same over MPI with
+//!   `mpi_bench`; this one needs no MPI, and `scripts/bench-against.sh` runs it against an
+//!   older commit).
 //!
 //! Each repetition after a discarded warm-up prints `SAMPLE <bench> starling <param>
 //! <value> us`, the line format `run.sh` pools.
@@ -19,13 +24,14 @@
 //! ```sh
 //! cargo run --release --example compare -- empty-tasks 100000 5
 //! cargo run --release --example compare -- insert 256 10 3 unpruned
+//! cargo run --release --example compare -- pingpong 2000 5
 //! ```
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use starling::core::{Owner, Rank, Tag};
-use starling::interfaces::Variable;
+use starling::interfaces::{Variable, Vector};
 use starling::{ClusterConfig, Codelet, InsertError, RuntimeConfig, run_fake, run_local_with};
 
 /// The handbook's distribution, verbatim (`stencil5`, "MPI Insert Task Utility"): the
@@ -55,6 +61,65 @@ fn empty_tasks(ntasks: usize, reps: usize) {
     .expect("a clean shutdown");
     for s in &out[0] {
         println!("SAMPLE empty_task starling ntasks={ntasks} {s:.6} us");
+    }
+}
+
+/// Half round trips of `iters` blocking round trips per size, `reps` times after a
+/// warm-up, on 2 in-process ranks; rank 0 prints the samples.
+fn pingpong(iters: usize, reps: usize) {
+    let config = ClusterConfig {
+        runtime: RuntimeConfig {
+            workers: 1,
+            ..RuntimeConfig::default()
+        },
+        ..ClusterConfig::from_env()
+    };
+    let out = run_local_with(2, config, move |ctx| {
+        let me = ctx.rank().0;
+        let peer = Rank(me ^ 1);
+        let mut lines = Vec::new();
+        let mut tag = 0i64;
+        for (name, size) in [
+            ("8B", 8),
+            ("1KiB", 1 << 10),
+            ("64KiB", 64 << 10),
+            ("1MiB", 1 << 20),
+        ] {
+            let v = ctx.register(Vector::from_vec(vec![1u8; size]));
+            // Fewer round trips for the large sizes: about the same bytes as 8 KiB ones.
+            let n = if size > 8192 {
+                (iters / (size / 8192)).max(20)
+            } else {
+                iters
+            };
+            for rep in 0..=reps {
+                ctx.barrier();
+                let start = Instant::now();
+                for _ in 0..n {
+                    let (there, back) = (Tag(tag), Tag(tag + 1));
+                    tag = (tag + 2) % 30_000;
+                    if me == 0 {
+                        ctx.send(&v, peer, there).expect("send");
+                        ctx.recv(&v, peer, back).expect("receive");
+                    } else {
+                        ctx.recv(&v, peer, there).expect("receive");
+                        ctx.send(&v, peer, back).expect("send");
+                    }
+                }
+                let half = start.elapsed().as_secs_f64() * 1e6 / n as f64 / 2.0;
+                if rep > 0 {
+                    lines.push(format!(
+                        "SAMPLE pingpong starling-local {name} {half:.6} us"
+                    ));
+                }
+            }
+        }
+        ctx.wait_for_all();
+        lines
+    })
+    .expect("a clean shutdown");
+    for line in &out[0] {
+        println!("{line}");
     }
 }
 
@@ -138,7 +203,7 @@ fn main() -> ExitCode {
             .map_or(Some(default), |s| s.parse().ok())
             .filter(|n| *n > 0)
     };
-    let usage = "usage: compare empty-tasks [ntasks] [reps] | insert [side] [niter] [reps] [pruned|unpruned]";
+    let usage = "usage: compare empty-tasks [ntasks] [reps] | insert [side] [niter] [reps] [pruned|unpruned] | pingpong [iters] [reps]";
     match args.first().map(String::as_str) {
         Some("empty-tasks") => {
             let (Some(n), Some(reps)) = (num(1, 100_000), num(2, 5)) else {
@@ -146,6 +211,13 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             };
             empty_tasks(n, reps);
+        }
+        Some("pingpong") => {
+            let (Some(iters), Some(reps)) = (num(1, 2000), num(2, 5)) else {
+                eprintln!("{usage}");
+                return ExitCode::from(2);
+            };
+            pingpong(iters, reps);
         }
         Some("insert") => {
             let (Some(side), Some(niter), Some(reps)) = (num(1, 256), num(2, 10), num(3, 3)) else {

@@ -117,7 +117,7 @@ pub use io::{
 
 use crate::envelope::{self, Envelope, Kind as EnvKind};
 use crate::error::Table;
-use crate::lists::{Detached, Key, ReadyList, SyncSends};
+use crate::lists::{Key, ReadyList, SyncSends};
 use crate::matcher::{Matcher, Unexpected, UnexpectedKind};
 use crate::request::{IllegalStep, Kind, Link, Request, Slab, State, Step};
 use crate::stats::Stats;
@@ -134,7 +134,6 @@ pub struct Engine<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     ready: ReadyList<REQ>,
     matcher: Matcher<KEYS, REQ>,
     sync_sends: SyncSends<REQ>,
-    detached: Detached<REQ>,
     /// Sends whose payload goes out next: after its envelope, or after the ready ack.
     payloads: Deque<ReqId, REQ>,
     /// Ready receives the matcher had no room for, in order, with their keys (see
@@ -219,7 +218,6 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             ready: ReadyList::new(),
             matcher: Matcher::new(),
             sync_sends: SyncSends::new(),
-            detached: Detached::new(),
             payloads: Deque::new(),
             deferred: Deque::new(),
             deferred_keys: FnvIndexMap::new(),
@@ -864,21 +862,16 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         Ok(())
     }
 
+    /// Takes a request into the slab. A detached request is one whose `detached` flag is
+    /// set: it is forgotten when it ends ([`Engine::end`]); no separate set of them is
+    /// kept (one bounded by the slab could never fill first, and its scans made every
+    /// detached request cost O(outstanding requests)).
     fn insert(&mut self, request: Request) -> Result<ReqId, SubmitError> {
-        let detached = request.detached;
         if !self.has_room(Class::of(&request)) {
             return Err(SubmitError::Full(Table::Requests));
         }
-        let id = self
-            .slab_insert(request)
-            .map_err(|e| SubmitError::Full(e.table))?;
-        if detached {
-            if let Err(e) = self.detached.insert(id) {
-                let _ = self.slab_remove(id);
-                return Err(SubmitError::Full(e.table));
-            }
-        }
-        Ok(id)
+        self.slab_insert(request)
+            .map_err(|e| SubmitError::Full(e.table))
     }
 
     fn get(&self, req: ReqId) -> Result<&Request, UsageError> {
@@ -963,7 +956,6 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         self.finish(req);
         self.push_event(event(r.kind));
         if r.detached {
-            self.detached.remove(req);
             let _ = self.slab_remove(req);
         }
     }

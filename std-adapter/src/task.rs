@@ -37,7 +37,9 @@ pub type Kernel = dyn Fn(&mut Buffers<'_>) + Send + Sync;
 pub struct Codelet {
     name: Arc<str>,
     kernel: Option<Arc<Kernel>>,
-    device: Option<DeviceImpl>,
+    /// Behind an `Arc`: a codelet is cloned into every insert being built, which moves at
+    /// every call of its chain, so it stays small (40 bytes) and cheap to clone.
+    device: Option<Arc<DeviceImpl>>,
 }
 
 impl fmt::Debug for Codelet {
@@ -65,13 +67,13 @@ impl Codelet {
         Self {
             name: Arc::from(name),
             kernel: cpu,
-            device: Some(device),
+            device: Some(Arc::new(device)),
         }
     }
 
     /// The device implementation, if the codelet has one.
     pub fn device(&self) -> Option<&DeviceImpl> {
-        self.device.as_ref()
+        self.device.as_deref()
     }
 
     /// A codelet with no implementation: its tasks only order accesses and run their
