@@ -25,23 +25,20 @@ row() { rows+=("| $1 | $2 | $3 |"); }
 out=$here/out
 mkdir -p "$out"
 
-for t in $(cat "$here/tests.txt"); do
-    if timeout 90 "$bin/$t" --test-threads=1 >"$out/$t.log" 2>&1; then
-        r=$(grep -E '^test result' "$out/$t.log" | tail -1)
-        row "tests $t" pass "${r#test result: }"
-    else
-        row "tests $t" FAIL "$(grep -E 'FAILED|panicked' "$out/$t.log" | head -3 | tr '\n' ' ')"
-    fi
-done
-
-for t in $(cat "$here/tests13.txt" 2>/dev/null); do
-    if timeout 90 "$bin/$t" --test-threads=1 >"$out/$t.log" 2>&1; then
-        r=$(grep -E '^test result' "$out/$t.log" | tail -1)
-        row "tests $t (CUDA 13 API)" pass "${r#test result: }"
-    else
-        row "tests $t (CUDA 13 API)" FAIL "$(grep -E 'FAILED|panicked' "$out/$t.log" | head -3 | tr '\n' ' ')"
-    fi
-done
+# Each test binary listed in $1, its rows labelled with $2.
+test_group() {
+    local t r
+    for t in $(cat "$here/$1" 2>/dev/null); do
+        if timeout 90 "$bin/$t" --test-threads=1 >"$out/$t.log" 2>&1; then
+            r=$(grep -E '^test result' "$out/$t.log" | tail -1)
+            row "tests $t$2" pass "${r#test result: }"
+        else
+            row "tests $t$2" FAIL "$(grep -E 'FAILED|panicked' "$out/$t.log" | head -3 | tr '\n' ' ')"
+        fi
+    done
+}
+test_group tests.txt ""
+test_group tests13.txt " (CUDA 13 API)"
 
 example() {
     local name=$1
