@@ -306,6 +306,12 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         self.matcher.unexpected_keys() > 0
     }
 
+    /// The key of each message waiting in the engine for its receive, oldest first per
+    /// key (a key comes once per message).
+    pub fn early_keys(&self) -> impl Iterator<Item = Key> + '_ {
+        self.matcher.unexpected().map(|(k, _)| k)
+    }
+
     /// Inserts `r` into the slab, counting it in its class.
     fn slab_insert(&mut self, r: Request) -> Result<ReqId, crate::error::Full<Request>> {
         let class = Class::of(&r);

@@ -68,9 +68,12 @@ pub(crate) trait Admit {
     fn free_recv_slots(&self) -> Option<usize>;
 
     /// Whether a message of `key` waits in the engine for its receive
-    /// ([`Engine::has_early`](starling_core::engine::Engine::has_early)); with `None`,
-    /// whether any does.
-    fn has_early(&self, key: Option<Key>) -> bool;
+    /// ([`Engine::has_early`](starling_core::engine::Engine::has_early)).
+    fn has_early(&self, key: Key) -> bool;
+
+    /// Calls `f` with the key of each message waiting in the engine for its receive
+    /// ([`Engine::early_keys`](starling_core::engine::Engine::early_keys)).
+    fn early_keys(&self, f: &mut dyn FnMut(Key));
 }
 
 /// The direction of a submission: each keeps its order.
@@ -85,7 +88,11 @@ pub(crate) enum Direction {
 /// What waits outside one engine: submissions per direction and refused envelopes.
 pub(crate) struct Admission<C> {
     sends: VecDeque<C>,
-    recvs: VecDeque<C>,
+    /// The waiting receives, oldest first, with their arrival numbers.
+    recvs: VecDeque<(u64, C)>,
+    /// The arrival numbers of the waiting receives per key, oldest first.
+    recv_keys: HashMap<Key, VecDeque<u64>>,
+    next_recv: u64,
     refused: Refused,
     /// Envelopes refused so far (a retry refused again counts again).
     refusals: u64,
@@ -98,6 +105,8 @@ impl<C> Default for Admission<C> {
         Self {
             sends: VecDeque::new(),
             recvs: VecDeque::new(),
+            recv_keys: HashMap::new(),
+            next_recv: 0,
             refused: Refused::default(),
             refusals: 0,
             queued: 0,
@@ -139,18 +148,26 @@ impl<C> Admission<C> {
 
     /// The submissions waiting for room in direction `dir`, oldest first.
     pub(crate) fn waiting(&self, dir: Direction) -> impl Iterator<Item = &C> + '_ {
-        match dir {
-            Direction::Send => self.sends.iter(),
-            Direction::Recv => self.recvs.iter(),
-        }
+        let (sends, recvs) = match dir {
+            Direction::Send => (Some(self.sends.iter()), None),
+            Direction::Recv => (None, Some(self.recvs.iter())),
+        };
+        sends
+            .into_iter()
+            .flatten()
+            .chain(recvs.into_iter().flatten().map(|(_, c)| c))
     }
 
     /// The submissions waiting for room in direction `dir`, to update in place.
     pub(crate) fn waiting_mut(&mut self, dir: Direction) -> impl Iterator<Item = &mut C> + '_ {
-        match dir {
-            Direction::Send => self.sends.iter_mut(),
-            Direction::Recv => self.recvs.iter_mut(),
-        }
+        let (sends, recvs) = match dir {
+            Direction::Send => (Some(self.sends.iter_mut()), None),
+            Direction::Recv => (None, Some(self.recvs.iter_mut())),
+        };
+        sends
+            .into_iter()
+            .flatten()
+            .chain(recvs.into_iter().flatten().map(|(_, c)| c))
     }
 
     /// The refused envelopes, oldest first: source, communicator, bytes.
@@ -158,11 +175,46 @@ impl<C> Admission<C> {
         self.refused.iter()
     }
 
-    fn queue(&mut self, dir: Direction) -> &mut VecDeque<C> {
+    /// Keeps a submission waiting, behind the others of its direction.
+    fn wait(&mut self, a: &impl Admit<Cmd = C>, dir: Direction, c: C) {
+        self.queued += 1;
         match dir {
-            Direction::Send => &mut self.sends,
-            Direction::Recv => &mut self.recvs,
+            Direction::Send => self.sends.push_back(c),
+            Direction::Recv => {
+                let seq = self.next_recv;
+                self.next_recv += 1;
+                if let Some(key) = a.recv_key(&c) {
+                    self.recv_keys.entry(key).or_default().push_back(seq);
+                }
+                self.recvs.push_back((seq, c));
+            }
         }
+    }
+
+    /// Takes waiting receive `at` out of the queue (the oldest of its key).
+    fn take_recv(&mut self, a: &impl Admit<Cmd = C>, at: usize) -> Option<(u64, C)> {
+        let (seq, c) = self.recvs.remove(at)?;
+        if let Some(key) = a.recv_key(&c) {
+            if let Some(q) = self.recv_keys.get_mut(&key) {
+                if q.front() == Some(&seq) {
+                    q.pop_front();
+                } else {
+                    q.retain(|s| *s != seq);
+                }
+                if q.is_empty() {
+                    self.recv_keys.remove(&key);
+                }
+            }
+        }
+        Some((seq, c))
+    }
+
+    /// Puts waiting receive `seq` back at `at`: the engine had no room for it.
+    fn put_back_recv(&mut self, a: &impl Admit<Cmd = C>, at: usize, seq: u64, c: C) {
+        if let Some(key) = a.recv_key(&c) {
+            self.recv_keys.entry(key).or_default().push_front(seq);
+        }
+        self.recvs.insert(at, (seq, c));
     }
 
     /// A new submission: submitted at once unless earlier ones of its direction wait (it
@@ -176,7 +228,7 @@ impl<C> Admission<C> {
             Direction::Recv => match a.recv_key(&c) {
                 Some(key) => {
                     if self.message_here(a, key) {
-                        !self.recvs.iter().any(|w| a.recv_key(w) == Some(key))
+                        !self.recv_keys.contains_key(&key)
                     } else {
                         self.recvs.is_empty() && Self::may_take_slot(a)
                     }
@@ -185,17 +237,13 @@ impl<C> Admission<C> {
             },
         };
         if !go {
-            self.queued += 1;
-            self.queue(dir).push_back(c);
+            self.wait(a, dir, c);
             return;
         }
         match a.submit(c) {
             Ok(Some(key)) => self.retry_key(a, key),
             Ok(None) => {}
-            Err(c) => {
-                self.queued += 1;
-                self.queue(dir).push_back(c);
-            }
+            Err(c) => self.wait(a, dir, c),
         }
     }
 
@@ -209,7 +257,7 @@ impl<C> Admission<C> {
         self.refused
             .front_of(key)
             .is_some_and(|seq| self.refused.eligible(seq))
-            || a.has_early(Some(key))
+            || a.has_early(key)
     }
 
     /// Whether a receive whose message is not here may take a receive slot now: not the
@@ -243,7 +291,7 @@ impl<C> Admission<C> {
                 }
             }
         }
-        while let Some(head) = self.recvs.front() {
+        while let Some((_, head)) = self.recvs.front() {
             let fits = a
                 .recv_key(head)
                 .is_none_or(|k| self.message_here(a, k) || Self::may_take_slot(a));
@@ -251,7 +299,7 @@ impl<C> Admission<C> {
             let Some(at) = at else {
                 break;
             };
-            let Some(c) = self.recvs.remove(at) else {
+            let Some((seq, c)) = self.take_recv(a, at) else {
                 break;
             };
             match a.submit(c) {
@@ -262,7 +310,7 @@ impl<C> Admission<C> {
                     }
                 }
                 Err(c) => {
-                    self.recvs.insert(at, c);
+                    self.put_back_recv(a, at, seq, c);
                     break;
                 }
             }
@@ -271,21 +319,26 @@ impl<C> Admission<C> {
     }
 
     /// The position of the oldest waiting receive that is the oldest of its key and
-    /// whose message is here (none when nothing is here at all).
+    /// whose message is here: looked for among the keys that have something here (refused
+    /// envelopes, early data), not through the whole queue.
     fn first_here(&self, a: &impl Admit<Cmd = C>) -> Option<usize> {
-        if self.refused.is_empty() && !a.has_early(None) {
+        if self.recv_keys.is_empty() {
             return None;
         }
-        let mut seen = BTreeSet::new();
-        for (i, c) in self.recvs.iter().enumerate() {
-            let Some(key) = a.recv_key(c) else {
-                continue;
-            };
-            if seen.insert(key) && self.message_here(a, key) {
-                return Some(i);
+        let mut oldest: Option<u64> = None;
+        let mut consider = |key: Key| {
+            if let Some(&seq) = self.recv_keys.get(&key).and_then(|q| q.front()) {
+                if oldest.is_none_or(|o| seq < o) && self.message_here(a, key) {
+                    oldest = Some(seq);
+                }
             }
+        };
+        for key in self.refused.keys() {
+            consider(key);
         }
-        None
+        a.early_keys(&mut consider);
+        let seq = oldest?;
+        self.recvs.binary_search_by_key(&seq, |(s, _)| *s).ok()
     }
 
     /// An envelope arrived: it waits behind the refused envelopes it must keep its
@@ -416,6 +469,11 @@ impl Refused {
     /// Whether no envelope is kept.
     fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+
+    /// The keys that have refused envelopes.
+    fn keys(&self) -> impl Iterator<Item = Key> + '_ {
+        self.by_key.keys().copied()
     }
 
     /// Whether an envelope from `source` that keeps `order` must wait behind refused ones.
@@ -589,10 +647,13 @@ mod tests {
             self.slots
         }
 
-        fn has_early(&self, key: Option<Key>) -> bool {
-            match key {
-                Some(k) => self.early.contains(&k),
-                None => !self.early.is_empty(),
+        fn has_early(&self, key: Key) -> bool {
+            self.early.contains(&key)
+        }
+
+        fn early_keys(&self, f: &mut dyn FnMut(Key)) {
+            for k in &self.early {
+                f(*k);
             }
         }
     }

@@ -1161,8 +1161,12 @@ impl<T: Transport> Admit for Progress<T> {
         self.engine.free_recv_slots()
     }
 
-    fn has_early(&self, key: Option<Key>) -> bool {
-        key.map_or_else(|| self.engine.any_early(), |k| self.engine.has_early(k))
+    fn has_early(&self, key: Key) -> bool {
+        self.engine.has_early(key)
+    }
+
+    fn early_keys(&self, f: &mut dyn FnMut(Key)) {
+        self.engine.early_keys().for_each(f);
     }
 }
 

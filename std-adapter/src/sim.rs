@@ -1005,9 +1005,15 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
             .free_recv_slots()
     }
 
-    fn has_early(&self, key: Option<Key>) -> bool {
-        let engine = &self.cluster.nodes[self.rank.index()].engine;
-        key.map_or_else(|| engine.any_early(), |k| engine.has_early(k))
+    fn has_early(&self, key: Key) -> bool {
+        self.cluster.nodes[self.rank.index()].engine.has_early(key)
+    }
+
+    fn early_keys(&self, f: &mut dyn FnMut(Key)) {
+        self.cluster.nodes[self.rank.index()]
+            .engine
+            .early_keys()
+            .for_each(f);
     }
 }
 
