@@ -819,17 +819,21 @@ fn every_interleaving_of_larger_workloads_on_tiny_tables() {
 
 // ----- receives made ready out of flow order, with dependencies ----------------------------
 
-/// One operation of a [`dependent_flow`]: a send or a receive of one byte, `tag`, between
-/// `rank` and `peer`, submitted (with its data ready, as the progression thread gets it)
-/// once the operations `after` completed.
+/// One operation of a [`dependent_flow`]: a send or a receive of `size` bytes, `tag`,
+/// between `rank` and `peer`, submitted (with its data ready, as the progression thread
+/// gets it) once the operations `after` completed; a send is synchronous with `sync`.
+#[derive(Clone, Copy)]
 struct Step {
     rank: u32,
     send: bool,
     peer: u32,
     tag: i64,
     after: &'static [usize],
+    size: usize,
+    sync: bool,
 }
 
+/// A one-byte operation (its payload travels inside its envelope).
 const fn step(rank: u32, send: bool, peer: u32, tag: i64, after: &'static [usize]) -> Step {
     Step {
         rank,
@@ -837,6 +841,8 @@ const fn step(rank: u32, send: bool, peer: u32, tag: i64, after: &'static [usize
         peer,
         tag,
         after,
+        size: 1,
+        sync: false,
     }
 }
 
@@ -861,7 +867,11 @@ fn dependent_flow(name: &str, steps: &[Step]) -> (u64, u64, u64) {
                         .expect("a ticket of this run");
                     assert_eq!(c.error, None, "{name}: step {i}");
                     if !steps[i].send {
-                        assert_eq!(c.data, [i as u8], "{name}: step {i}'s payload");
+                        assert_eq!(
+                            c.data,
+                            vec![i as u8; steps[i].size],
+                            "{name}: step {i}'s payload"
+                        );
                     }
                     completed[i] += 1;
                 }
@@ -897,15 +907,16 @@ fn dependent_flow(name: &str, steps: &[Step]) -> (u64, u64, u64) {
             let ticket = if s.send {
                 let mut args = SendArgs::new(CommId(0), Rank(s.peer), Tag(s.tag), 0);
                 args.detached = true;
+                args.sync = s.sync;
                 let recv = (0..steps.len())
                     .find(|&j| {
                         let o = &steps[j];
                         !o.send && (o.rank, o.peer, o.tag) == (s.peer, s.rank, s.tag)
                     })
                     .expect("every send has its receive");
-                cluster.post_send(Rank(s.rank), args, vec![recv as u8], true)
+                cluster.post_send(Rank(s.rank), args, vec![recv as u8; s.size], true)
             } else {
-                let mut args = RecvArgs::new(CommId(0), Rank(s.peer), Tag(s.tag), 1);
+                let mut args = RecvArgs::new(CommId(0), Rank(s.peer), Tag(s.tag), s.size as u64);
                 args.detached = true;
                 cluster.post_recv(Rank(s.rank), args, true)
             };
@@ -963,4 +974,16 @@ fn every_interleaving_of_receives_made_ready_out_of_flow_order_on_tiny_tables() 
     let (paths, refusals, queued) =
         dependent_flow("receives out of flow order, tiny tables", &STEPS);
     assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+    // The same flow with R1's message synchronous (its envelope waits in the engine as
+    // early data, needing no slot, until R1 is posted) and R2's a two-message payload
+    // (20 bytes past the eager limit of 8).
+    let mut steps = STEPS;
+    steps[1].sync = true;
+    steps[5].size = 20;
+    steps[6].size = 20;
+    let (paths, _, queued) = dependent_flow(
+        "receives out of flow order, synchronous and two-message payloads, tiny tables",
+        &steps,
+    );
+    assert!(queued > 0, "{queued} {paths}");
 }
