@@ -386,11 +386,12 @@ pub(crate) fn distributed(
 ///
 /// Without it, on a grid whose migration alone overflows the engine's tables (8 × 2000
 /// cells on 2 ranks at the default tables, 8 × 16 at `STARLING_ENGINE_TABLES=4,2`), the
-/// run deadlocks: a flow receive reaches the progression thread when its handle's earlier
-/// tasks are done, not in flow order, so a migration's receive can hold the last slot
-/// while an earlier sweep receive, which the migration's message depends on through the
-/// peer's tasks, waits behind it for room (see `tests/examples.rs`,
-/// `stencil5_sweeps_overlapping_a_migration_past_the_tables`, ignored until fixed).
+/// run used to deadlock: a flow receive reaches the progression thread when its handle's
+/// earlier tasks are done, not in flow order, so a migration's receive could hold the
+/// last slot while an earlier sweep receive, which the migration's message depends on
+/// through the peer's tasks, waited behind it for room. The adapter now keeps the last
+/// receive slot for a receive whose message is here (issue 17; `tests/examples.rs`,
+/// `stencil5_sweeps_overlapping_a_migration_past_the_tables`, runs without the wait).
 fn between_phases(ctx: &Context, overlap: bool) {
     if !overlap {
         ctx.wait_for_all();

@@ -816,3 +816,174 @@ fn every_interleaving_of_larger_workloads_on_tiny_tables() {
     );
     every_interleaving_overflowing("one tag, MPI's ordering, tiny tables", per_tag, &one_tag(3));
 }
+
+// ----- receives made ready out of flow order, with dependencies ----------------------------
+
+/// One operation of a [`dependent_flow`]: a send or a receive of `size` bytes, `tag`,
+/// between `rank` and `peer`, submitted (with its data ready, as the progression thread
+/// gets it) once the operations `after` completed; a send is synchronous with `sync`.
+#[derive(Clone, Copy)]
+struct Step {
+    rank: u32,
+    send: bool,
+    peer: u32,
+    tag: i64,
+    after: &'static [usize],
+    size: usize,
+    sync: bool,
+}
+
+/// A one-byte operation (its payload travels inside its envelope).
+const fn step(rank: u32, send: bool, peer: u32, tag: i64, after: &'static [usize]) -> Step {
+    Step {
+        rank,
+        send,
+        peer,
+        tag,
+        after,
+        size: 1,
+        sync: false,
+    }
+}
+
+/// Runs `steps` on [`TINY`] tables in every interleaving: every order in which the
+/// operations whose dependencies completed are submitted (so receives reach the adapter
+/// when their data is ready, not in flow order; one key keeps its order), and every order
+/// of deliveries. Checks that each operation completes once with its payload and that
+/// nothing is left (a deadlock leaves operations unsubmitted or pending). Returns the
+/// interleavings and the envelopes refused and submissions that waited in them.
+fn dependent_flow(name: &str, steps: &[Step]) -> (u64, u64, u64) {
+    let (mut refusals, mut queued) = (0, 0);
+    let done = Explorer::run(MAX_PATHS, |e| {
+        let mut cluster = tiny(TINY);
+        let mut posted: Vec<Option<Ticket>> = vec![None; steps.len()];
+        let mut completed = vec![0u32; steps.len()];
+        loop {
+            for r in 0..2 {
+                for c in cluster.take_completions(Rank(r)) {
+                    let i = posted
+                        .iter()
+                        .position(|t| *t == c.ticket)
+                        .expect("a ticket of this run");
+                    assert_eq!(c.error, None, "{name}: step {i}");
+                    if !steps[i].send {
+                        assert_eq!(
+                            c.data,
+                            vec![i as u8; steps[i].size],
+                            "{name}: step {i}'s payload"
+                        );
+                    }
+                    completed[i] += 1;
+                }
+            }
+            // Submittable: dependencies completed, and no earlier step of its rank,
+            // direction and key still unsubmitted.
+            let ready: Vec<usize> = (0..steps.len())
+                .filter(|&i| {
+                    let s = &steps[i];
+                    posted[i].is_none()
+                        && s.after.iter().all(|&d| completed[d] > 0)
+                        && !(0..i).any(|j| {
+                            let o = &steps[j];
+                            posted[j].is_none()
+                                && (o.rank, o.send, o.peer, o.tag)
+                                    == (s.rank, s.send, s.peer, s.tag)
+                        })
+                })
+                .collect();
+            let channels = cluster.channels();
+            if ready.is_empty() && channels == 0 {
+                break;
+            }
+            let pick = e.choose(ready.len() + channels);
+            if pick >= ready.len() {
+                cluster.step_channel(pick - ready.len());
+                continue;
+            }
+            let i = ready[pick];
+            let s = &steps[i];
+            // The payload of a message names the step that sends it: its receive is the
+            // step after the send of the same key in `steps`.
+            let ticket = if s.send {
+                let mut args = SendArgs::new(CommId(0), Rank(s.peer), Tag(s.tag), 0);
+                args.detached = true;
+                args.sync = s.sync;
+                let recv = (0..steps.len())
+                    .find(|&j| {
+                        let o = &steps[j];
+                        !o.send && (o.rank, o.peer, o.tag) == (s.peer, s.rank, s.tag)
+                    })
+                    .expect("every send has its receive");
+                cluster.post_send(Rank(s.rank), args, vec![recv as u8; s.size], true)
+            } else {
+                let mut args = RecvArgs::new(CommId(0), Rank(s.peer), Tag(s.tag), s.size as u64);
+                args.detached = true;
+                cluster.post_recv(Rank(s.rank), args, true)
+            };
+            posted[i] = Some(ticket);
+        }
+        if completed.iter().any(|&n| n != 1) {
+            for r in 0..2 {
+                eprintln!("rank {r}: {:?}", cluster.describe(Rank(r)));
+            }
+        }
+        for (i, n) in completed.iter().enumerate() {
+            assert_eq!(*n, 1, "{name}: step {i} completed {n} times (a deadlock?)");
+        }
+        for r in 0..2 {
+            let left = cluster.leftovers(Rank(r));
+            assert!(left.is_empty(), "{name}: rank {r} left {left:?}");
+        }
+        assert!(cluster.is_quiet(), "{name}: cluster not quiet");
+        refusals += cluster.refusals();
+        queued += cluster.queued();
+    });
+    assert!(
+        done.complete,
+        "{name}: {} interleavings were not all of them",
+        done.paths
+    );
+    eprintln!(
+        "{name}: {} interleavings, up to {} choices each; {refusals} envelopes refused, \
+         {queued} submissions waited for room",
+        done.paths, done.longest
+    );
+    (done.paths, refusals, queued)
+}
+
+#[test]
+fn every_interleaving_of_receives_made_ready_out_of_flow_order_on_tiny_tables() {
+    // Rank 1's flow: receive R1 (tag 1), reply (tag 3) once R1 is done, receive R2
+    // (tag 2), receive A (tag 10) once R2 is done. Rank 0 sends A and R1's message, and
+    // R2's message only once the reply came: R2's message depends on R1's completion.
+    // R2 may reach rank 1's adapter before R1 (its data is ready first). With 2 receive
+    // slots, R2 (whose message cannot come yet) and early data (A, or R1's message)
+    // could hold both while R1, whose message is here, waits: a cycle. A receive whose
+    // message is not here never takes the last receive slot, early data neither, and a
+    // receive whose message is here goes ahead of the waiting ones.
+    const STEPS: [Step; 8] = [
+        step(0, true, 1, 10, &[]),   // 0: A
+        step(0, true, 1, 1, &[]),    // 1: R1's message
+        step(1, false, 0, 1, &[]),   // 2: R1
+        step(1, true, 0, 3, &[2]),   // 3: the reply, after R1
+        step(0, false, 1, 3, &[]),   // 4: the reply's receive
+        step(0, true, 1, 2, &[4]),   // 5: R2's message, after the reply
+        step(1, false, 0, 2, &[]),   // 6: R2
+        step(1, false, 0, 10, &[6]), // 7: A's receive, after R2
+    ];
+    let (paths, refusals, queued) =
+        dependent_flow("receives out of flow order, tiny tables", &STEPS);
+    assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+    // The same flow with R1's message synchronous (its envelope waits in the engine as
+    // early data, needing no slot, until R1 is posted) and R2's a two-message payload
+    // (20 bytes past the eager limit of 8).
+    let mut steps = STEPS;
+    steps[1].sync = true;
+    steps[5].size = 20;
+    steps[6].size = 20;
+    let (paths, _, queued) = dependent_flow(
+        "receives out of flow order, synchronous and two-message payloads, tiny tables",
+        &steps,
+    );
+    assert!(queued > 0, "{queued} {paths}");
+}

@@ -177,26 +177,35 @@ fn stencil5_whole_grid_in_flight_past_the_old_tables() {
 }
 
 /// The same flow without the wait between the sweeps and each migration, on the smallest
-/// engine tables: it deadlocks (the watchdog reports a cycle between the two ranks). A
-/// flow receive reaches the progression thread when its handle's earlier tasks are done,
-/// not in flow order, and the waiting receives go in first come, first served: a
-/// migration's receive can hold the last receive slot while an earlier sweep receive,
-/// on which the migration's message depends through the peer's tasks, waits behind it.
-/// At the default tables the same happens from an 8 × 2000 grid on 2 ranks.
+/// engine tables and past the default ones. A flow receive reaches the progression thread
+/// when its handle's earlier tasks are done, not in flow order: a migration's receive,
+/// whose message depends through the peer's tasks on an earlier sweep receive, must not
+/// hold the last receive slot while that sweep receive, whose message is here, waits
+/// behind it (this deadlocked before issue 17's fix: the watchdog reported a cycle
+/// between the two ranks). A receive whose message is not here never takes the last
+/// receive slot, early data neither, and a receive whose message is here goes ahead of
+/// the waiting ones (docs/protocol.md, "Admission").
 #[test]
-#[ignore = "deadlocks: a full table is still not always a wait (issue 17, item 2)"]
 fn stencil5_sweeps_overlapping_a_migration_past_the_tables() {
-    let config = ClusterConfig {
-        tables: starling::Tables::TINY,
-        watchdog: Some(core::time::Duration::from_secs(5)),
-        ..ClusterConfig::from_env()
-    };
-    let p = stencil5::Params {
-        ranks: 2,
-        x: 8,
-        y: 16,
-        iterations: 3,
-        pruning: stencil5::Pruning::Safe,
-    };
-    stencil5::run(p, config, true).unwrap();
+    for (tables, ranks, y) in [
+        (starling::Tables::TINY, 2, 16),
+        (starling::Tables::TINY, 2, 64),
+        (starling::Tables::TINY, 4, 64),
+        (starling::Tables::DEFAULT, 2, 2000),
+    ] {
+        let config = ClusterConfig {
+            tables,
+            watchdog: Some(core::time::Duration::from_secs(5)),
+            ..ClusterConfig::from_env()
+        };
+        let p = stencil5::Params {
+            ranks,
+            x: 8,
+            y,
+            iterations: 3,
+            pruning: stencil5::Pruning::Safe,
+        };
+        stencil5::run(p, config, true)
+            .unwrap_or_else(|e| panic!("{tables:?}, {ranks} ranks, 8 × {y}: {e}"));
+    }
 }

@@ -474,11 +474,16 @@ fn hang_explain_merges_a_directory_of_reports() {
 // ----- honest reports: refused and queued items, thousands of them -----------------------
 
 #[test]
-fn a_message_refused_at_its_receiver_is_not_blamed_on_its_sender() {
-    // Tiny tables: rank 1's two receives of messages never sent hold its receive share,
-    // so the message rank 0 sends on tag 5 is refused when it arrives and rank 1's
-    // receive of it waits for room. The explanation says the message arrived and waits
-    // on rank 1; it does not say that rank 0 never sent it.
+fn a_message_refused_at_its_receiver_goes_in_ahead_of_receives_waiting_for_room() {
+    // Tiny tables (2 receive slots): rank 1's first receive of a message never sent takes
+    // a slot, its second may not take the last one (its message is not here) and waits
+    // for room; the message rank 0 sends on tag 5 is refused when it arrives (early data
+    // never takes the last slot either). Rank 1's receive of it, whose message is here,
+    // goes in ahead of the waiting receive and completes: a full table is a wait, never a
+    // hang (issue 17). Before that fix this receive stalled behind the never-sent ones;
+    // how the hang explainer words a refused message whose receive waits for room is
+    // checked in `std-adapter/src/hang/tests.rs`
+    // (`a_message_sent_but_refused_at_its_receiver_is_not_blamed_on_its_sender`).
     let config = ClusterConfig {
         tables: Tables::TINY,
         ..with_watchdog(1000)
@@ -502,37 +507,25 @@ fn a_message_refused_at_its_receiver_is_not_blamed_on_its_sender() {
         }
     });
     assert_eq!(out[0], Some(Ok(())), "an eager send completes");
-    assert!(
-        matches!(out[1], Some(Err(CommError::Stalled { .. }))),
-        "{:?}",
-        out[1]
+    assert_eq!(
+        out[1],
+        Some(Ok(())),
+        "its receive went in ahead and completed"
     );
     let err = shutdown.expect_err("the watchdog's finding is returned");
     let text = err.leftovers.join("\n");
-    assert!(
-        text.contains("rank 1 waits for tag 5 from rank 0 (into data 0, for ")
-            && text.contains(
-                "rank 0 sent it and it arrived: rank 1 holds it (refused by its engine for a full \
-             table and kept, in order, until it fits); the receive is waiting for room in the \
-             engine's tables"
-            ),
-        "{text}"
-    );
-    assert!(
-        !text.contains("rank 0 never sent it; it sent tag 5"),
-        "{text}"
-    );
+    // Only the never-sent receives are left; the message on tag 5 is not.
+    assert!(!text.contains("tag 5 "), "{text}");
     assert!(!text.contains("deadlock"), "{text}");
-    // At shutdown: the refused message and the receive that never reached the engine.
+    assert!(
+        text.contains("rank 1: Recv with rank 0 and tag 100 never completed"),
+        "{text}"
+    );
     assert!(
         text.contains(
-            "rank 1: message from rank 0 with tag 5 (4 bytes) was never received (it arrived; \
-             its engine refused it for a full table and it waited outside, for its receive)"
+            "rank 1: Recv with rank 0 and tag 101 never reached the engine (it waited for room \
+             in the engine's tables)"
         ),
-        "{text}"
-    );
-    assert!(
-        text.contains("rank 1: Recv with rank 0 and tag 5 never reached the engine"),
         "{text}"
     );
 }

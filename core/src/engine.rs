@@ -271,8 +271,45 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         match class {
             Class::Send => sends < b.sends,
             Class::Recv => recvs + early < b.recvs,
-            Class::Early => early < b.early && recvs + early < b.recvs,
+            // An early request never takes the last receive slot: it is kept for a
+            // receive whose message is already here (see [`Engine::free_recv_slots`]).
+            Class::Early => early < b.early && recvs + early + 1 < b.recvs,
         }
+    }
+
+    /// The receive slots free now: how many more application receives the budget (and
+    /// the slab) would take. `None` with no [`Config::request_limit`] (no budget: first
+    /// come first served).
+    ///
+    /// An adapter keeps the last one for a receive whose message is already here (early
+    /// data of its key: [`Engine::has_early`], or an envelope it refused): a receive
+    /// whose message is not here may depend on a later one's completion, and early
+    /// requests never take it either, so a receive whose message is here can always go
+    /// in, complete and free it.
+    pub fn free_recv_slots(&self) -> Option<usize> {
+        let b = self.budget()?;
+        let slab = self.requests.capacity() - self.requests.len();
+        let budget = b.recvs.saturating_sub(self.live.recvs + self.live.early);
+        Some(if slab < budget { slab } else { budget })
+    }
+
+    /// Whether a message of `key` waits in the engine for its receive (early data, or
+    /// the envelope of a synchronous or rendezvous send): a receive of `key` posted now
+    /// is matched at once and completes without anything else.
+    pub fn has_early(&self, key: Key) -> bool {
+        self.matcher.has_unexpected_key(key)
+    }
+
+    /// Whether any message waits in the engine for its receive ([`Engine::has_early`]
+    /// of some key).
+    pub fn any_early(&self) -> bool {
+        self.matcher.unexpected_keys() > 0
+    }
+
+    /// The key of each message waiting in the engine for its receive, oldest first per
+    /// key (a key comes once per message).
+    pub fn early_keys(&self) -> impl Iterator<Item = Key> + '_ {
+        self.matcher.unexpected().map(|(k, _)| k)
     }
 
     /// Inserts `r` into the slab, counting it in its class.

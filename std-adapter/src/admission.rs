@@ -7,7 +7,13 @@
 //! * **submissions** the engine refused with an error that waits (`SubmitError::waits`): they
 //!   wait in submission order per direction (sends, receives) and are submitted again,
 //!   oldest first, whenever room may have freed ([`Admission::admit_waiting`]); a new
-//!   submission waits behind the waiting ones of its direction;
+//!   submission waits behind the waiting ones of its direction. One exception keeps a
+//!   full table a wait, never a hang (issue 17): receives reach the adapter when their
+//!   data is ready, not in flow order, so a receive whose message is not here yet never
+//!   takes the last receive slot (it may depend on an earlier receive's completion), and
+//!   a receive whose message is here (an envelope of its key refused and kept, or early
+//!   data of its key in the engine) goes in ahead of the waiting receives of other keys
+//!   and may take it: it completes without anything else and frees it;
 //! * **envelopes** the engine refused with `MessageError::Full`: each waits behind the
 //!   earlier refused envelopes it must keep its order with — those of its key and, for a
 //!   data envelope, those of its payload tag from the same source (the core says which:
@@ -52,6 +58,22 @@ pub(crate) trait Admit {
 
     /// The engine's [`RefusalOrder`] of an envelope (`None`: it does not decode).
     fn refusal_order(&self, source: Rank, comm: CommId, bytes: &[u8]) -> Option<RefusalOrder>;
+
+    /// The key of a receive (`None` for a send).
+    fn recv_key(&self, c: &Self::Cmd) -> Option<Key>;
+
+    /// The engine's free receive slots
+    /// ([`Engine::free_recv_slots`](starling_core::engine::Engine::free_recv_slots)):
+    /// `None` with no budget.
+    fn free_recv_slots(&self) -> Option<usize>;
+
+    /// Whether a message of `key` waits in the engine for its receive
+    /// ([`Engine::has_early`](starling_core::engine::Engine::has_early)).
+    fn has_early(&self, key: Key) -> bool;
+
+    /// Calls `f` with the key of each message waiting in the engine for its receive
+    /// ([`Engine::early_keys`](starling_core::engine::Engine::early_keys)).
+    fn early_keys(&self, f: &mut dyn FnMut(Key));
 }
 
 /// The direction of a submission: each keeps its order.
@@ -66,7 +88,11 @@ pub(crate) enum Direction {
 /// What waits outside one engine: submissions per direction and refused envelopes.
 pub(crate) struct Admission<C> {
     sends: VecDeque<C>,
-    recvs: VecDeque<C>,
+    /// The waiting receives, oldest first, with their arrival numbers.
+    recvs: VecDeque<(u64, C)>,
+    /// The arrival numbers of the waiting receives per key, oldest first.
+    recv_keys: HashMap<Key, VecDeque<u64>>,
+    next_recv: u64,
     refused: Refused,
     /// Envelopes refused so far (a retry refused again counts again).
     refusals: u64,
@@ -79,6 +105,8 @@ impl<C> Default for Admission<C> {
         Self {
             sends: VecDeque::new(),
             recvs: VecDeque::new(),
+            recv_keys: HashMap::new(),
+            next_recv: 0,
             refused: Refused::default(),
             refusals: 0,
             queued: 0,
@@ -120,18 +148,26 @@ impl<C> Admission<C> {
 
     /// The submissions waiting for room in direction `dir`, oldest first.
     pub(crate) fn waiting(&self, dir: Direction) -> impl Iterator<Item = &C> + '_ {
-        match dir {
-            Direction::Send => self.sends.iter(),
-            Direction::Recv => self.recvs.iter(),
-        }
+        let (sends, recvs) = match dir {
+            Direction::Send => (Some(self.sends.iter()), None),
+            Direction::Recv => (None, Some(self.recvs.iter())),
+        };
+        sends
+            .into_iter()
+            .flatten()
+            .chain(recvs.into_iter().flatten().map(|(_, c)| c))
     }
 
     /// The submissions waiting for room in direction `dir`, to update in place.
     pub(crate) fn waiting_mut(&mut self, dir: Direction) -> impl Iterator<Item = &mut C> + '_ {
-        match dir {
-            Direction::Send => self.sends.iter_mut(),
-            Direction::Recv => self.recvs.iter_mut(),
-        }
+        let (sends, recvs) = match dir {
+            Direction::Send => (Some(self.sends.iter_mut()), None),
+            Direction::Recv => (None, Some(self.recvs.iter_mut())),
+        };
+        sends
+            .into_iter()
+            .flatten()
+            .chain(recvs.into_iter().flatten().map(|(_, c)| c))
     }
 
     /// The refused envelopes, oldest first: source, communicator, bytes.
@@ -139,52 +175,170 @@ impl<C> Admission<C> {
         self.refused.iter()
     }
 
-    fn queue(&mut self, dir: Direction) -> &mut VecDeque<C> {
+    /// Keeps a submission waiting, behind the others of its direction.
+    fn wait(&mut self, a: &impl Admit<Cmd = C>, dir: Direction, c: C) {
+        self.queued += 1;
         match dir {
-            Direction::Send => &mut self.sends,
-            Direction::Recv => &mut self.recvs,
+            Direction::Send => self.sends.push_back(c),
+            Direction::Recv => {
+                let seq = self.next_recv;
+                self.next_recv += 1;
+                if let Some(key) = a.recv_key(&c) {
+                    self.recv_keys.entry(key).or_default().push_back(seq);
+                }
+                self.recvs.push_back((seq, c));
+            }
         }
     }
 
+    /// Takes waiting receive `at` out of the queue (the oldest of its key).
+    fn take_recv(&mut self, a: &impl Admit<Cmd = C>, at: usize) -> Option<(u64, C)> {
+        let (seq, c) = self.recvs.remove(at)?;
+        if let Some(key) = a.recv_key(&c) {
+            if let Some(q) = self.recv_keys.get_mut(&key) {
+                if q.front() == Some(&seq) {
+                    q.pop_front();
+                } else {
+                    q.retain(|s| *s != seq);
+                }
+                if q.is_empty() {
+                    self.recv_keys.remove(&key);
+                }
+            }
+        }
+        Some((seq, c))
+    }
+
+    /// Puts waiting receive `seq` back at `at`: the engine had no room for it.
+    fn put_back_recv(&mut self, a: &impl Admit<Cmd = C>, at: usize, seq: u64, c: C) {
+        if let Some(key) = a.recv_key(&c) {
+            self.recv_keys.entry(key).or_default().push_front(seq);
+        }
+        self.recvs.insert(at, (seq, c));
+    }
+
     /// A new submission: submitted at once unless earlier ones of its direction wait (it
-    /// waits behind them), or the engine has no room (it waits).
+    /// waits behind them), or the engine has no room (it waits). A receive whose message
+    /// is already here ([`Admission::message_here`]) goes by the waiting receives of
+    /// other keys; one whose message is not here waits rather than take the last receive
+    /// slot ([`Admission::may_take_slot`]).
     pub(crate) fn offer(&mut self, a: &mut impl Admit<Cmd = C>, dir: Direction, c: C) {
-        if !self.queue(dir).is_empty() {
-            self.queued += 1;
-            self.queue(dir).push_back(c);
+        let go = match dir {
+            Direction::Send => self.sends.is_empty(),
+            Direction::Recv => match a.recv_key(&c) {
+                Some(key) => {
+                    if self.message_here(a, key) {
+                        !self.recv_keys.contains_key(&key)
+                    } else {
+                        self.recvs.is_empty() && Self::may_take_slot(a)
+                    }
+                }
+                None => self.recvs.is_empty(),
+            },
+        };
+        if !go {
+            self.wait(a, dir, c);
             return;
         }
         match a.submit(c) {
             Ok(Some(key)) => self.retry_key(a, key),
             Ok(None) => {}
-            Err(c) => {
-                self.queued += 1;
-                self.queue(dir).push_back(c);
-            }
+            Err(c) => self.wait(a, dir, c),
         }
     }
 
-    /// Submits the waiting sends, then the waiting receives, each direction in order
-    /// while the engine has room; whether any went in.
+    /// Whether the message of a receive of `key` is already here: an envelope of `key`
+    /// refused and kept here, or early data of `key` in the engine. Such a receive,
+    /// once in, is matched at once and completes without anything else (the sender's
+    /// part is already under way).
+    fn message_here(&self, a: &impl Admit<Cmd = C>, key: Key) -> bool {
+        // (a refused envelope held back by an earlier one of its payload tag is not
+        // here yet: it goes in only after that one)
+        self.refused
+            .front_of(key)
+            .is_some_and(|seq| self.refused.eligible(seq))
+            || a.has_early(key)
+    }
+
+    /// Whether a receive whose message is not here may take a receive slot now: not the
+    /// last one (kept for a receive whose message is here). Receives reach the adapter
+    /// when their data is ready, not in flow order: a later receive, whose message
+    /// can only come after an earlier receive completes, must never hold the slot that
+    /// earlier receive needs once its message is here (design rule 2: a full table is a
+    /// wait, never a hang). With no budget, any may.
+    fn may_take_slot(a: &impl Admit<Cmd = C>) -> bool {
+        a.free_recv_slots().is_none_or(|n| n > 1)
+    }
+
+    /// Submits the waiting sends in order while the engine has room, then the waiting
+    /// receives: in order while the engine has room and the receive's message is here or
+    /// it may take a slot ([`Admission::may_take_slot`]); when the oldest may not go in,
+    /// the oldest waiting receive of a key whose message is here goes before it (each key
+    /// keeps its order). Whether any went in.
     pub(crate) fn admit_waiting(&mut self, a: &mut impl Admit<Cmd = C>) -> bool {
         let mut any = false;
-        for dir in [Direction::Send, Direction::Recv] {
-            while let Some(c) = self.queue(dir).pop_front() {
-                match a.submit(c) {
-                    Ok(key) => {
-                        any = true;
-                        if let Some(key) = key {
-                            self.retry_key(a, key);
-                        }
+        while let Some(c) = self.sends.pop_front() {
+            match a.submit(c) {
+                Ok(key) => {
+                    any = true;
+                    if let Some(key) = key {
+                        self.retry_key(a, key);
                     }
-                    Err(c) => {
-                        self.queue(dir).push_front(c);
-                        break;
+                }
+                Err(c) => {
+                    self.sends.push_front(c);
+                    break;
+                }
+            }
+        }
+        while let Some((_, head)) = self.recvs.front() {
+            let fits = a
+                .recv_key(head)
+                .is_none_or(|k| self.message_here(a, k) || Self::may_take_slot(a));
+            let at = if fits { Some(0) } else { self.first_here(a) };
+            let Some(at) = at else {
+                break;
+            };
+            let Some((seq, c)) = self.take_recv(a, at) else {
+                break;
+            };
+            match a.submit(c) {
+                Ok(key) => {
+                    any = true;
+                    if let Some(key) = key {
+                        self.retry_key(a, key);
                     }
+                }
+                Err(c) => {
+                    self.put_back_recv(a, at, seq, c);
+                    break;
                 }
             }
         }
         any
+    }
+
+    /// The position of the oldest waiting receive that is the oldest of its key and
+    /// whose message is here: looked for among the keys that have something here (refused
+    /// envelopes, early data), not through the whole queue.
+    fn first_here(&self, a: &impl Admit<Cmd = C>) -> Option<usize> {
+        if self.recv_keys.is_empty() {
+            return None;
+        }
+        let mut oldest: Option<u64> = None;
+        let mut consider = |key: Key| {
+            if let Some(&seq) = self.recv_keys.get(&key).and_then(|q| q.front()) {
+                if oldest.is_none_or(|o| seq < o) && self.message_here(a, key) {
+                    oldest = Some(seq);
+                }
+            }
+        };
+        for key in self.refused.keys() {
+            consider(key);
+        }
+        a.early_keys(&mut consider);
+        let seq = oldest?;
+        self.recvs.binary_search_by_key(&seq, |(s, _)| *s).ok()
     }
 
     /// An envelope arrived: it waits behind the refused envelopes it must keep its
@@ -317,6 +471,11 @@ impl Refused {
         self.items.is_empty()
     }
 
+    /// The keys that have refused envelopes.
+    fn keys(&self) -> impl Iterator<Item = Key> + '_ {
+        self.by_key.keys().copied()
+    }
+
     /// Whether an envelope from `source` that keeps `order` must wait behind refused ones.
     fn must_wait(&self, source: Rank, order: &RefusalOrder) -> bool {
         self.by_key.get(&order.key).is_some_and(|q| !q.is_empty())
@@ -446,6 +605,10 @@ mod tests {
         went_in: Vec<u8>,
         room: usize,
         submitted: Vec<u32>,
+        /// Free receive slots (`None`: no budget).
+        slots: Option<usize>,
+        /// Keys with early data in the engine.
+        early: Vec<Key>,
     }
 
     impl Admit for Fake {
@@ -474,6 +637,24 @@ mod tests {
                 key: Key::new(comm, source, Tag(i64::from(b[0]))),
                 payload: (b[1] != 0).then_some(PhysTag(i32::from(b[1]))),
             })
+        }
+
+        fn recv_key(&self, c: &u32) -> Option<Key> {
+            (c % 2 == 1).then(|| Key::new(CommId::WORLD, Rank(0), Tag(i64::from(*c))))
+        }
+
+        fn free_recv_slots(&self) -> Option<usize> {
+            self.slots
+        }
+
+        fn has_early(&self, key: Key) -> bool {
+            self.early.contains(&key)
+        }
+
+        fn early_keys(&self, f: &mut dyn FnMut(Key)) {
+            for k in &self.early {
+                f(*k);
+            }
         }
     }
 
@@ -528,6 +709,59 @@ mod tests {
         assert!(a.admit_waiting(&mut f));
         assert_eq!(f.went_in, [7, 5]);
         assert!(a.is_empty());
+    }
+
+    fn key(tag: u32) -> Key {
+        Key::new(CommId::WORLD, Rank(0), Tag(i64::from(tag)))
+    }
+
+    #[test]
+    fn the_last_receive_slot_is_kept_for_a_receive_whose_message_is_here() {
+        let (mut a, mut f) = (Admission::default(), Fake::default());
+        f.full = vec![5];
+        assert!(!arrive(&mut a, &mut f, 5, 0)); // refused: 5's message is here
+        f.full.clear();
+        f.room = 5;
+        f.slots = Some(1);
+        // 3's message is not here: it may not take the last slot, and waits.
+        a.offer(&mut f, Direction::Recv, 3);
+        assert!(f.submitted.is_empty());
+        // 5's message is here (refused): it goes by 3, and takes its envelope.
+        a.offer(&mut f, Direction::Recv, 5);
+        assert_eq!((&f.submitted[..], &f.went_in[..]), (&[5][..], &[5][..]));
+        // So does 7, whose message waits in the engine as early data.
+        f.early = vec![key(7)];
+        a.offer(&mut f, Direction::Recv, 7);
+        assert_eq!(f.submitted, [5, 7]);
+        // 9's is not here: behind 3; nothing goes in while the last slot is all there is.
+        f.early.clear();
+        a.offer(&mut f, Direction::Recv, 9);
+        assert!(!a.admit_waiting(&mut f));
+        // 9's message arrives (early data): it goes ahead of 3.
+        f.early = vec![key(9)];
+        assert!(a.admit_waiting(&mut f));
+        assert_eq!(f.submitted, [5, 7, 9]);
+        // 3 goes in once the slot it would take is not the last.
+        f.early.clear();
+        f.slots = Some(2);
+        assert!(a.admit_waiting(&mut f));
+        assert_eq!(f.submitted, [5, 7, 9, 3]);
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn a_receive_whose_message_is_here_stays_behind_a_waiting_one_of_its_key() {
+        let (mut a, mut f) = (Admission::default(), Fake::default());
+        f.slots = Some(1);
+        f.room = 5;
+        a.offer(&mut f, Direction::Recv, 3); // not here: waits
+        f.early = vec![key(3)];
+        a.offer(&mut f, Direction::Recv, 3); // here, but behind the first of its key
+        assert!(f.submitted.is_empty());
+        // The first of key 3 is now the one whose message is here: it goes, then the
+        // second (its message still counts as here in this stand-in).
+        assert!(a.admit_waiting(&mut f));
+        assert_eq!(f.submitted, [3, 3]);
     }
 
     #[test]

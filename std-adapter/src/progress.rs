@@ -1149,6 +1149,25 @@ impl<T: Transport> Admit for Progress<T> {
     fn refusal_order(&self, source: Rank, comm: CommId, bytes: &[u8]) -> Option<RefusalOrder> {
         self.engine.refusal_order(source, comm, bytes)
     }
+
+    fn recv_key(&self, c: &Command) -> Option<Key> {
+        match c {
+            Command::Recv { args, .. } => Some(Key::new(args.comm, args.source, args.tag)),
+            _ => None,
+        }
+    }
+
+    fn free_recv_slots(&self) -> Option<usize> {
+        self.engine.free_recv_slots()
+    }
+
+    fn has_early(&self, key: Key) -> bool {
+        self.engine.has_early(key)
+    }
+
+    fn early_keys(&self, f: &mut dyn FnMut(Key)) {
+        self.engine.early_keys().for_each(f);
+    }
 }
 
 #[cfg(all(test, loom))]

@@ -991,6 +991,30 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
             .engine
             .refusal_order(source, comm, bytes)
     }
+
+    fn recv_key(&self, c: &SimCmd) -> Option<Key> {
+        match c {
+            SimCmd::Recv { args, .. } => Some(Key::new(args.comm, args.source, args.tag)),
+            SimCmd::Send { .. } => None,
+        }
+    }
+
+    fn free_recv_slots(&self) -> Option<usize> {
+        self.cluster.nodes[self.rank.index()]
+            .engine
+            .free_recv_slots()
+    }
+
+    fn has_early(&self, key: Key) -> bool {
+        self.cluster.nodes[self.rank.index()].engine.has_early(key)
+    }
+
+    fn early_keys(&self, f: &mut dyn FnMut(Key)) {
+        self.cluster.nodes[self.rank.index()]
+            .engine
+            .early_keys()
+            .for_each(f);
+    }
 }
 
 #[cfg(test)]

@@ -65,8 +65,12 @@ pub struct Config {
 ///   share drains whatever the receives wait for;
 /// * application receives and early requests (buffers of messages that arrived before
 ///   their receive, discard buffers) share the other `recvs` slots, of which early
-///   requests hold at most `early` (`recvs − 1`): a receive can always be submitted,
-///   and its message, once it waits, needs no slot.
+///   requests hold at most `early` (`recvs − 1`) and never the last free one: a
+///   receive can always be submitted, and its message, once it waits, needs no slot.
+///   The adapter keeps that last slot for a receive whose message is already here
+///   ([`Engine::free_recv_slots`](crate::engine::Engine::free_recv_slots)), so that
+///   receives posted out of flow order, whose messages depend on an earlier receive's
+///   completion, can never hold every slot while that earlier receive waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Budget {

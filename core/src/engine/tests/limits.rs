@@ -97,10 +97,44 @@ fn early_messages_never_take_the_last_receive_slot() {
         events(&mut b)[..],
         [Event::Completed { req, from_early: Some(_), .. }] if req == r
     ));
+    // The completed receive, not yet retired, still holds a slot: the other is the last
+    // one, kept for a receive whose message is here (`Engine::free_recv_slots`), so an
+    // early message is refused still.
+    assert_eq!(b.free_recv_slots(), Some(1));
+    assert_eq!(
+        b.handle_message(Rank(0), W, &eager(2, 1, 20)),
+        Err(MessageError::Full(Table::Requests))
+    );
+    b.retire(r).unwrap();
+    assert_eq!(b.free_recv_slots(), Some(2));
     // The refused message goes in now.
     assert!(matches!(
         b.handle_message(Rank(0), W, &eager(2, 1, 20)),
         Ok(Arrival::Stash { .. })
+    ));
+    assert!(b.has_early(Key::new(W, Rank(0), Tag(2))) && b.any_early());
+    assert_eq!(b.free_recv_slots(), Some(1));
+    // Beside a posted receive whose message is not here, an early message would take the
+    // last slot: refused.
+    let _waiting = ready_recv(&mut b, 9);
+    assert_eq!(b.free_recv_slots(), Some(0));
+}
+
+#[test]
+fn early_messages_leave_the_last_receive_slot_beside_posted_receives() {
+    let mut b = limited(1, 4, 0);
+    // A receive whose message is not here: one slot left, the last.
+    let _r = ready_recv(&mut b, 5);
+    assert_eq!(b.free_recv_slots(), Some(1));
+    assert_eq!(
+        b.handle_message(Rank(0), W, &eager(1, 0, 10)),
+        Err(MessageError::Full(Table::Requests))
+    );
+    assert!(!b.any_early());
+    // Its own message needs no slot.
+    assert!(matches!(
+        b.handle_message(Rank(0), W, &eager(5, 1, 50)),
+        Ok(Arrival::Deliver { .. } | Arrival::Nothing)
     ));
 }
 
