@@ -378,15 +378,16 @@ pub(crate) fn distributed(
     p: &Params,
     gpu: Option<&Gpu>,
 ) -> Result<(Counts, Option<Vec<f64>>), InsertError> {
-    distributed_with(ctx, p, gpu, false)
+    distributed_with(ctx, p, gpu, true)
 }
 
-/// The wait between the sweeps and a migration: every rank finishes its sweeps before
-/// any migrates. A workaround, not part of the algorithm (`overlap` leaves it out).
+/// A wait between the sweeps and a migration (every rank finishes its sweeps before any
+/// migrates), kept only as the phased variant of the tests: the example overlaps them
+/// (`overlap`, the default of [`distributed`]).
 ///
-/// Without it, on a grid whose migration alone overflows the engine's tables (8 × 2000
-/// cells on 2 ranks at the default tables, 8 × 16 at `STARLING_ENGINE_TABLES=4,2`), the
-/// run used to deadlock: a flow receive reaches the progression thread when its handle's
+/// On a grid whose migration alone overflows the engine's tables (8 × 2000 cells on 2
+/// ranks at the default tables, 8 × 16 at `STARLING_ENGINE_TABLES=4,2`), overlapping
+/// used to deadlock: a flow receive reaches the progression thread when its handle's
 /// earlier tasks are done, not in flow order, so a migration's receive could hold the
 /// last slot while an earlier sweep receive, which the migration's message depends on
 /// through the peer's tasks, waited behind it for room. The adapter now keeps the last
