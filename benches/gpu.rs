@@ -1,16 +1,19 @@
 //! The GPU benchmarks of the CUDA device (feature `cuda`; run on a machine with a GPU):
 //!
-//! 1. **Cholesky**: GFlop/s (`n³/3` flops) of the tiled factorization of
+//! 1. **Staging**: host ↔ device bandwidth of the pipeline's copies of a 256 MiB handle,
+//!    pinned (`Layer::pin`) and pinned by the pipeline at its second copy, against raw
+//!    `cudarc` copies from pinned and from pageable memory and against a pool of pinned
+//!    staging buffers.
+//! 2. **Cholesky**: GFlop/s (`n³/3` flops) of the tiled factorization of
 //!    `examples/cholesky.rs` with its CUDA codelets (cuSOLVER POTRF, cuBLAS TRSM, SYRK,
-//!    GEMM) run by Starling's CUDA worker, on one rank, against cuSOLVER's dense `potrf`
-//!    of the same matrix on the same device in the same run (the single-device limit);
-//!    `n` = 8192, 16384, 32768 (`STARLING_GPU_BENCH_N` = a comma-separated list),
-//!    tiles of `STARLING_GPU_BENCH_NB` (default 1024). The dense run times the
-//!    factorization only; Starling's includes the transfers its tasks make (every tile
-//!    goes up once and every task writes its tile back: write-through).
-//! 2. **Staging**: host ↔ device bandwidth of the replica layer (`Replicated::before_send`
-//!    staging a device copy to the host, and a fetch of the host copy to the device)
-//!    against a raw `cudarc` copy of the same pageable buffer, 256 MiB.
+//!    GEMM) run by the device pipeline, on 1 and 2 in-process ranks sharing the device
+//!    (`STARLING_GPU_BENCH_RANKS`), against cuSOLVER's dense `potrf` of the same matrix
+//!    on the same device in the same run; `n` = 8192, 16384, 32768
+//!    (`STARLING_GPU_BENCH_N`), tiles of 1024 and 2048 (`STARLING_GPU_BENCH_NB`). Both
+//!    are warmed up first. The dense run times the factorization only; Starling's includes
+//!    every copy its tasks make; its tiles are pinned before the timer
+//!    (`STARLING_GPU_BENCH_PAGEABLE=1` adds unpinned runs). The table gives the bytes each
+//!    way during the factorization.
 //!
 //! ```sh
 //! cargo bench --features cuda --bench gpu

@@ -100,12 +100,6 @@ pub trait Backend: Send + Sync + 'static {
     /// The backend's failure (a library missing, a handle not created).
     fn exec(&self, dev: usize, stream: usize) -> Result<Self::Exec, GpuError>;
 
-    /// Bytes of memory free on device `dev` now.
-    ///
-    /// # Errors
-    /// The backend's failure.
-    fn free_bytes(&self, dev: usize) -> Result<usize, GpuError>;
-
     /// A buffer of `len` elements on device `dev` (its content is undefined).
     ///
     /// # Errors

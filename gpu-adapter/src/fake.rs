@@ -179,8 +179,7 @@ pub struct FakeLog {
     pub downloads: AtomicU64,
     /// Kernels run.
     pub kernels: AtomicU64,
-    /// The most kernels running at once, and how many run now.
-    pub max_concurrent: AtomicU64,
+    /// Kernels running now.
     running: AtomicU64,
     /// Uploads that ran while a kernel of the same device was running (prefetch).
     pub overlapped_uploads: AtomicU64,
@@ -298,10 +297,6 @@ impl Backend for Fake {
         Ok(())
     }
 
-    fn free_bytes(&self, _dev: usize) -> Result<usize, GpuError> {
-        Ok(self.config.memory)
-    }
-
     fn alloc(&self, _dev: usize, len: usize) -> Result<FakeBuf, GpuError> {
         Ok(FakeBuf {
             data: Arc::new(Mutex::new(vec![f64::NAN; len])),
@@ -415,8 +410,7 @@ impl Backend for Fake {
                     let _ = a.wait();
                 }
                 {
-                    let now = log.running.fetch_add(1, Ordering::SeqCst) + 1;
-                    log.max_concurrent.fetch_max(now, Ordering::SeqCst);
+                    log.running.fetch_add(1, Ordering::SeqCst);
                     // Lock in address order: two kernels reading the same buffers never
                     // deadlock.
                     let mut order: Vec<usize> = (0..bufs.len()).collect();

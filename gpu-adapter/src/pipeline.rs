@@ -34,7 +34,7 @@
 //! the first written handle's [uid](starling_std::Buffers::uid) modulo the devices (owner
 //! computes, stable per handle), so every device of a process is used.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -165,6 +165,33 @@ impl<B: Backend> Entry<B> {
     fn has_buf(&self, node: MemNode) -> bool {
         self.buf(node).is_some()
     }
+
+    /// Frees the buffer on device `d`, if it has one that no task in flight uses (its copy
+    /// is stale or may go), and gives its bytes back to the device's count.
+    fn free_copy(&mut self, devs: &mut [Dev<B>], d: usize) {
+        let i = node_of(d).index();
+        if self.in_use[i] == 0 && self.bufs.get_mut(i).and_then(Option::take).is_some() {
+            devs[d].used = devs[d].used.saturating_sub(self.bytes());
+        }
+    }
+
+    /// Frees every device buffer and unpins the host storage: the layer forgets the handle
+    /// (nothing of it is in flight).
+    fn discard(&mut self, devs: &mut [Dev<B>], backend: &B) {
+        for d in 0..devs.len() {
+            self.free_copy(devs, d);
+        }
+        if let Some(p) = self.pinned.take() {
+            backend.unpin(p);
+        }
+    }
+
+    /// Frees the buffers of the device copies in `stale` (from a write's invalidation).
+    fn free_stale(&mut self, devs: &mut [Dev<B>], stale: starling_core::coherence::NodeSet) {
+        for n in stale.iter().filter(|n| !n.is_main_ram()) {
+            self.free_copy(devs, n.index() - 1);
+        }
+    }
 }
 
 /// A ready task in a device's queue: highest priority first, then first come.
@@ -226,7 +253,6 @@ struct Shared<B: Backend> {
     /// One per device: its driver thread waits here for work.
     wake: Vec<Condvar>,
     counters: Counters,
-    stopped: AtomicBool,
 }
 
 /// The device layer of a process over backend `B`: see the [module docs](self).
@@ -281,7 +307,6 @@ impl<B: Backend> Layer<B> {
             }),
             wake: (0..n).map(|_| Condvar::new()).collect(),
             counters: Counters::default(),
-            stopped: AtomicBool::new(false),
         });
         let threads = (0..n)
             .map(|d| {
@@ -379,8 +404,7 @@ impl<B: Backend> Layer<B> {
             for d in 0..st.devs.len() {
                 let node = node_of(d);
                 if e.has_buf(node) && e.in_use[node.index()] == 0 && e.state.evict(node).is_ok() {
-                    e.bufs[node.index()] = None;
-                    st.devs[d].used = st.devs[d].used.saturating_sub(e.bytes());
+                    e.free_copy(&mut st.devs, d);
                 }
             }
         }
@@ -393,7 +417,6 @@ impl<B: Backend> Drop for Layer<B> {
             let mut st = lock(&self.shared.state);
             st.stop = true;
         }
-        self.shared.stopped.store(true, Ordering::Release);
         for w in &self.shared.wake {
             w.notify_all();
         }
@@ -537,11 +560,7 @@ impl<B: Backend> Shared<B> {
                 e.state.release(MemNode::MAIN_RAM, AccessMode::W)?;
                 // The device copies are stale: free them.
                 for d in 0..st.devs.len() {
-                    let node = node_of(d);
-                    if e.has_buf(node) && e.in_use[node.index()] == 0 {
-                        e.bufs[node.index()] = None;
-                        st.devs[d].used = st.devs[d].used.saturating_sub(e.bytes());
-                    }
+                    e.free_copy(&mut st.devs, d);
                 }
             }
         }
@@ -595,8 +614,7 @@ impl<B: Backend> Shared<B> {
             if e.state.evict(node).is_err() {
                 return false;
             }
-            e.bufs[node.index()] = None;
-            st.devs[dev].used = st.devs[dev].used.saturating_sub(e.bytes());
+            e.free_copy(&mut st.devs, dev);
             add(&self.counters.evictions, 1);
         }
         true
@@ -760,15 +778,7 @@ impl<B: Backend> Shared<B> {
             if e.in_use.iter().any(|&u| u > 0) {
                 return Err(GpuError::Unsupported("a handle reshaped while in use"));
             }
-            for d in 0..st.devs.len() {
-                if e.has_buf(node_of(d)) {
-                    st.devs[d].used = st.devs[d].used.saturating_sub(e.bytes());
-                }
-            }
-            let pinned = e.pinned.take();
-            if let Some(p) = pinned {
-                self.backend.unpin(p);
-            }
+            e.discard(&mut st.devs, &self.backend);
             *e = Entry::new(len, version, bufs.host_ref(i));
         }
         Self::sync_version(e, version)?;
@@ -813,13 +823,7 @@ impl<B: Backend> Shared<B> {
             }
         }
         // Copies on other devices that the write made stale: free them.
-        for d in a.invalidate.iter().filter(|n| !n.is_main_ram()) {
-            let di = d.index();
-            if di < e.bufs.len() && e.bufs[di].is_some() && e.in_use[di] == 0 {
-                e.bufs[di] = None;
-                st.devs[di - 1].used = st.devs[di - 1].used.saturating_sub(e.bytes());
-            }
-        }
+        e.free_stale(&mut st.devs, a.invalidate);
         e.in_use[node.index()] += 1;
         e.last_use = clock;
         Ok(upload)
@@ -862,7 +866,6 @@ impl<B: Backend> Shared<B> {
                 }
             }
             // New tasks, up to the window.
-            let mut blocked = false;
             while st.devs[dev].inflight.len() < self.config.window {
                 let Some(q) = st.devs[dev].queue.pop() else {
                     break;
@@ -884,13 +887,11 @@ impl<B: Backend> Shared<B> {
                     Issue::Queued => {}
                     Issue::NoRoom(task) => {
                         st.devs[dev].queue.push(Queued { task, ..q });
-                        blocked = true;
                         break;
                     }
                     Issue::Failed(task, e) => failed.push((task, e)),
                 }
             }
-            let _ = blocked;
             let idle = done.is_empty() && failed.is_empty();
             if idle {
                 if st.stop && st.devs[dev].queue.is_empty() && st.devs[dev].inflight.is_empty() {
@@ -945,27 +946,13 @@ impl<B: Backend> Shared<B> {
         if self.config.fallback && task.has_cpu() {
             add(&self.counters.cpu_tasks, 1);
             add(&self.counters.fallbacks, 1);
-            task.run_on_cpu(&Facade(self));
+            task.run_on_cpu(|data| self.to_host(data).map_err(|e| e.to_string()));
         } else {
             add(&self.counters.failed, 1);
             let name = task.name().to_owned();
             task.finish(Err(format!("failed on the device ({name}): {e}")));
         }
     }
-}
-
-/// `Shared` as a [`DeviceLayer`], for [`DeviceTask::run_on_cpu`].
-struct Facade<'a, B: Backend>(&'a Shared<B>);
-
-impl<B: Backend> DeviceLayer for Facade<'_, B> {
-    fn start(&self, task: DeviceTask) -> Result<(), DeviceTask> {
-        Err(task)
-    }
-    fn to_host(&self, data: &Buffers<'_>) -> Result<(), String> {
-        self.0.to_host(data).map_err(|e| e.to_string())
-    }
-    fn forget(&self, _uid: u64) {}
-    fn flush(&self) {}
 }
 
 impl<B: Backend> DeviceLayer for Layer<B> {
@@ -1005,14 +992,7 @@ impl<B: Backend> DeviceLayer for Layer<B> {
         let mut st = self.shared.state();
         let st = &mut *st;
         if let Some(mut e) = st.entries.remove(&uid) {
-            for d in 0..st.devs.len() {
-                if e.has_buf(node_of(d)) {
-                    st.devs[d].used = st.devs[d].used.saturating_sub(e.bytes());
-                }
-            }
-            if let Some(p) = e.pinned.take() {
-                self.shared.backend.unpin(p);
-            }
+            e.discard(&mut st.devs, &self.shared.backend);
         }
     }
 
@@ -1131,13 +1111,7 @@ impl<B: Backend> Shared<B> {
         if e.bufs[node.index()].replace(snap.buf).is_none() {
             st.devs[snap.dev].used += e.bytes();
         }
-        for d in a.invalidate.iter().filter(|n| !n.is_main_ram()) {
-            let di = d.index();
-            if di < e.bufs.len() && e.bufs[di].is_some() && e.in_use[di] == 0 {
-                e.bufs[di] = None;
-                st.devs[di - 1].used = st.devs[di - 1].used.saturating_sub(e.bytes());
-            }
-        }
+        e.free_stale(&mut st.devs, a.invalidate);
         e.last_use = clock;
         add(&self.counters.device_values, 1);
         Ok(())

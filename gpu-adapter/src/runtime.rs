@@ -188,10 +188,6 @@ impl Backend for Cuda {
         })
     }
 
-    fn free_bytes(&self, dev: usize) -> Result<usize, GpuError> {
-        Ok(self.devs[dev].device.context().mem_get_info()?.0)
-    }
-
     fn alloc(&self, dev: usize, len: usize) -> Result<CudaSlice<f64>, GpuError> {
         // SAFETY: the content is undefined until a copy or a kernel writes it; the
         // pipeline never reads a buffer it has not filled (the coherence state says so).

@@ -237,11 +237,11 @@ impl DeviceTask {
         }
     }
 
-    /// Runs the codelet's CPU implementation on the calling thread, after bringing the
-    /// host copies up to date with `layer`, and finishes the task: a device layer's
-    /// fallback when the device failed and falling back was asked for.
-    pub fn run_on_cpu(self, layer: &dyn DeviceLayer) {
-        let outcome = match layer.to_host(&self.buffers()) {
+    /// Runs the codelet's CPU implementation on the calling thread, after `to_host`
+    /// brought the host copies of its accesses up to date, and finishes the task: a
+    /// device layer's fallback when the device failed and falling back was asked for.
+    pub fn run_on_cpu(self, to_host: impl FnOnce(&Buffers<'_>) -> Result<(), String>) {
+        let outcome = match to_host(&self.buffers()) {
             Err(e) => Err(e),
             Ok(()) => match self.codelet.kernel() {
                 None => Err("the codelet has no CPU implementation".to_owned()),

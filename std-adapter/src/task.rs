@@ -1046,64 +1046,30 @@ impl Runtime {
             self.shared.disable_kernels,
         ) {
             // Master-slave mode: the kernel runs elsewhere; this worker goes on at once.
-            let rt = self.clone();
-            let name = Arc::clone(&codelet.name);
-            let finish: Finish = Box::new(move |outcome| {
-                let mut failure = outcome.err();
-                if let Some(cb) = callback {
-                    if let Err(p) = std::panic::catch_unwind(core::panic::AssertUnwindSafe(cb)) {
-                        failure.get_or_insert_with(|| {
-                            format!("its callback panicked: {}", panic_text(&*p))
-                        });
-                    }
-                }
-                rt.finish_task(id, &name, failure, tag);
-            });
+            let finish = self.completion(id, &codelet, callback, tag);
             offload.start(&codelet, accesses, priority, finish);
             return;
         }
 
-        let (codelet, accesses, callback) = match (&codelet.device, self.shared.disable_kernels) {
-            (Some(device), false) => {
-                // A device task: its layer queues it and this worker goes on at once; or
-                // the layer gives it back to run here, on the CPU.
-                let layer = Arc::clone(&device.layer);
-                let rt = self.clone();
-                let name = Arc::clone(&codelet.name);
-                let callback = Arc::new(Mutex::new(callback));
-                let cb = Arc::clone(&callback);
-                let finish: Finish = Box::new(move |outcome| {
-                    let mut failure = outcome.err();
-                    if let Some(cb) = lock(&cb).take() {
-                        if let Err(p) = std::panic::catch_unwind(core::panic::AssertUnwindSafe(cb))
-                        {
-                            failure.get_or_insert_with(|| {
-                                format!("its callback panicked: {}", panic_text(&*p))
-                            });
-                        }
-                    }
-                    rt.finish_task(id, &name, failure, tag);
-                });
-                let task = DeviceTask {
-                    codelet,
-                    accesses,
-                    priority,
-                    finish: Some(finish),
-                };
-                match layer.start(task) {
-                    Ok(()) => return,
-                    Err(mut task) => {
-                        // Back to the CPU: the task completes here, as any CPU task.
-                        drop(task.finish.take());
-                        let callback = lock(&callback).take();
-                        let codelet = task.codelet.clone();
-                        let accesses = core::mem::take(&mut task.accesses);
-                        (codelet, accesses, callback)
-                    }
-                }
+        if let (Some(device), false) = (&codelet.device, self.shared.disable_kernels) {
+            // A device task: its layer queues it and this worker goes on at once; or the
+            // layer gives it back, and it runs here, on the CPU.
+            let layer = Arc::clone(&device.layer);
+            let finish = self.completion(id, &codelet, callback, tag);
+            let task = DeviceTask {
+                codelet,
+                accesses,
+                priority,
+                finish: Some(finish),
+            };
+            if let Err(task) = layer.start(task) {
+                let begin = timeline.begin();
+                let name = Arc::clone(&task.codelet.name);
+                task.run_on_cpu(|b| self.shared.layers.to_host(b.accesses));
+                timeline.end(begin, &name);
             }
-            _ => (codelet, accesses, callback),
-        };
+            return;
+        }
 
         // A panicking kernel or callback must not wedge the rank: the task still
         // completes (its successors run) and the panic is reported at shutdown.
@@ -1131,6 +1097,30 @@ impl Runtime {
             Err(p) => Some(format!("panicked: {}", panic_text(&*p))),
         };
         self.finish_task(id, &codelet.name, failure, tag);
+    }
+
+    /// The completion of task `id` when it runs elsewhere (offloaded, or on a device): its
+    /// callback (a panic in it is the task's failure), then [`Runtime::finish_task`].
+    fn completion(
+        &self,
+        id: NodeId,
+        codelet: &Codelet,
+        callback: Option<Callback>,
+        tag: Option<TaskTag>,
+    ) -> Finish {
+        let rt = self.clone();
+        let name = Arc::clone(&codelet.name);
+        Box::new(move |outcome| {
+            let mut failure = outcome.err();
+            if let Some(cb) = callback {
+                if let Err(p) = std::panic::catch_unwind(core::panic::AssertUnwindSafe(cb)) {
+                    failure.get_or_insert_with(|| {
+                        format!("its callback panicked: {}", panic_text(&*p))
+                    });
+                }
+            }
+            rt.finish_task(id, &name, failure, tag);
+        })
     }
 
     /// Task `id` of codelet `name` ran (or failed, `failure` says how): completes it.

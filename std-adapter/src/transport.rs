@@ -320,6 +320,16 @@ impl InProcess {
         (self.peers[dest.index()])(wire);
     }
 
+    /// Delivers a data message and completes its send: the payload (bytes, or a device
+    /// snapshot) was moved into the destination's inbox, as an MPI send whose payload
+    /// was buffered.
+    fn deliver_sent(&mut self, dest: Rank, wire: InProcessWire, token: Option<ReqId>) {
+        self.deliver(dest, wire);
+        if let Some(t) = token {
+            self.completions.push_back(Completion::Sent(t));
+        }
+    }
+
     /// A data message arrived: it completes the first matching posted receive, or waits.
     fn arrive(&mut self, source: Rank, comm: CommId, tag: PhysTag, body: Body) {
         let found = self
@@ -375,20 +385,13 @@ impl Transport for InProcess {
         token: Option<ReqId>,
     ) {
         let source = self.rank;
-        self.deliver(
-            dest,
-            InProcessWire::Message {
-                source,
-                comm,
-                tag,
-                bytes,
-            },
-        );
-        // The bytes were moved into the destination's inbox: the send is complete, as an
-        // MPI send whose payload was buffered.
-        if let Some(t) = token {
-            self.completions.push_back(Completion::Sent(t));
-        }
+        let wire = InProcessWire::Message {
+            source,
+            comm,
+            tag,
+            bytes,
+        };
+        self.deliver_sent(dest, wire, token);
     }
 
     fn recv(&mut self, source: Rank, comm: CommId, tag: PhysTag, size: usize, token: ReqId) {
@@ -419,19 +422,13 @@ impl Transport for InProcess {
         token: Option<ReqId>,
     ) {
         let source = self.rank;
-        self.deliver(
-            dest,
-            InProcessWire::DeviceMessage {
-                source,
-                comm,
-                tag,
-                value,
-            },
-        );
-        // The value (a snapshot on the device) is the receiver's now: the send is done.
-        if let Some(t) = token {
-            self.completions.push_back(Completion::Sent(t));
-        }
+        let wire = InProcessWire::DeviceMessage {
+            source,
+            comm,
+            tag,
+            value,
+        };
+        self.deliver_sent(dest, wire, token);
     }
 
     fn barrier(&mut self, token: u64) {
