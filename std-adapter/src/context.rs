@@ -424,8 +424,15 @@ impl core::fmt::Debug for TaskBuilder<'_> {
 
 impl TaskBuilder<'_> {
     /// Adds an access to `h` with `mode`.
+    ///
+    /// # Panics
+    /// When `h` is partitioned, or was a child of an undone partition
+    /// ([`crate::partition`]): a caller bug, as using an unregistered handle is. The
+    /// inserts and transfers, which return errors, return
+    /// [`PartitionError`](crate::PartitionError) instead.
     #[must_use]
     pub fn access<I: Interface>(mut self, h: &Handle<I>, mode: AccessMode) -> Self {
+        h.expect_usable();
         self.accesses.push(Access {
             cell: h.erased(),
             mode,
@@ -625,6 +632,15 @@ impl Context {
         }
     }
 
+    /// Forgets the tag of the handle `data`, if it has one (another handle may take it).
+    pub(crate) fn forget_tag(&self, data: DataId) {
+        let mut guard = lock(&self.tags);
+        let (by_tag, by_data) = &mut *guard;
+        if let Some(tag) = by_data.remove(&data) {
+            by_tag.remove(&tag);
+        }
+    }
+
     /// The tag of `h`, if it has one.
     pub fn tag_of<I: Interface>(&self, h: &Handle<I>) -> Option<Tag> {
         lock(&self.tags).1.get(&h.id()).copied()
@@ -637,8 +653,15 @@ impl Context {
     ///
     /// # Panics
     /// A task or request submitted later through a clone of `h` panics when it touches the
-    /// data: the handle is gone.
+    /// data: the handle is gone. Unregistering a partitioned handle panics (unpartition it
+    /// first), and so does unregistering the child of a partition
+    /// ([`crate::partition`]): unpartitioning its parent retires it.
     pub fn unregister<I: Interface>(&self, h: Handle<I>) -> I {
+        assert!(
+            h.cell.state() & crate::data::CHILD == 0,
+            "{} is the child of a partition: unpartition its parent instead",
+            h.id()
+        );
         // Read-write, not write: the value must come home from a device copy, if any.
         let acquired = self.acquire(&h, AccessMode::RW);
         drop(acquired);
@@ -681,7 +704,12 @@ impl Context {
 
     /// Acquires `h` in `mode` once the accesses submitted before are done; later accesses
     /// wait until the returned guard is dropped (blocking `starpu_data_acquire`).
+    ///
+    /// # Panics
+    /// When `h` is partitioned, or was a child of an undone partition
+    /// ([`crate::partition`]).
     pub fn acquire<I: Interface>(&self, h: &Handle<I>, mode: AccessMode) -> Acquired<I> {
+        h.expect_usable();
         let (tx, rx) = mpsc::channel();
         self.runtime.submit_hook(
             vec![Access {
@@ -724,12 +752,16 @@ impl Context {
     /// `f` runs on whichever thread finished the last of those accesses — possibly a
     /// worker, or the thread driving the rank's progress — so it must not block; keep the guard and drop it
     /// later to hold the data.
+    ///
+    /// # Panics
+    /// As for [`Context::acquire`].
     pub fn acquire_cb<I: Interface>(
         &self,
         h: &Handle<I>,
         mode: AccessMode,
         f: impl FnOnce(Acquired<I>) + Send + 'static,
     ) {
+        h.expect_usable();
         let runtime = self.runtime.clone();
         let handle = h.clone();
         self.runtime.submit_hook(
@@ -891,6 +923,7 @@ impl Context {
         flow: bool,
     ) -> Result<(), CommError> {
         self.check_rank(dest)?;
+        cell.usable()?;
         if self.fake.load(Ordering::Relaxed) {
             // Fake rank mode: communications are dropped (the reference's behaviour).
             done(Ok(()));
@@ -1039,6 +1072,7 @@ impl Context {
         flow: Option<DataId>,
     ) -> Result<(), CommError> {
         self.check_rank(source)?;
+        cell.usable()?;
         if self.fake.load(Ordering::Relaxed) {
             done(Ok(()));
             return Ok(());

@@ -46,6 +46,81 @@ pub enum DataError {
     Malformed(&'static str),
 }
 
+/// Why a partitioning call was refused, or a handle cannot be used now because of one
+/// ([`crate::partition`]).
+///
+/// Nothing changed when a call returns one: no handle was registered, no state moved.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PartitionError {
+    /// The handle is partitioned: while it is, only its children may be used (tasks,
+    /// inserts, transfers, acquisitions). Use the children, or
+    /// [`unpartition`](crate::Context::unpartition) it first.
+    #[error("{0} is partitioned: use its children, or unpartition it first")]
+    Partitioned(DataId),
+    /// The handle was a child of a partition that was undone
+    /// ([`unpartition`](crate::Context::unpartition)): its data went back into the parent
+    /// and it can no longer be used. Partition the parent again for new children.
+    #[error("{0} was a child of an undone partition: it can no longer be used")]
+    Retired(DataId),
+    /// [`unpartition`](crate::Context::unpartition) of a handle that is not partitioned.
+    #[error("{0} is not partitioned")]
+    NotPartitioned(DataId),
+    /// [`unpartition`](crate::Context::unpartition) of a handle one of whose children is
+    /// partitioned itself: unpartition that child first (innermost first).
+    #[error("{parent} cannot be unpartitioned: its child {child} is partitioned")]
+    ChildPartitioned {
+        /// The handle being unpartitioned.
+        parent: DataId,
+        /// Its child that is partitioned.
+        child: DataId,
+    },
+    /// The filter refused the handle's shape: nothing was partitioned.
+    #[error("the filter cannot cut {data}: {cause}")]
+    Filter {
+        /// The handle being partitioned.
+        data: DataId,
+        /// Why.
+        cause: FilterError,
+    },
+}
+
+/// Why a filter cannot cut data in the pieces asked ([`crate::partition::Filter`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FilterError {
+    /// Zero parts were asked: a partition has at least one child.
+    #[error("a partition needs at least one part")]
+    NoParts,
+    /// More parts than elements along the cut dimension (the reference asserts
+    /// `nparts <= n`): ask for at most `len` parts.
+    #[error("cannot cut {len} elements in {parts} parts")]
+    TooManyParts {
+        /// Parts asked.
+        parts: usize,
+        /// Elements along the cut dimension.
+        len: usize,
+    },
+    /// The sizes given ([`crate::partition::VectorList`]) do not add up to the length of
+    /// the data (`sum` is `None` when the sum overflows `usize`).
+    #[error("the sizes add up to {sum:?} elements, the data has {len}")]
+    SizesMismatch {
+        /// What the sizes add up to.
+        sum: Option<usize>,
+        /// Elements of the data.
+        len: usize,
+    },
+    /// A piece does not lie inside the data (a user-defined filter's piece out of range,
+    /// or a matrix piece whose leading dimension is shorter than its rows).
+    #[error("piece {index} does not fit the data: {what}")]
+    BadPiece {
+        /// The piece's index.
+        index: usize,
+        /// What is wrong with it.
+        what: &'static str,
+    },
+}
+
 /// How a kind of data is laid out and moved between ranks.
 ///
 /// Implement it for user-defined data (the reference's "complex" example); the built-in
@@ -145,6 +220,15 @@ impl<I: Interface> Handle<I> {
     pub(crate) fn erased(&self) -> Arc<dyn AnyCell> {
         self.cell.clone()
     }
+
+    /// Panics when the application may not use the handle now (see
+    /// [`PartitionError::Partitioned`] and [`PartitionError::Retired`]): the misuse of
+    /// calls that have no error to return (a task, an acquisition).
+    pub(crate) fn expect_usable(&self) {
+        if let Err(e) = self.cell.usable() {
+            panic!("{e}");
+        }
+    }
 }
 
 type Init<I> = Box<dyn FnOnce() -> I + Send>;
@@ -188,10 +272,28 @@ impl<I> Slot<I> {
     }
 }
 
+/// [`Cell::state`]: the handle is partitioned (only its children may be used).
+pub(crate) const PARTITIONED: u8 = 1;
+/// [`Cell::state`]: the handle was a child of an undone partition (never usable again).
+pub(crate) const RETIRED: u8 = 2;
+/// [`Cell::state`]: the handle is a child of a partition (it may not be unregistered:
+/// unpartitioning its parent retires it).
+pub(crate) const CHILD: u8 = 4;
+
+/// A partition's children and pieces, type-erased ([`crate::partition`] knows the type).
+pub(crate) type Parts = Box<dyn Any + Send + Sync>;
+
 /// The storage behind a handle.
 pub(crate) struct Cell<I> {
     pub(crate) id: DataId,
     data: DataLock<Slot<I>>,
+    /// Partitioning flags ([`PARTITIONED`], [`RETIRED`], [`CHILD`]), read by every
+    /// submission without a lock; changed only under [`Cell::parts`]'s lock.
+    // A plain atomic, not the `sync` shim: submission-time bookkeeping of one rank's flow,
+    // no structure the loom models check.
+    state: core::sync::atomic::AtomicU8,
+    /// The children while partitioned ([`crate::partition`]).
+    pub(crate) parts: Mutex<Option<Parts>>,
     /// Unique in the process, never reused (see [`Buffers::uid`](crate::task::Buffers::uid)).
     uid: u64,
     /// Changes to a fresh number whenever write access is granted (see
@@ -218,6 +320,8 @@ impl<I: Interface> Cell<I> {
             }),
             uid: next_stamp(),
             version: core::sync::atomic::AtomicU64::new(next_stamp()),
+            state: core::sync::atomic::AtomicU8::new(0),
+            parts: Mutex::new(None),
         }
     }
 
@@ -230,7 +334,21 @@ impl<I: Interface> Cell<I> {
             }),
             uid: next_stamp(),
             version: core::sync::atomic::AtomicU64::new(next_stamp()),
+            state: core::sync::atomic::AtomicU8::new(0),
+            parts: Mutex::new(None),
         }
+    }
+
+    /// The partitioning flags ([`PARTITIONED`], [`RETIRED`], [`CHILD`]).
+    pub(crate) fn state(&self) -> u8 {
+        self.state.load(core::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Replaces the partitioning flags; only under [`Cell::parts`]'s lock (of this cell,
+    /// or of the parent for a child).
+    pub(crate) fn set_state(&self, state: u8) {
+        self.state
+            .store(state, core::sync::atomic::Ordering::Release);
     }
 
     /// Allocates the data if it was registered lazily or released and is not allocated
@@ -386,6 +504,20 @@ pub(crate) trait AnyCell: Send + Sync {
     /// A new, temporary handle of the same shape (allocated on first use), when the
     /// interface can make one ([`Interface::shape`]).
     fn same_shape(&self) -> Option<Arc<dyn AnyCell>>;
+    /// Whether the application may use the handle now: not while it is partitioned, nor
+    /// once it was a child of an undone partition.
+    fn usable(&self) -> Result<(), PartitionError>;
+}
+
+/// [`AnyCell::usable`] from a cell's id and flags.
+fn usable(id: DataId, state: u8) -> Result<(), PartitionError> {
+    if state & RETIRED != 0 {
+        Err(PartitionError::Retired(id))
+    } else if state & PARTITIONED != 0 {
+        Err(PartitionError::Partitioned(id))
+    } else {
+        Ok(())
+    }
 }
 
 /// Bytes of any length up to a bound: the runtime's own messages (the agreement check's
@@ -528,6 +660,10 @@ impl<I: Interface> AnyCell for Cell<I> {
     fn same_shape(&self) -> Option<Arc<dyn AnyCell>> {
         let factory = self.read().shape()?;
         Some(Arc::new(Self::lazy(temporary_id(), factory)))
+    }
+
+    fn usable(&self) -> Result<(), PartitionError> {
+        usable(self.id, self.state())
     }
 }
 

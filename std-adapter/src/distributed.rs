@@ -71,6 +71,11 @@ pub enum InsertError {
     /// insert fails with it too; the flow cannot give a right result any more.
     #[error("{0}")]
     Transfer(Box<TransferError>),
+    /// A handle of the task is partitioned, or was a child of an undone partition
+    /// ([`crate::partition`]): nothing was planned, on any rank (every rank partitions at
+    /// the same point of the flow). Use the children, or unpartition first.
+    #[error(transparent)]
+    Partition(#[from] crate::data::PartitionError),
 }
 
 impl From<insert::InsertError> for InsertError {
@@ -369,6 +374,9 @@ impl<'a> InsertBuilder<'a> {
         let me = ctx.rank;
         if let Some(d) = &dist.agreement.diverged {
             return Err(InsertError::Diverged(d.clone()));
+        }
+        for cell in self.items.iter().filter_map(|i| i.cell.as_ref()) {
+            cell.usable()?;
         }
         // Describe the accesses for the planner (in a buffer kept across inserts).
         let mut accesses = core::mem::take(&mut dist.accesses);
@@ -842,6 +850,20 @@ pub(crate) fn forget(ctx: &Context, data: DataId) {
     if dist.info.remove(&data).is_some() {
         dist.cells.remove(&data);
         dist.redux.remove(&data);
+        dist.cache.clear_sent(data);
+        let _ = dist.cache.clear_received(data);
+        forget_lru(dist, data);
+    }
+}
+
+/// The value of `data` changed on every rank at this point of the flow (an unpartition
+/// gathered its children into it): what was sent and received of it is forgotten, as for
+/// a write, so that its next reader fetches it again. Local copies are kept (they are
+/// stale on the ranks that did not hold the children's values, and no read trusts them).
+pub(crate) fn invalidate(ctx: &Context, data: DataId) {
+    let mut dist = lock(&ctx.dist);
+    let dist = &mut *dist;
+    if dist.info.get(&data).is_some() {
         dist.cache.clear_sent(data);
         let _ = dist.cache.clear_received(data);
         forget_lru(dist, data);

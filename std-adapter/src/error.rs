@@ -3,7 +3,7 @@
 use starling_core::engine::{RequestError, SubmitError};
 use starling_core::{DataId, Rank, Tag};
 
-use crate::data::DataError;
+use crate::data::{DataError, PartitionError};
 
 /// A point-to-point call, or the request it started, failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -59,6 +59,11 @@ pub enum CommError {
     /// a peer never receives a stale value. Fix the failure named.
     #[error("not sent, the value depends on a failed transfer: {0}")]
     Upstream(Box<TransferError>),
+    /// The handle is partitioned, or was a child of an undone partition
+    /// ([`crate::partition`]): nothing was submitted. Transfer its children (or the
+    /// parent once unpartitioned).
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
 }
 
 /// Which way a failed transfer went.

@@ -12,6 +12,8 @@
 //!   [`Request`]s, detached with callbacks, synchronous, with priorities, tag-unlocking
 //!   and array variants — plus barrier, communicators ([`Comm`]: the world, duplicates
 //!   and splits, [`comm`]) and statistics;
+//! * [`partition`]: a handle cut by a filter into children that are handles of their own
+//!   (`starpu_data_partition` / `starpu_data_unpartition`), ordered like tasks;
 //! * the [`Transport`] trait that a rank's progression thread drives the core's engine
 //!   over, and [`InProcess`]: N ranks as threads of one process. [`run_local`] runs an SPMD
 //!   closure on such a cluster with no MPI installed — the embedded default.
@@ -47,6 +49,7 @@ mod id_hash;
 pub mod interfaces;
 mod meter;
 pub mod ms;
+pub mod partition;
 mod pool;
 mod progress;
 pub mod rank;
@@ -63,6 +66,7 @@ pub use cluster::{ClusterConfig, run_fake, run_local, run_local_with};
 pub use comm::Comm;
 pub use context::{Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, TaskBuilder};
 pub use data::{DataError, DataMut, DataRef, Handle, Interface};
+pub use data::{FilterError, PartitionError};
 pub use device::{DeviceImpl, DeviceLayer, DeviceTask, HostRef};
 pub use distributed::{Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild};
 pub use error::{CommError, ShutdownError, TransferDirection, TransferError};
