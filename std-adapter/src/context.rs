@@ -1161,7 +1161,9 @@ impl Context {
     ///
     /// # Errors
     /// [`CommError::RankOutOfRange`] for a destination outside the world;
-    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself.
+    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself;
+    /// [`CommError::Partition`] for a partitioned handle or a retired child
+    /// ([`crate::partition`]). Nothing was submitted then.
     pub fn isend_with<I: Interface>(
         &self,
         h: &Handle<I>,
@@ -1184,6 +1186,7 @@ impl Context {
     ) -> Result<Request, CommError> {
         self.check_rank(dest)?;
         self.check_user_tag(tag)?;
+        h.cell.usable()?;
         let (req, done) = self.request(ReqWhat::Transfer {
             send: true,
             data: h.id(),
@@ -1309,9 +1312,10 @@ impl Context {
         sends: &[(AnyHandle, Rank, Tag)],
         unlock: TaskTag,
     ) -> Result<(), CommError> {
-        for (_, dest, tag) in sends {
+        for (h, dest, tag) in sends {
             self.check_rank(*dest)?;
             self.check_user_tag(*tag)?;
+            h.cell.usable()?;
         }
         let all = self.countdown(sends.len(), unlock);
         for (h, dest, tag) in sends {
@@ -1331,7 +1335,9 @@ impl Context {
     ///
     /// # Errors
     /// [`CommError::RankOutOfRange`] for a source outside the world;
-    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself.
+    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself;
+    /// [`CommError::Partition`] for a partitioned handle or a retired child
+    /// ([`crate::partition`]). Nothing was submitted then.
     pub fn irecv_with<I: Interface>(
         &self,
         h: &Handle<I>,
@@ -1341,6 +1347,7 @@ impl Context {
     ) -> Result<Request, CommError> {
         self.check_rank(source)?;
         self.check_user_tag(tag)?;
+        h.cell.usable()?;
         let (req, done) = self.request(ReqWhat::Transfer {
             send: false,
             data: h.id(),
@@ -1427,9 +1434,10 @@ impl Context {
         recvs: &[(AnyHandle, Rank, Tag)],
         unlock: TaskTag,
     ) -> Result<(), CommError> {
-        for (_, source, tag) in recvs {
+        for (h, source, tag) in recvs {
             self.check_rank(*source)?;
             self.check_user_tag(*tag)?;
+            h.cell.usable()?;
         }
         let all = self.countdown(recvs.len(), unlock);
         for (h, source, tag) in recvs {

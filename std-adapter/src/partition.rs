@@ -69,9 +69,9 @@
 //! assert_eq!(out[0].1, (100..110).collect::<Vec<u32>>());
 //! ```
 
+use bytemuck::Pod;
 use core::fmt;
 use core::ops::Range;
-use bytemuck::Pod;
 use starling_core::AccessMode;
 
 use crate::context::Context;
@@ -391,10 +391,7 @@ impl<T: Pod + Send + Sync> Partitionable for Matrix<T> {
         let span = if nx == 0 || ny == 0 {
             Some(0)
         } else {
-            piece
-                .ld
-                .checked_mul(ny - 1)
-                .and_then(|s| s.checked_add(nx))
+            piece.ld.checked_mul(ny - 1).and_then(|s| s.checked_add(nx))
         };
         let span = span.ok_or("ld * (columns - 1) + rows overflows")?;
         Self::new(nx, ny, piece.ld, vec![T::zeroed(); span])

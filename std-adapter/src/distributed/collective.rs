@@ -333,6 +333,7 @@ impl Context {
             let dist = lock(&self.dist);
             for h in handles {
                 let cell = h.cell();
+                cell.usable()?;
                 let info = *dist
                     .info
                     .get(&cell.id())
