@@ -9,6 +9,8 @@
 //!   tasks of [`Codelet`]s with implicit dependencies, a worker pool, every
 //!   point-to-point call on a [`Context`], and [`run_local`], which runs an SPMD closure on
 //!   N ranks held in this process — the embedded default, no MPI needed;
+//! * [`partition`]: a registered handle cut by a filter into children that are handles of
+//!   their own (`starpu_data_partition` / `starpu_data_unpartition`);
 //! * [`serial`]: the protocol over `std` byte streams (a socket pair, TCP) — a
 //!   [`Transport`] for ranks, and the adapters that run the core's embedded link (the code
 //!   a board runs, `core::link`) in a thread;
@@ -37,6 +39,7 @@ pub use starling_std::{
     run_local, run_local_with, serial, sim, trace, transport,
 };
 pub use starling_std::{Divergence, agreement, hang, ms};
+pub use starling_std::{FilterError, PartitionError, partition};
 
 pub mod comm_matrix;
 pub mod trace_merge;
