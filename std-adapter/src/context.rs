@@ -923,7 +923,6 @@ impl Context {
         flow: bool,
     ) -> Result<(), CommError> {
         self.check_rank(dest)?;
-        cell.usable()?;
         if self.fake.load(Ordering::Relaxed) {
             // Fake rank mode: communications are dropped (the reference's behaviour).
             done(Ok(()));
@@ -1072,7 +1071,6 @@ impl Context {
         flow: Option<DataId>,
     ) -> Result<(), CommError> {
         self.check_rank(source)?;
-        cell.usable()?;
         if self.fake.load(Ordering::Relaxed) {
             done(Ok(()));
             return Ok(());
@@ -1264,6 +1262,7 @@ impl Context {
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
         self.check_user_tag(tag)?;
+        h.cell.usable()?;
         let callback = self.guarded(format!("send of {} to {dest} with {tag}", h.id()), callback);
         self.post_send(h.erased(), dest, tag, opts, callback)
     }
@@ -1401,6 +1400,7 @@ impl Context {
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
         self.check_user_tag(tag)?;
+        h.cell.usable()?;
         let callback = self.guarded(
             format!("receive into {} from {source} with {tag}", h.id()),
             callback,

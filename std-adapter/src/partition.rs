@@ -506,13 +506,14 @@ impl Context {
         parent: &Handle<I>,
         filter: &(impl Filter<I> + ?Sized),
     ) -> Result<Vec<Handle<I>>, PartitionError> {
-        let mut slot = lock(&parent.cell.parts);
         parent.cell.usable()?;
         let refused = |cause| PartitionError::Filter {
             data: parent.id(),
             cause,
         };
         // The shape is read now; the values are copied in flow order, by the hook below.
+        // (Not under the partition lock: a kernel running on the parent may ask for its
+        // children while this waits for it.)
         let (pieces, values) = {
             let data = parent.cell.read();
             let pieces = filter.pieces(&data).map_err(refused)?;
@@ -529,6 +530,9 @@ impl Context {
                 .collect::<Result<Vec<I>, _>>()?;
             (pieces, values)
         };
+        let mut slot = lock(&parent.cell.parts);
+        // (Another thread of this rank may have partitioned it meanwhile.)
+        parent.cell.usable()?;
         let children: Vec<Handle<I>> = values.into_iter().map(|v| self.register(v)).collect();
         for c in &children {
             c.cell.set_state(CHILD);

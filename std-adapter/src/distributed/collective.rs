@@ -179,8 +179,10 @@ impl Context {
     ///
     /// # Errors
     /// [`InsertError::NoReduction`] without reduction methods, for per-node data, or for
-    /// an interface without [`Interface::shape`].
+    /// an interface without [`Interface::shape`]; [`InsertError::Partition`] for a
+    /// partitioned handle or a retired child.
     pub fn redux<I: Interface>(&self, h: &Handle<I>, arity: usize) -> Result<(), InsertError> {
+        h.cell.usable()?;
         let mut dist = lock(&self.dist);
         reduce(self, &mut dist, &h.erased(), arity)
     }

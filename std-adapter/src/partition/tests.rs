@@ -442,3 +442,38 @@ fn a_task_or_an_acquisition_on_a_partitioned_handle_panics_before_submitting() {
             .contains(&format!("{k} was a child of an undone partition"))
     );
 }
+
+#[test]
+fn in_master_slave_mode_the_values_come_home_to_be_cut_and_gathered() {
+    // Results stay on the slave until the master reads them: the partition must bring
+    // the parent's value home before cutting it, the unpartition the children's before
+    // gathering them.
+    let twice_plus_one = || {
+        crate::Codelet::new("twice_plus_one", |b| {
+            for x in b.w::<Vector<i64>>(0).as_mut_slice() {
+                *x = *x * 2 + 1;
+            }
+        })
+    };
+    let registry = crate::ms::Registry::new().codelet(&twice_plus_one());
+    let config = crate::ms::MsConfig {
+        timeout: core::time::Duration::from_secs(20),
+        ..crate::ms::MsConfig::default()
+    };
+    let mut cluster = crate::ClusterConfig::from_env();
+    cluster.runtime.workers = 1;
+    let got = crate::ms::run_local(2, config, cluster, registry, move |ctx| {
+        let tpo = twice_plus_one();
+        let h = ctx.register(Vector::from_vec(vec![1_i64; 10]));
+        ctx.task(&tpo).rw(&h).submit(); // 3, on the slave
+        let parts = ctx.partition(&h, &VectorBlock { parts: 3 }).unwrap();
+        for p in &parts {
+            ctx.task(&tpo).rw(p).submit(); // 7, on the slave
+        }
+        ctx.unpartition(&h).unwrap();
+        ctx.task(&tpo).rw(&h).submit(); // 15
+        ctx.unregister(h).into_vec()
+    })
+    .expect("a master-slave run");
+    assert_eq!(got, vec![15; 10]);
+}
