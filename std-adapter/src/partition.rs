@@ -22,7 +22,8 @@
 //!   undone ([`PartitionError::Partitioned`], [`PartitionError::Retired`]): inserts
 //!   ([`InsertError::Partition`](crate::InsertError::Partition)) and transfers
 //!   ([`CommError::Partition`](crate::CommError::Partition)) refuse them with nothing
-//!   submitted; a task ([`TaskBuilder::access`](crate::TaskBuilder::access)) or an
+//!   submitted (the transfers the runtime makes itself, such as a master-slave master
+//!   bringing a value home, go on); a task ([`TaskBuilder::access`](crate::TaskBuilder::access)) or an
 //!   acquisition on them panics, as on any caller bug without an error to return.
 //!   Unregister neither a partitioned handle nor a child: unpartition the parent (the
 //!   children are then freed).
@@ -38,6 +39,11 @@
 //!   its owner again.
 //! - **Every rank partitions and unpartitions at the same point of the flow**, as it
 //!   registers; children are registered in piece order.
+//! - **A failed transfer poisons the children** as it would a task's outputs: a parent
+//!   whose value depends on one fills no child, and its children's tasks do not run;
+//!   likewise a gathered parent. A child whose value was replaced by one of another shape
+//!   (a kernel assigning a new `Vector`) is not gathered, and the run reports it at
+//!   shutdown.
 //!
 //! ```
 //! use starling_core::AccessMode;
