@@ -463,3 +463,49 @@ fn a_partitioned_parent_and_a_retired_child_are_refused_with_typed_errors() {
         assert!(ok);
     }
 }
+
+#[test]
+fn a_parent_whose_value_failed_to_arrive_poisons_its_children_and_its_gathered_self() {
+    // `x` is owned by rank 0 with 4 values; rank 1 registers it with 8 (a registration
+    // bug), so its receive there fails and leaves a stale value. Cut on rank 1, that
+    // stale value must reach no task: not the children's, not the parent's after the
+    // unpartition. Rank 0's tasks run.
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&ran);
+    let config = ClusterConfig {
+        runtime: RuntimeConfig {
+            workers: 2,
+            ..RuntimeConfig::default()
+        },
+        ..ClusterConfig::default()
+    };
+    let out = run_local_with(2, config, move |ctx| {
+        let me = ctx.rank();
+        let x = if me == Rank(0) {
+            ctx.register(Vector::from_vec(vec![1_i64, 2, 3, 4]))
+        } else {
+            ctx.register(Vector::from_vec(vec![-1_i64; 8]))
+        };
+        ctx.mpi_register(&x, Tag(1), Owner::Rank(Rank(0))).unwrap();
+        let _ = ctx.get_data_on_node(&x, Rank(1));
+        let parts = ctx.partition(&x, &VectorBlock { parts: 2 }).unwrap();
+        let mark = |what: &'static str| {
+            let log = Arc::clone(&log);
+            Codelet::new(what, move |_| log.lock().unwrap().push((me.0, what)))
+        };
+        for p in &parts {
+            ctx.task(&mark("child")).r(p).submit();
+        }
+        ctx.unpartition(&x).unwrap();
+        ctx.task(&mark("parent")).r(&x).submit();
+        ctx.wait_for_all();
+    });
+    assert!(out.is_err(), "the failed receive is reported at shutdown");
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort_unstable();
+    assert_eq!(
+        ran,
+        vec![(0, "child"), (0, "child"), (0, "parent")],
+        "rank 1 ran nothing on the stale value"
+    );
+}
