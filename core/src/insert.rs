@@ -408,16 +408,30 @@ fn seen_before(accesses: &[Access], index: usize, same: impl Fn(&Access) -> bool
         .any(|b| Some(b.data) == data && same(b))
 }
 
-/// The executor of an [`Execute::Auto`] task, or `None` if this rank takes no part.
-fn executor_from_data(
-    me: Rank,
-    nranks: u32,
-    accesses: &[Access],
-    options: &Options,
-    policies: &Policies,
-) -> Result<Option<Executor>, InsertError> {
+/// What the written data of an [`Execute::Auto`] task say about its executor (rule 1
+/// of the [module docs](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Written {
+    /// A written datum is unknown here: this rank takes no part in the task.
+    Unknown,
+    /// Every written datum has this owner: it runs the task.
+    Owner(Owner),
+    /// No datum is written, or the written data have different owners: the
+    /// node-selection policy chooses (from the accesses' sizes).
+    Policy,
+}
+
+/// What the written data of an [`Execute::Auto`] task say about its executor: the one
+/// place of rule 1, used by [`plan_into`] and by an adapter that must know beforehand
+/// whether a policy will run (then it fills in the accesses' sizes).
+///
+/// # Errors
+///
+/// [`InsertError::MixedPerNode`] when per-node and rank-owned data are both written.
+pub fn written_owner(accesses: &[Access]) -> Result<Written, InsertError> {
     if accesses.iter().any(|a| a.mode.writes() && !a.known) {
-        return Ok(None);
+        return Ok(Written::Unknown);
     }
     let mut first: Option<Owner> = None;
     let mut inconsistent = false;
@@ -436,10 +450,48 @@ fn executor_from_data(
     if per_node && ranked {
         return Err(InsertError::MixedPerNode);
     }
-    Ok(Some(match first {
-        Some(Owner::PerNode) => Executor::PerNode,
-        Some(Owner::Rank(r)) if !inconsistent => Executor::Rank(r),
-        _ => Executor::Rank(policies.select(options.policy, me, nranks, accesses)?),
+    Ok(match first {
+        Some(Owner::PerNode) => Written::Owner(Owner::PerNode),
+        Some(Owner::Rank(r)) if !inconsistent => Written::Owner(Owner::Rank(r)),
+        _ => Written::Policy,
+    })
+}
+
+/// Where a task runs when the application names a datum, `data` of owner `owner`, that
+/// may or may not be among the task's accesses (the reference's
+/// `STARPU_EXECUTE_ON_DATA`): on the owner of access `i` ([`Execute::OnData`]) when the
+/// datum is access `i`; otherwise on its owner ([`Execute::OnNode`]), or, for a per-node
+/// datum (a copy on every rank), where the written data say ([`Execute::Auto`]).
+pub fn execute_on_datum(accesses: &[Access], data: DataId, owner: Owner) -> Execute {
+    match accesses.iter().position(|a| a.known && a.data == data) {
+        Some(i) => Execute::OnData(i),
+        None => match owner {
+            Owner::Rank(r) => Execute::OnNode(r),
+            Owner::PerNode => Execute::Auto,
+        },
+    }
+}
+
+/// Whether planning a task with `options` calls a node-selection policy (then the
+/// accesses' [`size`](Access::size)s matter, and only then: an adapter may leave them 0
+/// otherwise). A task with mixed per-node data answers `false`: it fails to plan.
+pub fn policy_needed(accesses: &[Access], options: &Options) -> bool {
+    options.execute == Execute::Auto && written_owner(accesses) == Ok(Written::Policy)
+}
+
+/// The executor of an [`Execute::Auto`] task, or `None` if this rank takes no part.
+fn executor_from_data(
+    me: Rank,
+    nranks: u32,
+    accesses: &[Access],
+    options: &Options,
+    policies: &Policies,
+) -> Result<Option<Executor>, InsertError> {
+    Ok(Some(match written_owner(accesses)? {
+        Written::Unknown => return Ok(None),
+        Written::Owner(Owner::PerNode) => Executor::PerNode,
+        Written::Owner(Owner::Rank(r)) => Executor::Rank(r),
+        Written::Policy => Executor::Rank(policies.select(options.policy, me, nranks, accesses)?),
     }))
 }
 

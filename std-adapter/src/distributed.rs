@@ -395,22 +395,20 @@ impl<'a> InsertBuilder<'a> {
         let execute = match &self.target {
             Target::Auto => Execute::Auto,
             Target::Node(r) => Execute::OnNode(*r),
-            Target::Data(cell) => match self
-                .items
-                .iter()
-                .position(|i| i.cell.as_ref().is_some_and(|c| c.id() == cell.id()))
-            {
-                Some(i) => Execute::OnData(i),
-                None => match dist.info.get(&cell.id()).map(|i| i.owner) {
-                    Some(Owner::Rank(r)) => Execute::OnNode(r),
-                    Some(Owner::PerNode) => Execute::Auto,
-                    None => return Err(InsertError::NotRegistered(cell.id())),
-                },
+            Target::Data(cell) => match dist.info.get(&cell.id()) {
+                Some(info) => insert::execute_on_datum(&accesses, cell.id(), info.owner),
+                None => return Err(InsertError::NotRegistered(cell.id())),
             },
+        };
+        let options = Options {
+            execute,
+            policy: self.policy,
+            priority: Priority(self.priority),
+            ssend: self.ssend,
         };
         // Sizes only matter when a policy chooses the executor: compute them then (it
         // may allocate a lazily registered copy).
-        if execute == Execute::Auto && policy_needed(&accesses) {
+        if insert::policy_needed(&accesses, &options) {
             for (a, item) in accesses.iter_mut().zip(&self.items) {
                 if let Some(cell) = &item.cell {
                     a.size = cell.packed_size() as u64;
@@ -431,12 +429,6 @@ impl<'a> InsertBuilder<'a> {
                 }
             }
         }
-        let options = Options {
-            execute,
-            policy: self.policy,
-            priority: Priority(self.priority),
-            ssend: self.ssend,
-        };
         insert::plan_into(
             me,
             ctx.size,
@@ -574,20 +566,6 @@ impl<'a> InsertBuilder<'a> {
             },
         ))
     }
-}
-
-/// Whether the planner will call a policy: no explicit executor, and the written data do
-/// not name one owner.
-fn policy_needed(accesses: &[Access]) -> bool {
-    let mut owner = None;
-    for a in accesses.iter().filter(|a| a.known && a.mode.writes()) {
-        match owner {
-            None => owner = Some(a.owner),
-            Some(o) if o != a.owner => return true,
-            Some(_) => {}
-        }
-    }
-    owner.is_none()
 }
 
 /// Posts one transfer of a plan. Its outcome goes to the runtime: a failed receive
