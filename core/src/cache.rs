@@ -58,7 +58,11 @@ use heapless::index_map::FnvIndexMap;
 
 use crate::error::{Full, Table};
 use crate::insert::CacheUpdate;
+
+mod budget;
+
 use crate::types::{DataId, Owner, Rank};
+pub use budget::Budget;
 
 /// What a [`Cache::flush`] asks of the adapter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -332,6 +336,16 @@ impl<const N: usize> Cache<N> {
             }
             None => false,
         }
+    }
+
+    /// The owner of `data` changed (the reference's `starpu_mpi_data_set_rank`): clears
+    /// both kinds of its flags on this rank, as every rank must at the same point of the
+    /// flow (see the rules in the [module docs](self)), but asks for no copy to be
+    /// dropped: no data moves, and the old owner may still send its value (a scatter).
+    /// The reference's `set_rank` does not clear them and lets the caches disagree.
+    pub fn on_owner_change(&mut self, data: DataId) {
+        self.clear_sent(data);
+        let _ = self.clear_received(data);
     }
 
     /// Clears both kinds of flags of `data` (the reference's `starpu_mpi_cache_flush`).
