@@ -322,3 +322,6 @@ impl<T: Pod + Send + Sync> Interface for Ndim<T> {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests;

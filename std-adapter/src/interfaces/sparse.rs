@@ -570,3 +570,6 @@ impl<T: Pod + Send + Sync> Interface for Bcsr<T> {
         Some(Box::new(move || Self(zeroed)))
     }
 }
+
+#[cfg(test)]
+mod tests;
