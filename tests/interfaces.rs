@@ -196,11 +196,7 @@ fn bcsr() -> Bcsr<i64> {
 /// `y = A x` for a BCSR `A`, element by element.
 fn bcsr_times(a: &Bcsr<i64>, x: &[i64]) -> Vec<i64> {
     (0..a.nrow() * a.r())
-        .map(|i| {
-            (0..x.len())
-                .map(|j| a.get(i, j).unwrap_or(0) * x[j])
-                .sum()
-        })
+        .map(|i| (0..x.len()).map(|j| a.get(i, j).unwrap_or(0) * x[j]).sum())
         .collect()
 }
 
@@ -231,8 +227,14 @@ fn csr_and_bcsr_go_p2p_and_come_back_rewritten() {
             assert_eq!(*ctx.acquire(&a, AccessMode::R).get(), csr());
             assert_eq!(*ctx.acquire(&b, AccessMode::R).get(), bcsr());
             let double = Codelet::new("double", |bufs| {
-                bufs.w::<Csr<f64>>(0).nzval_mut().iter_mut().for_each(|v| *v *= 2.0);
-                bufs.w::<Bcsr<i64>>(1).nzval_mut().iter_mut().for_each(|v| *v *= 2);
+                bufs.w::<Csr<f64>>(0)
+                    .nzval_mut()
+                    .iter_mut()
+                    .for_each(|v| *v *= 2.0);
+                bufs.w::<Bcsr<i64>>(1)
+                    .nzval_mut()
+                    .iter_mut()
+                    .for_each(|v| *v *= 2);
             });
             ctx.task(&double).rw(&a).rw(&b).submit();
             ctx.isend(&a, peer, Tag(3)).unwrap().wait().unwrap();
@@ -242,7 +244,10 @@ fn csr_and_bcsr_go_p2p_and_come_back_rewritten() {
         (ctx.unregister(a), ctx.unregister(b))
     });
     let (a, b) = &out[0];
-    assert_eq!((a.rowptr(), a.colind(), a.firstentry()), (csr().rowptr(), csr().colind(), 1));
+    assert_eq!(
+        (a.rowptr(), a.colind(), a.firstentry()),
+        (csr().rowptr(), csr().colind(), 1)
+    );
     assert_eq!(a.nzval(), &[2.0, 4.0, 6.0, 8.0, 10.0, 12.0]);
     assert_eq!(b.colind(), bcsr().colind());
     assert_eq!(b.nzval(), (1..=12).map(|v| 2 * v).collect::<Vec<i64>>());
@@ -299,12 +304,20 @@ fn csr_and_bcsr_go_through_insert_as_spmv_operands_and_are_written_back() {
     let out = run(2, |ctx| {
         let a = owned(ctx, 1, 0, csr, || Csr::zeros(5, 4, 6).unwrap());
         let b = owned(ctx, 2, 0, bcsr, || Bcsr::zeros(2, 3, 3, 2, 2).unwrap());
-        let x = owned(ctx, 3, 0, || Vector::from_vec(vec![1.0, -1.0, 0.5, 2.0]), || {
-            Vector::zeros(4)
-        });
-        let xi = owned(ctx, 4, 0, || Vector::from_vec(vec![1_i64, 2, 3, 4, 5, 6]), || {
-            Vector::zeros(6)
-        });
+        let x = owned(
+            ctx,
+            3,
+            0,
+            || Vector::from_vec(vec![1.0, -1.0, 0.5, 2.0]),
+            || Vector::zeros(4),
+        );
+        let xi = owned(
+            ctx,
+            4,
+            0,
+            || Vector::from_vec(vec![1_i64, 2, 3, 4, 5, 6]),
+            || Vector::zeros(6),
+        );
         let y = owned(ctx, 5, 1, || Vector::<f64>::zeros(5), || Vector::zeros(5));
         let yi = owned(ctx, 6, 1, || Vector::<i64>::zeros(4), || Vector::zeros(4));
         let spmv = Codelet::new("spmv", |bufs| {
@@ -316,11 +329,31 @@ fn csr_and_bcsr_go_through_insert_as_spmv_operands_and_are_written_back() {
             bufs.w::<Vector<i64>>(2).as_mut_slice().copy_from_slice(&y);
         });
         let scale = Codelet::new("scale", |bufs| {
-            bufs.w::<Csr<f64>>(0).nzval_mut().iter_mut().for_each(|v| *v *= 3.0);
-            bufs.w::<Bcsr<i64>>(1).nzval_mut().iter_mut().for_each(|v| *v *= 3);
+            bufs.w::<Csr<f64>>(0)
+                .nzval_mut()
+                .iter_mut()
+                .for_each(|v| *v *= 3.0);
+            bufs.w::<Bcsr<i64>>(1)
+                .nzval_mut()
+                .iter_mut()
+                .for_each(|v| *v *= 3);
         });
-        let on = ctx.insert(&spmv).r(&a).r(&x).w(&y).submit().unwrap().executor;
-        let bon = ctx.insert(&bspmv).r(&b).r(&xi).w(&yi).submit().unwrap().executor;
+        let on = ctx
+            .insert(&spmv)
+            .r(&a)
+            .r(&x)
+            .w(&y)
+            .submit()
+            .unwrap()
+            .executor;
+        let bon = ctx
+            .insert(&bspmv)
+            .r(&b)
+            .r(&xi)
+            .w(&yi)
+            .submit()
+            .unwrap()
+            .executor;
         ctx.insert(&scale)
             .rw(&a)
             .rw(&b)
