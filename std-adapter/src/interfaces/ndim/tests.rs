@@ -236,7 +236,7 @@ proptest! {
         // Into other strides, through the interface and through a cell.
         let ldn = padded_strides(&nn, &pads);
         let span = ndim_span(&nn, &ldn).unwrap();
-        let blank = Ndim::new(nn.clone(), ldn.clone(), vec![-1; span + 1]).unwrap();
+        let blank = Ndim::new(nn, ldn.clone(), vec![-1; span + 1]).unwrap();
         let mut dst = blank.clone();
         dst.unpack(&bytes).unwrap();
         let via_cell = transfer(src, blank);

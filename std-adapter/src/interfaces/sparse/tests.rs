@@ -182,7 +182,7 @@ fn csr_unpack_refuses_an_invalid_pattern_and_keeps_the_data() {
     for (k, x) in [2_u32, 4, 4, 5].into_iter().enumerate() {
         put_index(&mut shifted, k, x);
     }
-    let mut ok = dst.clone();
+    let mut ok = dst;
     ok.unpack(&shifted).unwrap();
     assert_eq!((ok.firstentry(), ok.get(0, 2)), (2, Some(2.0)));
 }
