@@ -70,7 +70,9 @@ pub trait Interface: Send + Sync + 'static {
     /// # Errors
     /// [`DataError::SizeMismatch`] when `bytes` is not the size this data accepts (the
     /// built-in interfaces accept exactly their own packed size);
-    /// [`DataError::Malformed`] when a user-defined form cannot be parsed. On error the
+    /// [`DataError::Malformed`] when a user-defined form cannot be parsed;
+    /// [`DataError::InvalidPayload`] when bytes of the right size are not a valid packed
+    /// form (a sparse matrix of another shape or with an invalid pattern). On error the
     /// data must be left unchanged.
     fn unpack(&mut self, bytes: &[u8]) -> Result<(), DataError>;
 

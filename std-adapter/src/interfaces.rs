@@ -20,7 +20,8 @@
 //!
 //! - **Byte order.** The built-ins' packed form is the elements' bytes as they lie in
 //!   memory (native byte order), as in the reference: ranks are assumed to share one
-//!   architecture. [`Complex`] shows an explicitly little-endian form.
+//!   architecture. [`Complex`] shows an explicitly little-endian form; the sparse
+//!   matrices' header and indices are little-endian too, their values native.
 //! - **Same shape on both sides.** As in the reference, a receive goes into a handle
 //!   registered with the sender's shape. [`Interface::unpack`] of a built-in accepts
 //!   exactly its own [`Interface::packed_size`] bytes; anything else is
@@ -28,9 +29,9 @@
 //!   unchanged (no partial copy, no resize).
 //! - **Padding is never touched.** The gaps of a strided [`Matrix`] (`ld − nx` elements
 //!   after each column), [`Block`] (after each row and each plane) or [`Ndim`] (after
-//!   each run of a dimension), and any storage past
-//!   the last element, are never read into the packed form and never written by
-//!   `unpack`. They may hold anything, including another datum's elements.
+//!   each run along a dimension), and any storage past the last element, are never read
+//!   into the packed form and never written by `unpack`. They may hold anything,
+//!   including another datum's elements.
 //! - **The fast path is the packed form.** When [`Interface::as_bytes`] is `Some`, it is
 //!   byte for byte what [`Interface::pack`] appends, and [`Interface::as_bytes_mut`] is
 //!   the same run, writable.

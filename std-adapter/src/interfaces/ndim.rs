@@ -42,7 +42,7 @@ use crate::data::{DataError, InPlace, Interface};
 /// dense.unpack(&packed).unwrap();
 /// assert_eq!(dense.as_slice(), &[1, 2, 3, 4, 5, 6, 7, 8]);
 /// ```
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Ndim<T> {
     nn: Vec<usize>,
     ldn: Vec<usize>,
