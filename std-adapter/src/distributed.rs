@@ -19,7 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use starling_core::cache::{Budget, Cache};
 use starling_core::insert::{self, Access, Direction, Execute, Executor, Options, Plan};
 use starling_core::select::{Policies, PolicyFn, PolicyId, SelectError};
-use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag};
+use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag, reduce};
 
 use crate::context::{Context, RecvOpts, SendOpts};
 use crate::data::{AnyCell, Handle, Interface};
@@ -421,15 +421,13 @@ impl<'a> InsertBuilder<'a> {
         }
         // A pending reduction is wrapped up before the datum is read without REDUX.
         for (a, item) in accesses.iter().zip(&self.items) {
-            if a.known && a.mode.reads() && !a.mode.contains(AccessMode::REDUX) {
-                if let Some(cell) = &item.cell {
-                    if dist
-                        .redux
-                        .get(&cell.id())
-                        .is_some_and(|r| !r.contributors.is_empty())
-                    {
-                        collective::reduce(ctx, dist, cell, 2)?;
-                    }
+            if let Some(cell) = &item.cell {
+                let pending = dist
+                    .redux
+                    .get(&cell.id())
+                    .is_some_and(|r| !r.contributors.is_empty());
+                if reduce::wraps_up(a, pending) {
+                    collective::reduce(ctx, dist, cell, 2)?;
                 }
             }
         }
@@ -479,7 +477,7 @@ impl<'a> InsertBuilder<'a> {
             };
             if let Some(r) = dist.redux.get_mut(&cell.id()) {
                 r.contributors.insert(x);
-                if x == me && a.owner != Owner::Rank(me) && !r.initialised {
+                if reduce::needs_init(me, x, a.owner, r.initialised) {
                     r.initialised = true;
                     let init = r.init.clone();
                     ctx.runtime.submit_task(
