@@ -57,12 +57,43 @@
 use heapless::index_map::FnvIndexMap;
 
 use crate::error::{Full, Table};
-use crate::insert::CacheUpdate;
 
 mod budget;
 
 use crate::types::{DataId, Owner, Rank};
 pub use budget::Budget;
+
+/// A change to this rank's [`Cache`], listed by the [planner](crate::insert::plan);
+/// apply them in order with [`Cache::apply`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CacheUpdate {
+    /// The current value of `data` is sent to `dest` (set on the owner).
+    SentSet {
+        /// The datum.
+        data: DataId,
+        /// The rank it is sent to.
+        dest: Rank,
+    },
+    /// This rank receives (or received) the current value of `data` (set on the executor).
+    ReceivedSet {
+        /// The datum.
+        data: DataId,
+    },
+    /// The task writes `data`: clear its sent and received flags, and drop the received copy
+    /// if one was recorded (after the task and its write-back). Listed on every rank that
+    /// knows the datum.
+    Invalidate {
+        /// The datum.
+        data: DataId,
+    },
+    /// The cache is disabled and the executor read `data`, which it does not own: drop the
+    /// copy it received for the task, once the task is done.
+    DropCopy {
+        /// The datum.
+        data: DataId,
+    },
+}
 
 /// What a [`Cache::flush`] asks of the adapter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]

@@ -23,8 +23,7 @@
 //! - a pending reduction is wrapped up (a tree of arity 2) before a task reads the datum
 //!   in any other mode ([`wraps_up`]).
 
-use crate::insert::Access;
-use crate::types::{AccessMode, Owner, Rank};
+use crate::types::{Access, AccessMode, Owner, Rank};
 
 /// What rank `me` does for one reduction, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,42 +1,10 @@
-//! The byte budget of cached copies: least-recently-used eviction per (owner, reader)
-//! pair, decided alike on both ranks of the pair with no message.
-//!
-//! The [`Cache`] keeps a received copy for as long as its value is current, as the
-//! reference does; a long flow that reads many data of a peer then holds them all. A
-//! [`Budget`] bounds the bytes of the copies of each (owner, reader) pair: past the bound,
-//! the least recently used copies of the pair are evicted — the reader drops its copy
-//! and clears its received flag, the owner clears its sent flag for that reader — so that
-//! the next read transfers the value again.
-//!
-//! **Agreement.** Eviction is safe only if both ranks of a pair evict the same copies at
-//! the same point of the flow: otherwise the owner thinks a copy is cached that the
-//! reader dropped (the reader waits for a value never sent), or the reverse. Every input
-//! of a pair's list is a step of the task flow that both ranks of the pair plan alike:
-//! - a copy enters (or is refreshed) when the planner sets the owner's sent flag
-//!   ([`CacheUpdate::SentSet`], on the owner) and the reader's received flag
-//!   ([`CacheUpdate::ReceivedSet`], on the reader), with the datum's size, which both
-//!   ranks know;
-//! - a copy is used again when a task executed by the reader reads it
-//!   ([`Budget::touch_reads`], on both ranks of the pair);
-//! - a copy leaves when its value changes or its flags are flushed
-//!   ([`CacheUpdate::Invalidate`], [`Budget::forget`]).
-//!
-//! Each pair has a list of its own and a bound of its own, so what happens to one pair
-//! never moves another: the owner, which sees many readers, and each reader, which sees
-//! many owners, keep the same list for the pair they share. The agreement is checked by
-//! the tests of this module with the planner on several ranks.
-//!
-//! Capacities: at most `N` copies over all pairs and `P` pairs (both powers of two,
-//! `heapless` index maps). A rank whose copies are all counted by its [`Cache`] never
-//! holds more copies than the cache's two sets, so `N` = twice the cache's capacity never
-//! fills; a full table is an error ([`Table::Cache`]) that changes nothing.
+//! The byte budget of cached copies ([`Budget`]).
 
 use heapless::index_map::FnvIndexMap;
 
-use super::Cache;
+use super::{Cache, CacheUpdate};
 use crate::error::{Full, Table};
-use crate::insert::{Access, CacheUpdate};
-use crate::types::{DataId, Owner, Rank};
+use crate::types::{Access, DataId, Owner, Rank};
 
 /// No slot.
 const NIL: u32 = u32::MAX;
@@ -62,8 +30,38 @@ struct Pair {
     bytes: u64,
 }
 
-/// The byte budget of cached copies per (owner, reader) pair, with least-recently-used
-/// eviction. See the [module docs](self).
+/// The byte budget of cached copies: least-recently-used eviction per (owner, reader)
+/// pair, decided alike on both ranks of the pair with no message.
+///
+/// The [`Cache`] keeps a received copy for as long as its value is current, as the
+/// reference does; a long flow that reads many data of a peer then holds them all. A
+/// [`Budget`] bounds the bytes of the copies of each (owner, reader) pair: past the bound,
+/// the least recently used copies of the pair are evicted — the reader drops its copy
+/// and clears its received flag, the owner clears its sent flag for that reader — so that
+/// the next read transfers the value again.
+///
+/// **Agreement.** Eviction is safe only if both ranks of a pair evict the same copies at
+/// the same point of the flow: otherwise the owner thinks a copy is cached that the
+/// reader dropped (the reader waits for a value never sent), or the reverse. Every input
+/// of a pair's list is a step of the task flow that both ranks of the pair plan alike:
+/// - a copy enters (or is refreshed) when the planner sets the owner's sent flag
+///   ([`CacheUpdate::SentSet`], on the owner) and the reader's received flag
+///   ([`CacheUpdate::ReceivedSet`], on the reader), with the datum's size, which both
+///   ranks know;
+/// - a copy is used again when a task executed by the reader reads it
+///   ([`Budget::touch_reads`], on both ranks of the pair);
+/// - a copy leaves when its value changes or its flags are flushed
+///   ([`CacheUpdate::Invalidate`], [`Budget::forget`]).
+///
+/// Each pair has a list of its own and a bound of its own, so what happens to one pair
+/// never moves another: the owner, which sees many readers, and each reader, which sees
+/// many owners, keep the same list for the pair they share. The agreement is checked by
+/// the tests of this module with the planner on several ranks.
+///
+/// Capacities: at most `N` copies over all pairs and `P` pairs (both powers of two,
+/// `heapless` index maps). A rank whose copies are all counted by its [`Cache`] never
+/// holds more copies than the cache's two sets, so `N` = twice the cache's capacity never
+/// fills; a full table is an error ([`Table::Cache`]) that changes nothing.
 #[derive(Clone, Debug)]
 pub struct Budget<const N: usize, const P: usize> {
     limit: Option<u64>,
