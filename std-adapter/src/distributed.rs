@@ -120,8 +120,9 @@ impl DistState {
     /// The state as the environment sets it: `STARLING_MPI_CACHE=0` disables the cache,
     /// `STARLING_MPI_CACHE_STATS=1` prints cache events, `STARLING_MPI_CACHE_BUDGET=bytes`
     /// bounds the received copies kept per peer. In a world of `size` ranks the cache
-    /// keeps at most `CACHE_CAPACITY / (size − 1)` entries per (owner, reader) pair, so
-    /// that no table ever fills: a full pair stops caching on both of its ranks alike.
+    /// keeps at most `CACHE_CAPACITY / 2 / (size − 1)` entries per (owner, reader) pair,
+    /// so that no table is ever more than half full: a full pair stops caching on both of
+    /// its ranks alike.
     pub(crate) fn from_env(size: u32) -> Self {
         let mut cache = new_cache();
         cache.set_pair_limit(pair_limit(size));
@@ -147,11 +148,14 @@ impl DistState {
     }
 }
 
-/// The cache entries one (owner, reader) pair may hold in a world of `size` ranks: the
-/// tables' capacity shared by the peers of a rank, so that neither the owner's sent set nor
-/// the reader's received set can fill (the same on every rank).
+/// The cache entries one (owner, reader) pair may hold in a world of `size` ranks: half
+/// the tables' capacity shared by the peers of a rank, so that neither the owner's sent
+/// set nor the reader's received set is ever more than half full (the same on every
+/// rank).
 fn pair_limit(size: u32) -> usize {
-    CACHE_CAPACITY / (size.max(2) as usize - 1)
+    // Half the capacity: the cache's tables are `heapless` index maps, whose probe
+    // sequences grow without bound as they fill (see `progress::MATCH_KEYS`).
+    CACHE_CAPACITY / 2 / (size.max(2) as usize - 1)
 }
 
 /// A new, empty cache on the heap. Built on a thread with a large stack: `Box::new` of a
@@ -998,8 +1002,8 @@ impl Context {
 
     /// Bounds the cache entries per (owner, reader) pair: past `entries`, a new value
     /// read by the pair is not cached, on both ranks alike (the next read transfers it
-    /// again). By default the cache's capacity shared by a rank's peers, so that no
-    /// table fills; smaller, it saves memory (or tests the bound). Every rank must set the
+    /// again). By default half the cache's capacity shared by a rank's peers, so that no
+    /// table is more than half full; smaller, it saves memory (or tests the bound). Every rank must set the
     /// same bound at the same point of the flow; it applies to entries made from then on.
     pub fn set_cache_pair_limit(&self, entries: usize) {
         lock(&self.dist).cache.set_pair_limit(entries);

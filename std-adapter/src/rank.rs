@@ -96,7 +96,8 @@ pub struct RankConfig {
 }
 
 /// The sizes of a rank's protocol-engine tables, at most the engine's capacities (4096
-/// requests, 1024 match keys; larger values mean those). Smaller tables change no
+/// requests, 1024 match keys — half the matcher's tables, which stay fast only while at
+/// most half full; larger values mean those). Smaller tables change no
 /// result, only how much waits outside the engine: tests run with
 /// [`Tables::TINY`] to overflow them at every step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
