@@ -33,8 +33,8 @@ pub use starling_std::{
     Context, DataError, DataMut, DataRef, DeviceLayer, DeviceTask, DriverMode, Handle, HostRef,
     InProcess, InsertBuilder, InsertError, Inserted, Interface, PostBuild, RankConfig, RankRunner,
     RecvOpts, Request, RuntimeConfig, SendOpts, ShutdownError, StartError, Tables, TaskBuilder,
-    TaskTag, TransferDirection, TransferError, Transport, data, device, interfaces, rank, run_fake,
-    run_local, run_local_with, serial, sim, trace, transport,
+    TaskError, TaskHandle, TaskTag, TransferDirection, TransferError, Transport, data, device,
+    interfaces, rank, run_fake, run_local, run_local_with, serial, sim, trace, transport,
 };
 pub use starling_std::{Divergence, agreement, hang, ms};
 

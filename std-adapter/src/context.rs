@@ -7,13 +7,13 @@ use starling_core::engine::{RecvArgs, SendArgs};
 use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
-use crate::error::{CommError, TransferDirection, TransferError};
+use crate::error::{CommError, TaskError, TransferDirection, TransferError};
 use crate::pool::BufferPool;
 use crate::progress::{Command, Done, Drive, Driven, DriverGuard, Payload};
 use crate::sync::{
     Arc, AtomicBool, AtomicU32, AtomicUsize, Condvar, Mutex, Ordering, lock, thread,
 };
-use crate::task::{Access, Codelet, NodeId, Runtime, TaskTag};
+use crate::task::{Access, Codelet, NodeId, Outcome, Runtime, TaskTag};
 use crate::trace::{self, Recorder};
 
 /// Sends a command to this rank's progression thread.
@@ -490,15 +490,69 @@ impl TaskBuilder<'_> {
         self
     }
 
-    /// Submits the task.
-    pub fn submit(self) {
-        self.ctx.runtime.submit_task(
+    /// Submits the task, and returns a handle to wait for it alone
+    /// ([`TaskHandle::wait`], the reference's `starpu_task_wait`). Dropping the handle
+    /// changes nothing: the task runs all the same, and [`Context::wait_for_all`] waits
+    /// for it.
+    pub fn submit(self) -> TaskHandle {
+        let outcome = self.ctx.runtime.submit_task(
             self.codelet,
             self.accesses,
             self.priority,
             self.callback,
             self.tag,
         );
+        TaskHandle::new(self.ctx, outcome)
+    }
+}
+
+/// A submitted task, to wait for it alone ([`TaskBuilder::submit`]; the reference's
+/// `starpu_task_wait` on a task submitted with `detach = 0`). Cheap: two shared pointers;
+/// clone it to wait from several places. Dropping it detaches nothing and waits for
+/// nothing.
+#[derive(Clone)]
+pub struct TaskHandle {
+    runtime: Runtime,
+    outcome: Outcome,
+}
+
+impl core::fmt::Debug for TaskHandle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TaskHandle")
+            .field("outcome", &*lock(&self.outcome))
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskHandle {
+    /// The handle of a task of `ctx`'s runtime whose outcome is `outcome`.
+    pub(crate) fn new(ctx: &Context, outcome: Outcome) -> Self {
+        Self {
+            runtime: ctx.runtime.clone(),
+            outcome,
+        }
+    }
+
+    /// Blocks until the task completed: it ran (its kernel and its callback), or it
+    /// will never run.
+    ///
+    /// # Errors
+    /// [`TaskError::Upstream`]: the task did not run, because a value it reads depends on
+    /// a failed transfer ([`Context::try_wait_for_all`] reports the same failure);
+    /// [`TaskError::Failed`]: its kernel or callback panicked. Either way the task is
+    /// complete, and shutdown reports the failure too.
+    pub fn wait(&self) -> Result<(), TaskError> {
+        self.runtime.wait_outcome(&self.outcome)
+    }
+
+    /// The task's outcome if it completed, `None` while it has not (without waiting).
+    pub fn test(&self) -> Option<Result<(), TaskError>> {
+        lock(&self.outcome).clone()
+    }
+
+    /// Whether the task completed (ran, failed or was skipped).
+    pub fn is_done(&self) -> bool {
+        lock(&self.outcome).is_some()
     }
 }
 

@@ -21,7 +21,7 @@ use starling_core::insert::{self, Access, Direction, Execute, Executor, Options,
 use starling_core::select::{Policies, PolicyFn, PolicyId, SelectError};
 use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag};
 
-use crate::context::{Context, RecvOpts, SendOpts};
+use crate::context::{Context, RecvOpts, SendOpts, TaskHandle};
 use crate::data::{AnyCell, Handle, Interface};
 use crate::error::{CommError, TransferError};
 use crate::sync::{Arc, lock};
@@ -218,7 +218,7 @@ impl core::fmt::Debug for InsertBuilder<'_> {
 }
 
 /// What an insert did on this rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Inserted {
     /// The rank that executes the task (`None`: every rank, for per-node data; or this
     /// rank took no part because a written temporary datum is unknown here).
@@ -227,6 +227,12 @@ pub struct Inserted {
     pub executed_here: bool,
     /// Transfers this rank posted for the task (before and after it).
     pub transfers: usize,
+    /// The task, to wait for it alone ([`TaskHandle::wait`]): `Some` on the rank that runs
+    /// it once [`InsertBuilder::submit`] submitted it, as the reference returns the task
+    /// only where it executes; `None` on the other ranks, and from
+    /// [`InsertBuilder::build`] and [`InsertBuilder::exchange_before`] (the application
+    /// submits the task itself: [`BuiltTask::submit`] returns its handle).
+    pub task: Option<TaskHandle>,
 }
 
 impl<'a> InsertBuilder<'a> {
@@ -334,11 +340,10 @@ impl<'a> InsertBuilder<'a> {
     /// [`InsertError::NotRegistered`] (a rank-local registration bug).
     pub fn submit(self) -> Result<Inserted, InsertError> {
         let (built, post) = self.build()?;
-        if let Some(task) = built.task {
-            task.submit();
-        }
+        let mut inserted = built.inserted;
+        inserted.task = built.task.map(BuiltTask::submit);
         post.finish();
-        Ok(built.inserted)
+        Ok(inserted)
     }
 
     /// For a task the application builds itself: performs the transfers before it on
@@ -562,6 +567,7 @@ impl<'a> InsertBuilder<'a> {
                     executor,
                     executed_here: execute_here,
                     transfers,
+                    task: None,
                 },
             },
             PostBuild {
@@ -661,15 +667,16 @@ impl BuiltTask<'_> {
         self
     }
 
-    /// Submits the task.
-    pub fn submit(self) {
-        self.ctx.runtime.submit_task(
+    /// Submits the task, and returns a handle to wait for it alone ([`TaskHandle::wait`]).
+    pub fn submit(self) -> TaskHandle {
+        let outcome = self.ctx.runtime.submit_task(
             self.codelet,
             self.accesses,
             self.priority,
             self.callback,
             None,
         );
+        TaskHandle::new(self.ctx, outcome)
     }
 }
 

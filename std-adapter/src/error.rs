@@ -61,6 +61,27 @@ pub enum CommError {
     Upstream(Box<TransferError>),
 }
 
+/// A task waited on with [`crate::TaskHandle::wait`] did not complete normally.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TaskError {
+    /// The task did not run (nor its callback): a value it reads depends on a transfer
+    /// that failed (the first such failure is named). What it writes is poisoned in turn;
+    /// [`crate::Context::try_wait_for_all`] and shutdown report the same failure.
+    #[error("the task did not run, an input depends on a failed transfer: {0}")]
+    Upstream(Box<TransferError>),
+    /// The task's kernel or callback panicked, or its data could not be brought back from
+    /// a device: the task completed all the same (its successors ran), and shutdown
+    /// reports it too.
+    #[error("task `{codelet}` {what}")]
+    Failed {
+        /// The task's codelet.
+        codelet: String,
+        /// What went wrong (`panicked: …`, `did not run: …`).
+        what: String,
+    },
+}
+
 /// Which way a failed transfer went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TransferDirection {

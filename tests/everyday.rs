@@ -1,0 +1,208 @@
+//! Everyday habits of StarPU-MPI code that Starling's facade supports directly (issue 22,
+//! items 3–7): waiting for one task, statistics switched around a region, registration
+//! with automatic tags, typed shutdown leftovers, and the smaller conveniences (request
+//! arrays, callback-free transfers, closure policies, `on_node` with no node, `launch`'s
+//! shape). Only the facade's public items are used.
+
+use core::sync::atomic::{AtomicBool, Ordering};
+use core::time::Duration;
+use std::sync::{Arc, mpsc};
+
+use starling::core::{AccessMode, Owner, Rank, Tag};
+use starling::interfaces::{Variable, Vector};
+use starling::{
+    ClusterConfig, Codelet, CommError, Context, Handle, RuntimeConfig, TaskError,
+    TransferDirection, run_local, run_local_with,
+};
+
+fn workers(n: usize) -> ClusterConfig {
+    ClusterConfig {
+        runtime: RuntimeConfig {
+            workers: n,
+            ..RuntimeConfig::default()
+        },
+        ..ClusterConfig::default()
+    }
+}
+
+fn value(ctx: &Context, h: &Handle<Variable<i64>>) -> i64 {
+    ctx.acquire(h, AccessMode::R).get().get()
+}
+
+// ---- Item 3: waiting for one task (`starpu_task_wait`) ----
+
+/// A task that blocks until told to go (or 20 s pass: then it records the timeout).
+fn gate(go: mpsc::Receiver<()>, timed_out: Arc<AtomicBool>) -> Codelet {
+    let go = std::sync::Mutex::new(go);
+    Codelet::new("gate", move |_| {
+        let rx = go.lock().unwrap();
+        if rx.recv_timeout(Duration::from_secs(20)).is_err() {
+            timed_out.store(true, Ordering::SeqCst);
+        }
+    })
+}
+
+#[test]
+fn a_task_handle_waits_for_its_task_and_not_for_the_others() {
+    let out = run_local_with(1, workers(2), |ctx| {
+        let (tx, rx) = mpsc::channel();
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let blocked = ctx.register(Variable::new(0_i64));
+        let free = ctx.register(Variable::new(0_i64));
+        // Holds `blocked` until released below.
+        let gate = ctx
+            .task(&gate(rx, Arc::clone(&timed_out)))
+            .rw(&blocked)
+            .submit();
+        // After the gate on `blocked`: cannot complete while the gate holds.
+        let after_gate = ctx
+            .task(&Codelet::new("after", |b| b.w::<Variable<i64>>(0).set(5)))
+            .w(&blocked)
+            .submit();
+        let set = Codelet::new("set", |b| b.w::<Variable<i64>>(0).set(42));
+        let mine = ctx.task(&set).w(&free).submit();
+        // Waiting for `mine` returns while the gate still holds: it waits for this task
+        // alone (`wait_for_all` would wait for the gate, which waits for us).
+        assert_eq!(mine.wait(), Ok(()));
+        assert!(mine.is_done());
+        assert_eq!(mine.test(), Some(Ok(())));
+        assert_eq!(value(ctx, &free), 42);
+        assert!(!gate.is_done(), "the gate cannot have completed yet");
+        assert_eq!(after_gate.test(), None, "its predecessor still runs");
+        tx.send(()).unwrap();
+        assert_eq!(after_gate.wait(), Ok(()));
+        assert!(
+            gate.is_done(),
+            "a successor completes after its predecessor"
+        );
+        assert!(
+            !timed_out.load(Ordering::SeqCst),
+            "the gate was never released"
+        );
+        value(ctx, &blocked)
+    })
+    .unwrap();
+    assert_eq!(out, vec![5]);
+}
+
+#[test]
+fn a_dropped_task_handle_changes_nothing() {
+    let out = run_local(2, |ctx| {
+        let h = ctx.register(Variable::new(1_i64));
+        let double = Codelet::new("double", |b| {
+            let mut v = b.w::<Variable<i64>>(0);
+            let x = v.get();
+            v.set(2 * x);
+        });
+        for _ in 0..10 {
+            ctx.task(&double).rw(&h).submit();
+        }
+        ctx.wait_for_all();
+        value(ctx, &h)
+    })
+    .unwrap();
+    assert_eq!(out, vec![1024, 1024]);
+}
+
+#[test]
+fn waiting_for_a_panicking_task_reports_the_panic() {
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let keep = Arc::clone(&seen);
+    let out = run_local(1, move |ctx| {
+        let h = ctx.register(Variable::new(0_i64));
+        let boom = Codelet::new("boom", |_| panic!("kaput"));
+        let t = ctx.task(&boom).rw(&h).submit();
+        *keep.lock().unwrap() = Some(t.wait());
+        // The task completed: its successor runs.
+        let set = Codelet::new("set", |b| b.w::<Variable<i64>>(0).set(3));
+        ctx.task(&set).w(&h).submit().wait().unwrap();
+        value(ctx, &h)
+    });
+    match seen.lock().unwrap().take() {
+        Some(Err(TaskError::Failed { codelet, what })) => {
+            assert_eq!(codelet, "boom");
+            assert!(what.contains("panicked: kaput"), "{what}");
+        }
+        other => panic!("expected the task's panic, got {other:?}"),
+    }
+    // Shutdown reports the panic as well.
+    let err = out.expect_err("a panicking task is reported at shutdown");
+    assert!(err.to_string().contains("kaput"), "{err}");
+}
+
+/// `x`, owned by rank 0 with 4 values, which rank 1 registers with 8: every receive of
+/// it on rank 1 fails (a rank-local registration bug).
+fn mismatched(ctx: &Context, tag: i64) -> Handle<Vector<i64>> {
+    let h = if ctx.rank() == Rank(0) {
+        ctx.register(Vector::from_vec(vec![1_i64, 2, 3, 4]))
+    } else {
+        ctx.register(Vector::from_vec(vec![-1_i64; 8]))
+    };
+    ctx.mpi_register(&h, Tag(tag), Owner::Rank(Rank(0)))
+        .unwrap();
+    h
+}
+
+#[test]
+fn waiting_for_a_task_whose_input_transfer_failed_reports_the_transfer() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = Arc::clone(&seen);
+    let ran = Arc::new(AtomicBool::new(false));
+    let ran2 = Arc::clone(&ran);
+    let out = run_local_with(2, workers(2), move |ctx| {
+        let x = mismatched(ctx, 1);
+        let y = ctx
+            .register_owned(Tag(2), Owner::Rank(Rank(1)), || Variable::new(0_i64))
+            .unwrap();
+        let ran = Arc::clone(&ran2);
+        let sum = Codelet::new("sum", move |b| {
+            ran.store(true, Ordering::SeqCst);
+            let s: i64 = b.r::<Vector<i64>>(1).as_slice().iter().sum();
+            b.w::<Variable<i64>>(0).set(s);
+        });
+        // Runs on rank 1 (it writes y): x travels from rank 0 and its receive fails.
+        let inserted = ctx.insert(&sum).w(&y).r(&x).submit().unwrap();
+        assert_eq!(inserted.task.is_some(), ctx.rank() == Rank(1));
+        assert_eq!(inserted.task.is_some(), inserted.executed_here);
+        if let Some(task) = inserted.task {
+            // Not a hang, not `Ok`: the failed receive, typed.
+            keep.lock().unwrap().push(task.wait());
+        }
+        let _ = ctx.mpi_wait_for_all();
+    });
+    assert!(out.is_err(), "shutdown reports the failed transfer");
+    assert!(!ran.load(Ordering::SeqCst), "the task ran on a stale input");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    match &seen[0] {
+        Err(TaskError::Upstream(e)) => {
+            assert_eq!(e.peer, Rank(0));
+            assert_eq!(e.tag, Tag(1));
+            assert_eq!(e.direction, TransferDirection::Recv);
+            assert!(matches!(e.cause, CommError::Data(_)), "{e}");
+        }
+        other => panic!("expected the failed transfer, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_built_task_returns_its_handle_on_the_executor() {
+    let out = run_local(2, |ctx| {
+        let x = ctx
+            .register_owned(Tag(1), Owner::Rank(Rank(1)), || Variable::new(0_i64))
+            .unwrap();
+        let set = Codelet::new("set", |b| b.w::<Variable<i64>>(0).set(9));
+        let (built, post) = ctx.insert(&set).w(&x).build().unwrap();
+        assert!(built.inserted.task.is_none(), "build submits nothing");
+        let done = built.task.map(|t| {
+            let handle = t.submit();
+            handle.wait().unwrap();
+            handle.is_done()
+        });
+        post.finish();
+        ctx.wait_for_all();
+        done
+    })
+    .unwrap();
+    assert_eq!(out, vec![None, Some(true)]);
+}
