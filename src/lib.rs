@@ -102,7 +102,7 @@ where
 ///     stats: true,
 ///     ..starling::ClusterConfig::from_env()
 /// };
-/// let sent = starling::launch_with(2, config, |ctx| ctx.comm_amounts())?;
+/// let sent = starling::launch_with(2, config, |ctx| ctx.comm_amounts().expect("stats are on"))?;
 /// assert_eq!(sent.len(), 2); // in-process: both ranks; under mpirun: this rank only
 /// # Ok::<(), starling::ShutdownError>(())
 /// ```

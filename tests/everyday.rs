@@ -206,3 +206,57 @@ fn a_built_task_returns_its_handle_on_the_executor() {
     .unwrap();
     assert_eq!(out, vec![None, Some(true)]);
 }
+
+// ---- Item 4: statistics switched at run time ----
+
+#[test]
+fn statistics_switched_on_around_a_region_count_that_region_only() {
+    // Statistics off at start-up (the default).
+    let out = run_local_with(2, workers(1), |ctx| {
+        let before = ctx.comm_amounts();
+        let h = ctx.register(Variable::new(7u32));
+        let exchange = |t: i64| {
+            if ctx.rank() == Rank(0) {
+                ctx.send(&h, Rank(1), Tag(t)).unwrap();
+            } else {
+                ctx.recv(&h, Rank(0), Tag(t)).unwrap();
+            }
+        };
+        exchange(0); // not counted: statistics are off
+        ctx.set_comm_stats(true);
+        for t in 1..4 {
+            exchange(t); // 3 × 4 bytes, counted
+        }
+        ctx.set_comm_stats(false);
+        exchange(4); // not counted, and the region's counts are kept
+        (before, ctx.comm_amounts())
+    })
+    .unwrap();
+    assert_eq!(out[0], (None, Some(vec![0, 12])));
+    assert_eq!(out[1], (None, Some(vec![0, 0])));
+}
+
+#[test]
+fn comm_amounts_says_when_statistics_were_never_on() {
+    let off = run_local_with(2, workers(1), |ctx| {
+        let h = ctx.register(Variable::new(7u32));
+        if ctx.rank() == Rank(0) {
+            ctx.send(&h, Rank(1), Tag(0)).unwrap();
+        } else {
+            ctx.recv(&h, Rank(0), Tag(0)).unwrap();
+        }
+        ctx.comm_amounts()
+    })
+    .unwrap();
+    assert_eq!(off, vec![None, None], "no silent row of zeros");
+    let on = run_local_with(
+        2,
+        ClusterConfig {
+            stats: true,
+            ..workers(1)
+        },
+        |ctx| ctx.comm_amounts(),
+    )
+    .unwrap();
+    assert_eq!(on, vec![Some(vec![0, 0]), Some(vec![0, 0])]);
+}

@@ -579,7 +579,7 @@ fn statistics_count_payload_bytes_per_peer() {
                 ctx.recv(&h, Rank(0), Tag(t)).unwrap();
             }
         }
-        ctx.comm_amounts()
+        ctx.comm_amounts().expect("statistics are on")
     })
     .unwrap();
     assert_eq!(out[0], vec![0, 12]);

@@ -594,8 +594,8 @@ impl MpiRank {
         }
         let leftovers = runner.leftovers();
         let failures = runner.failures();
-        if self.config.rank.stats || self.config.stats_dir.is_some() {
-            let report = runner.stats_report();
+        // Statistics on from the start, or switched on at run time by the application.
+        if let Some(report) = runner.stats_report() {
             eprint!("{report}");
             if let Some(dir) = &self.config.stats_dir {
                 let path = dir.join(format!("rank{}.txt", rank.0));

@@ -509,8 +509,8 @@ where
         let report = runner.probe().report();
         lock(&quiesce.reports).push(report);
     }
-    if config.stats || config.stats_dir.is_some() {
-        let report = runner.stats_report();
+    // Statistics on from the start, or switched on at run time by the application.
+    if let Some(report) = runner.stats_report() {
         eprint!("{report}");
         if let Some(dir) = &config.stats_dir {
             let path = dir.join(format!("rank{}.txt", rank.0));

@@ -1542,12 +1542,38 @@ impl Context {
     }
 
     /// Payload bytes this rank sent to each peer, indexed by rank
-    /// (`starpu_mpi_comm_amounts_retrieve`; counted while statistics are enabled).
-    pub fn comm_amounts(&self) -> Vec<u64> {
+    /// (`starpu_mpi_comm_amounts_retrieve` / `starpu_mpi_comm_stats_retrieve`): what was
+    /// counted while statistics were on, kept when they are switched off
+    /// ([`Context::set_comm_stats`]), so a region between an enable and a disable can be
+    /// read after it.
+    ///
+    /// `None` when statistics were never on for this rank (neither at start-up,
+    /// [`crate::ClusterConfig::stats`] / `STARLING_MPI_STATS`, nor at run time): then
+    /// nothing was counted, and a row of zeros would be no measurement.
+    pub fn comm_amounts(&self) -> Option<Vec<u64>> {
         let (tx, rx) = mpsc::channel();
         (self.commands)(Command::Amounts(Box::new(move |v| {
             let _ = tx.send(v);
         })));
         rx.recv().unwrap_or_default()
+    }
+
+    /// Switches this rank's communication statistics on or off at run time
+    /// (`starpu_mpi_comm_stats_enable` / `starpu_mpi_comm_stats_disable`), around a
+    /// region of interest; what was counted is kept either way. Payload bytes are counted
+    /// when a message is handed to the transport, so a transfer of the task flow counts
+    /// if statistics are on when it leaves, which may be after the insert that planned
+    /// it: call [`Context::wait_for_all`] before switching them off to count a region
+    /// whole. Returns once the switch is made (later sends see it). A rank whose
+    /// statistics were on at any time prints its report at shutdown.
+    pub fn set_comm_stats(&self, on: bool) {
+        let (tx, rx) = mpsc::channel();
+        (self.commands)(Command::SetStats(
+            on,
+            Box::new(move |()| {
+                let _ = tx.send(());
+            }),
+        ));
+        let _ = rx.recv();
     }
 }

@@ -620,8 +620,10 @@ impl RankRunner {
         }
     }
 
-    /// The rank's communication statistics in the reference's line format.
-    pub fn stats_report(&self) -> String {
+    /// The rank's communication statistics in the reference's line format; `None` when
+    /// statistics were never on (at start-up, [`RankConfig::stats`], or at run time,
+    /// [`Context::set_comm_stats`](crate::Context::set_comm_stats)).
+    pub fn stats_report(&self) -> Option<String> {
         ask(&self.ctx, Command::Report)
     }
 
