@@ -260,3 +260,148 @@ fn comm_amounts_says_when_statistics_were_never_on() {
     .unwrap();
     assert_eq!(on, vec![Some(vec![0, 0]), Some(vec![0, 0])]);
 }
+
+// ---- Item 5: registration with an automatic tag ----
+
+use starling::agreement::AUTO_TAGS;
+use starling::{InsertError, TagChoice};
+
+fn auto_var(ctx: &Context, owner: u32, v: i64) -> Handle<Variable<i64>> {
+    ctx.register_owned(TagChoice::Auto, Owner::Rank(Rank(owner)), move || {
+        Variable::new(v)
+    })
+    .unwrap()
+}
+
+#[test]
+fn automatic_tags_follow_the_registration_order_and_carry_the_flow() {
+    let out = run_local(3, |ctx| {
+        let a = auto_var(ctx, 0, 20);
+        // An explicit tag between two automatic ones takes none of theirs.
+        let e = ctx
+            .register_owned(Tag(7), Owner::Rank(Rank(2)), || Variable::new(1_i64))
+            .unwrap();
+        let b = auto_var(ctx, 1, 0);
+        let h = ctx.register(Variable::new(0_i64));
+        ctx.mpi_register(&h, TagChoice::Auto, Owner::Rank(Rank(2)))
+            .unwrap();
+        let add = Codelet::new("add", |bufs| {
+            let x = bufs.r::<Variable<i64>>(1).get() + bufs.r::<Variable<i64>>(2).get();
+            bufs.w::<Variable<i64>>(0).set(x);
+        });
+        // b = a + e on rank 1, then h = b + e on rank 2: the data travel on their tags.
+        ctx.insert(&add).w(&b).r(&a).r(&e).submit().unwrap();
+        ctx.insert(&add).w(&h).r(&b).r(&e).submit().unwrap();
+        ctx.wait_for_all();
+        let tags = [&a, &e, &b, &h].map(|x| ctx.data_tag(x).unwrap());
+        let result = (ctx.rank() == Rank(2)).then(|| value(ctx, &h));
+        (tags, result)
+    })
+    .unwrap();
+    let first = *AUTO_TAGS.start();
+    let want = [Tag(first), Tag(7), Tag(first + 1), Tag(first + 2)];
+    for (rank, (tags, _)) in out.iter().enumerate() {
+        assert_eq!(*tags, want, "rank {rank}");
+    }
+    assert_eq!(out[2].1, Some(22));
+}
+
+#[test]
+fn an_explicit_tag_in_the_automatic_range_is_refused_and_uses_up_nothing() {
+    let out = run_local(1, |ctx| {
+        let inside = Tag(*AUTO_TAGS.start() + 5);
+        let h = ctx.register(Variable::new(0_i64));
+        let registered = ctx.mpi_register(&h, inside, Owner::Rank(Rank(0)));
+        let set = ctx.set_tag(&h, inside);
+        let last = Tag(*AUTO_TAGS.end());
+        let at_end = ctx.mpi_register(&h, last, Owner::Rank(Rank(0)));
+        let after = Tag(*AUTO_TAGS.end() + 1);
+        let outside = ctx.mpi_register(&h, after, Owner::Rank(Rank(0)));
+        let auto = auto_var(ctx, 0, 0);
+        (registered, set, at_end, outside, ctx.data_tag(&auto))
+    })
+    .unwrap();
+    let inside = Tag(*AUTO_TAGS.start() + 5);
+    let (registered, set, at_end, outside, auto) = out[0].clone();
+    assert_eq!(
+        registered,
+        Err(InsertError::Comm(CommError::AutoTagRange { tag: inside }))
+    );
+    assert_eq!(set, Err(CommError::AutoTagRange { tag: inside }));
+    assert_eq!(
+        at_end,
+        Err(InsertError::Comm(CommError::AutoTagRange {
+            tag: Tag(*AUTO_TAGS.end())
+        }))
+    );
+    assert_eq!(
+        outside,
+        Ok(()),
+        "the first tag after the range is the user's"
+    );
+    assert_eq!(
+        auto,
+        Some(Tag(*AUTO_TAGS.start())),
+        "no automatic tag used up"
+    );
+    // The range starts right after the reserved tags and stays negative.
+    assert_eq!(
+        *AUTO_TAGS.start(),
+        *starling::agreement::RESERVED_TAGS.end() + 1
+    );
+    assert!(*AUTO_TAGS.end() < 0);
+}
+
+#[test]
+fn ranks_that_register_in_different_orders_are_told_by_the_agreement_check() {
+    let config = ClusterConfig {
+        check_agreement: true,
+        ..workers(1)
+    };
+    let out = run_local_with(2, config, |ctx| {
+        // Same interfaces, owners swapped on rank 1: the tags pair the wrong data.
+        let (x, y) = if ctx.rank() == Rank(0) {
+            let x = auto_var(ctx, 0, 1);
+            let y = auto_var(ctx, 1, 2);
+            (x, y)
+        } else {
+            let y = auto_var(ctx, 1, 2);
+            let x = auto_var(ctx, 0, 1);
+            (x, y)
+        };
+        let checked = ctx.check_agreement();
+        // Every later insert fails with it instead of exchanging the wrong data.
+        let add = Codelet::new("add", |_| {});
+        let inserted = ctx.insert(&add).rw(&x).r(&y).submit().map(|_| ());
+        (checked, inserted)
+    })
+    .unwrap();
+    for (checked, inserted) in out {
+        let Err(InsertError::Diverged(d)) = checked else {
+            panic!("expected a divergence, got {checked:?}");
+        };
+        assert_eq!(d.insert, Some(1), "{d}");
+        assert!(d.message.contains("register"), "{d}");
+        assert!(d.message.contains("of rank 1"), "{d}");
+        assert!(matches!(inserted, Err(InsertError::Diverged(_))));
+    }
+}
+
+#[test]
+fn ranks_that_register_the_same_automatic_data_agree() {
+    let config = ClusterConfig {
+        check_agreement: true,
+        ..workers(1)
+    };
+    let out = run_local_with(3, config, |ctx| {
+        let _v = auto_var(ctx, 0, 1);
+        let _w = ctx
+            .register_owned(TagChoice::Auto, Owner::PerNode, || {
+                Vector::from_vec(vec![0_i64; 4])
+            })
+            .unwrap();
+        ctx.check_agreement()
+    })
+    .unwrap();
+    assert!(out.iter().all(Result::is_ok), "{out:?}");
+}

@@ -663,8 +663,23 @@ impl Context {
     /// Gives `h` a tag, unique among this rank's live handles.
     ///
     /// # Errors
-    /// [`CommError::TagInUse`] when another live handle has `tag`.
+    /// [`CommError::TagInUse`] when another live handle has `tag`;
+    /// [`CommError::AutoTagRange`] for a tag among the automatic ones
+    /// ([`crate::agreement::AUTO_TAGS`]), which only registrations with
+    /// [`crate::TagChoice::Auto`] get.
     pub fn set_tag<I: Interface>(&self, h: &Handle<I>, tag: Tag) -> Result<(), CommError> {
+        if crate::agreement::AUTO_TAGS.contains(&tag.0) {
+            return Err(CommError::AutoTagRange { tag });
+        }
+        self.set_tag_unchecked(h, tag)
+    }
+
+    /// [`Context::set_tag`] for any tag (an automatic one included).
+    pub(crate) fn set_tag_unchecked<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        tag: Tag,
+    ) -> Result<(), CommError> {
         let mut guard = lock(&self.tags);
         let (by_tag, by_data) = &mut *guard;
         match by_tag.get(&tag) {
@@ -868,6 +883,16 @@ impl Context {
     pub(crate) fn check_user_tag(&self, tag: Tag) -> Result<(), CommError> {
         if crate::agreement::RESERVED_TAGS.contains(&tag.0) {
             return Err(CommError::ReservedTag { tag });
+        }
+        Ok(())
+    }
+
+    /// Refuses, for an explicit registration, the reserved tags and the automatic ones
+    /// ([`crate::agreement::AUTO_TAGS`]).
+    pub(crate) fn check_explicit_tag(&self, tag: Tag) -> Result<(), CommError> {
+        self.check_user_tag(tag)?;
+        if crate::agreement::AUTO_TAGS.contains(&tag.0) {
+            return Err(CommError::AutoTagRange { tag });
         }
         Ok(())
     }

@@ -125,6 +125,31 @@ pub(crate) struct DistState {
     cache_full: bool,
     /// The graph-agreement check's side of this rank.
     pub(crate) agreement: crate::agreement::Agreement,
+    /// The next automatic tag ([`crate::agreement::AUTO_TAGS`]); past its end: none left.
+    pub(crate) next_auto_tag: i64,
+}
+
+/// The tag a registration gives its datum ([`Context::mpi_register`],
+/// [`Context::register_owned`]): one the application chose, or the next automatic one.
+/// A [`Tag`] converts into it, so `ctx.mpi_register(&h, Tag(7), owner)` reads as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TagChoice {
+    /// The next tag of [`crate::agreement::AUTO_TAGS`], in this rank's registration
+    /// order: every rank that registers its data in the same order gives each datum the
+    /// same tag, with no tag to invent. Read it back with [`Context::data_tag`]. While the
+    /// graph-agreement check is on, each such registration is part of the checked flow
+    /// (its interface, tag and owner): ranks that register in different orders are told
+    /// so at the next check instead of exchanging the wrong data.
+    Auto,
+    /// This tag (outside [`crate::agreement::AUTO_TAGS`] and
+    /// [`crate::agreement::RESERVED_TAGS`]).
+    Given(Tag),
+}
+
+impl From<Tag> for TagChoice {
+    fn from(tag: Tag) -> Self {
+        Self::Given(tag)
+    }
 }
 
 impl DistState {
@@ -155,6 +180,7 @@ impl DistState {
             stamp: 0,
             cache_full: false,
             agreement: crate::agreement::Agreement::new(cfg!(debug_assertions)),
+            next_auto_tag: *crate::agreement::AUTO_TAGS.start(),
         }
     }
 }
@@ -453,7 +479,7 @@ impl<'a> InsertBuilder<'a> {
         )?;
         if dist.agreement.enabled {
             dist.agreement.record(
-                &self.codelet,
+                self.codelet.name(),
                 accesses.iter().zip(&self.items).map(|(a, i)| {
                     let datum = (!i.temporary).then_some((a.tag, a.owner));
                     (datum, a.mode)
@@ -886,16 +912,20 @@ impl Context {
     /// Gives `h` a tag and an owner for the insert-task utility, on the world
     /// communicator (`starpu_mpi_data_register`). Every rank registers every datum it
     /// uses, with the same tag and owner; `Owner::PerNode` gives every rank its own
-    /// instance (`STARPU_MPI_PER_NODE`).
+    /// instance (`STARPU_MPI_PER_NODE`). The tag is a [`Tag`], or [`TagChoice::Auto`]: the
+    /// next automatic tag in registration order ([`crate::agreement::AUTO_TAGS`]).
     ///
     /// # Errors
     /// [`CommError::TagInUse`] when another live handle of this rank has `tag`;
     /// [`CommError::RankOutOfRange`] for an owner outside the world;
-    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself.
+    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself;
+    /// [`CommError::AutoTagRange`] for an explicit tag among the automatic ones;
+    /// [`CommError::AutoTagsExhausted`] when no automatic tag is left. Nothing is
+    /// registered then, and no automatic tag is used up.
     pub fn mpi_register<I: Interface>(
         &self,
         h: &Handle<I>,
-        tag: Tag,
+        tag: impl Into<TagChoice>,
         owner: Owner,
     ) -> Result<(), InsertError> {
         self.mpi_register_comm(h, tag, owner, CommId::WORLD)
@@ -908,15 +938,43 @@ impl Context {
     pub fn mpi_register_comm<I: Interface>(
         &self,
         h: &Handle<I>,
-        tag: Tag,
+        tag: impl Into<TagChoice>,
         owner: Owner,
         comm: CommId,
     ) -> Result<(), InsertError> {
         if let Owner::Rank(r) = owner {
             self.check_rank(r)?;
         }
-        self.check_user_tag(tag)?;
-        self.set_tag(h, tag)?;
+        let tag = match tag.into() {
+            TagChoice::Given(tag) => {
+                self.check_explicit_tag(tag)?;
+                self.set_tag_unchecked(h, tag)?;
+                tag
+            }
+            TagChoice::Auto => {
+                // Under the registry's lock from choosing the tag to recording it: two
+                // threads of a rank registering at once still get distinct tags (their
+                // order is theirs to keep the same on every rank).
+                let mut dist = lock(&self.dist);
+                let tag = Tag(dist.next_auto_tag);
+                if !crate::agreement::AUTO_TAGS.contains(&tag.0) {
+                    return Err(CommError::AutoTagsExhausted.into());
+                }
+                // Never in use: no explicit registration can take an automatic tag.
+                self.set_tag_unchecked(h, tag)?;
+                dist.next_auto_tag += 1;
+                if dist.agreement.enabled {
+                    let name = crate::agreement::registration_name(h.erased().interface_name());
+                    dist.agreement.record(
+                        &name,
+                        core::iter::once((Some((tag, owner)), AccessMode::W)),
+                        &Options::default(),
+                        None,
+                    );
+                }
+                tag
+            }
+        };
         let mut dist = lock(&self.dist);
         dist.info.insert(h.id(), MpiInfo { tag, owner, comm });
         dist.cells.insert(h.id(), h.erased());
@@ -931,7 +989,7 @@ impl Context {
     /// As for [`Context::mpi_register`].
     pub fn register_owned<I: Interface>(
         &self,
-        tag: Tag,
+        tag: impl Into<TagChoice>,
         owner: Owner,
         init: impl FnOnce() -> I + Send + 'static,
     ) -> Result<Handle<I>, InsertError> {

@@ -45,6 +45,19 @@ pub enum CommError {
         /// The tag.
         tag: Tag,
     },
+    /// An explicit tag among the automatic ones ([`crate::agreement::AUTO_TAGS`]), which
+    /// only registrations with [`crate::TagChoice::Auto`] get. Nothing was registered:
+    /// choose a tag outside the range, or let the runtime choose.
+    #[error("{tag} is in the automatic tag range: use another tag, or TagChoice::Auto")]
+    AutoTagRange {
+        /// The tag.
+        tag: Tag,
+    },
+    /// Every automatic tag of this run was handed out ([`crate::agreement::AUTO_TAGS`]:
+    /// 2^62 − 16 of them, never reused). Nothing was registered: give the datum an
+    /// explicit tag.
+    #[error("no automatic tag is left: register with an explicit tag")]
+    AutoTagsExhausted,
     /// The watchdog gave up: nothing progressed for its timeout while this request was
     /// pending ([`crate::hang`]). The request was abandoned (its handle is released with
     /// its old value), and so is every later one of the rank: the job is failing. The

@@ -66,7 +66,9 @@ pub use context::{
 };
 pub use data::{DataError, DataMut, DataRef, Handle, Interface};
 pub use device::{DeviceImpl, DeviceLayer, DeviceTask, HostRef};
-pub use distributed::{Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild};
+pub use distributed::{
+    Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild, TagChoice,
+};
 pub use error::{CommError, ShutdownError, TaskError, TransferDirection, TransferError};
 pub use rank::{DriverMode, RankConfig, RankRunner, StartError, Tables};
 pub use task::{Buffers, Codelet, Kernel, RuntimeConfig, TaskTag, WorkerStart};
