@@ -31,10 +31,11 @@ pub use starling_core as core;
 pub use starling_std::{
     Acquired, AnyHandle, Buffers, Built, BuiltTask, ClusterConfig, Codelet, Comm, CommError,
     Context, DataError, DataMut, DataRef, DeviceLayer, DeviceTask, DriverMode, Handle, HostRef,
-    InProcess, InsertBuilder, InsertError, Inserted, Interface, PostBuild, RankConfig, RankRunner,
-    RecvOpts, Request, RuntimeConfig, SendOpts, ShutdownError, StartError, Tables, TagChoice,
-    TaskBuilder, TaskError, TaskHandle, TaskTag, TransferDirection, TransferError, Transport, data,
-    device, interfaces, rank, run_fake, run_local, run_local_with, serial, sim, trace, transport,
+    InProcess, InsertBuilder, InsertError, Inserted, Interface, Leftover, PostBuild, RankConfig,
+    RankRunner, RecvOpts, Request, RuntimeConfig, SendOpts, ShutdownError, StartError, Tables,
+    TagChoice, TaskBuilder, TaskError, TaskHandle, TaskTag, TransferDirection, TransferError,
+    Transport, data, device, interfaces, rank, run_fake, run_local, run_local_with, serial, sim,
+    trace, transport,
 };
 pub use starling_std::{Divergence, agreement, hang, ms};
 

@@ -344,11 +344,10 @@ fn an_explicit_tag_in_the_automatic_range_is_refused_and_uses_up_nothing() {
         Some(Tag(*AUTO_TAGS.start())),
         "no automatic tag used up"
     );
-    // The range starts right after the reserved tags and stays negative.
-    assert_eq!(
-        *AUTO_TAGS.start(),
-        *starling::agreement::RESERVED_TAGS.end() + 1
-    );
+    // The range is disjoint from the reserved tags, and negative (away from the small
+    // tags applications write by hand).
+    let reserved = starling::agreement::RESERVED_TAGS;
+    assert!(*AUTO_TAGS.start() > *reserved.end() + 1);
     assert!(*AUTO_TAGS.end() < 0);
 }
 
@@ -404,4 +403,105 @@ fn ranks_that_register_the_same_automatic_data_agree() {
     })
     .unwrap();
     assert!(out.iter().all(Result::is_ok), "{out:?}");
+}
+
+// ---- Item 6: typed shutdown leftovers ----
+
+use starling::Leftover;
+use starling::core::request::{Kind as RequestKind, State as RequestState};
+
+#[test]
+fn an_orphan_message_is_a_typed_leftover_that_prints_as_before() {
+    let err = run_local_with(2, workers(1), |ctx| {
+        let h = ctx.register(Variable::new(7u32));
+        if ctx.rank() == Rank(1) {
+            ctx.send(&h, Rank(0), Tag(77)).unwrap();
+        }
+    })
+    .unwrap_err();
+    assert_eq!(err.leftovers.len(), 1, "{err}");
+    let Leftover::Orphan {
+        rank,
+        source,
+        tag,
+        bytes,
+        refused,
+        ..
+    } = &err.leftovers[0]
+    else {
+        panic!("expected an orphan message: {err}");
+    };
+    assert_eq!(
+        (*rank, *source, *tag, *bytes, *refused),
+        (Rank(0), Rank(1), Tag(77), 4, false)
+    );
+    assert_eq!(err.leftovers[0].rank(), Some(Rank(0)));
+    assert_eq!(
+        err.leftovers[0].to_string(),
+        "rank 0: message from rank 1 with tag 77 (4 bytes) was never received"
+    );
+    assert_eq!(
+        err.to_string(),
+        "shutdown left 1 item(s): rank 0: message from rank 1 with tag 77 (4 bytes) was never \
+         received"
+    );
+}
+
+#[test]
+fn a_stuck_receive_is_a_typed_leftover_with_its_explanation() {
+    let config = ClusterConfig {
+        watchdog: Some(Duration::from_secs(2)),
+        ..workers(1)
+    };
+    let err = run_local_with(2, config, |ctx| {
+        let h = ctx.register(Variable::new(0u32));
+        if ctx.rank() == Rank(0) {
+            // Rank 1 never sends it.
+            ctx.irecv_detached(&h, Rank(1), Tag(9), |_| {}).unwrap();
+        }
+    })
+    .unwrap_err();
+    let stuck: Vec<_> = err
+        .leftovers
+        .iter()
+        .filter(|l| matches!(l, Leftover::NeverCompleted { .. }))
+        .collect();
+    assert_eq!(stuck.len(), 1, "{err}");
+    let Leftover::NeverCompleted {
+        rank,
+        kind,
+        peer,
+        tag,
+        state,
+        ..
+    } = stuck[0]
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        (*rank, *kind, *peer, *tag, *state),
+        (
+            Rank(0),
+            RequestKind::Recv,
+            Rank(1),
+            Tag(9),
+            RequestState::AwaitingEnvelope
+        )
+    );
+    assert_eq!(
+        stuck[0].to_string(),
+        "rank 0: Recv with rank 1 and tag 9 never completed (awaiting envelope)"
+    );
+    // The explanation leads, job-wide (no rank of its own): the shutdown's `why: …` lines,
+    // or the watchdog's if it fired first.
+    assert_eq!(err.leftovers[0].rank(), None, "{err}");
+    assert!(
+        err.leftovers.iter().any(|l| match l {
+            Leftover::Why(line) | Leftover::Watchdog(line) => {
+                line.starts_with("rank 0 waits for tag 9 from rank 1")
+            }
+            _ => false,
+        }),
+        "{err}"
+    );
 }

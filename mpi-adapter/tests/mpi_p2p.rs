@@ -1725,7 +1725,8 @@ fn hang() {
         .shutdown()
         .expect_err("the watchdog's finding is returned");
     assert!(
-        err.leftovers[0].starts_with(&format!("rank {me}: watchdog: nothing progressed")),
+        matches!(&err.leftovers[0], starling_std::Leftover::Watchdog(line)
+            if line.starts_with(&format!("rank {me}: watchdog: nothing progressed"))),
         "{err}"
     );
     clean_hang_dir(dir.as_deref(), me);

@@ -44,14 +44,15 @@ pub const RING: usize = 1024;
 /// registrations refuse them ([`CommError::ReservedTag`]).
 pub const RESERVED_TAGS: core::ops::RangeInclusive<i64> = i64::MIN..=i64::MIN + 15;
 
-/// The tags of registrations with an automatic tag ([`crate::TagChoice::Auto`]): right
-/// after [`RESERVED_TAGS`], up to `-2^62 - 1` (2^62 − 16 tags). They are handed out in
+/// The tags of registrations with an automatic tag ([`crate::TagChoice::Auto`]):
+/// `-2^62 ..= -2^61 - 1` (2^61 tags), far from [`RESERVED_TAGS`] and from the tags
+/// applications write by hand (small ones, either sign). They are handed out in
 /// registration order from the first, so every rank that registers its data in the
 /// same order gives each datum the same tag; a tag is never handed out twice in a run.
 /// A registration or [`crate::Context::set_tag`] with an explicit tag in this range is
 /// refused ([`CommError::AutoTagRange`]), so an automatic tag never collides with an
 /// explicit one; the range running out is [`CommError::AutoTagsExhausted`].
-pub const AUTO_TAGS: core::ops::RangeInclusive<i64> = i64::MIN + 16..=-(1 << 62) - 1;
+pub const AUTO_TAGS: core::ops::RangeInclusive<i64> = -(1 << 62)..=-(1 << 61) - 1;
 
 /// The name under which the agreement check records a registration with an automatic
 /// tag of an `interface` (the flows of all ranks must register the same interfaces, with
@@ -789,7 +790,7 @@ impl Context {
         if let Err(e @ crate::InsertError::Diverged(_)) = self.agreement_check("barrier") {
             if !known {
                 eprintln!("[starling][{}] {e}", self.rank.0);
-                lock(&self.reports).push(e.to_string());
+                lock(&self.reports).push(crate::error::Noted::Other(e.to_string()));
             }
         }
     }

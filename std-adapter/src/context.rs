@@ -7,7 +7,7 @@ use starling_core::engine::{RecvArgs, SendArgs};
 use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
-use crate::error::{CommError, TaskError, TransferDirection, TransferError};
+use crate::error::{CommError, Noted, TaskError, TransferDirection, TransferError};
 use crate::pool::BufferPool;
 use crate::progress::{Command, Done, Drive, Driven, DriverGuard, Payload};
 use crate::sync::{
@@ -34,7 +34,7 @@ pub struct Context {
     /// Tags of live handles, both ways (unique per rank).
     tags: Mutex<(HashMap<Tag, DataId>, HashMap<DataId, Tag>)>,
     pedantic_isend: bool,
-    pub(crate) reports: Arc<Mutex<Vec<String>>>,
+    pub(crate) reports: Arc<Mutex<Vec<Noted>>>,
     pub(crate) tag_base: i32,
     /// The insert-task utility's state: registrations, cache, policies.
     pub(crate) dist: Mutex<crate::distributed::DistState>,
@@ -139,7 +139,7 @@ struct ReqInner {
     finished: AtomicBool,
     waited: AtomicBool,
     what: ReqWhat,
-    reports: Arc<Mutex<Vec<String>>>,
+    reports: Arc<Mutex<Vec<Noted>>>,
     driver: Option<Arc<dyn Drive>>,
     /// The rank's timeline trace, when tracing (waits are recorded).
     timeline: Option<Arc<Recorder>>,
@@ -256,7 +256,7 @@ impl Request {
 impl Drop for Request {
     fn drop(&mut self) {
         if !self.inner.waited.load(Ordering::SeqCst) {
-            lock(&self.inner.reports).push(format!("request never waited on: {}", self.inner.what));
+            lock(&self.inner.reports).push(Noted::Unwaited(self.inner.what.to_string()));
         }
     }
 }
@@ -330,7 +330,7 @@ fn drive_until<'a>(
 /// `reports`. (The hand-off the loom models of `sync/handoffs.rs` check.)
 pub(crate) fn request_pair(
     what: ReqWhat,
-    reports: Arc<Mutex<Vec<String>>>,
+    reports: Arc<Mutex<Vec<Noted>>>,
     driver: Option<Arc<dyn Drive>>,
     timeline: Option<Arc<Recorder>>,
 ) -> (Request, Done) {
@@ -1188,7 +1188,7 @@ impl Context {
         Box::new(move |result| {
             if std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| callback(result))).is_err()
             {
-                lock(&panics).push(format!("the callback of the {what} panicked"));
+                lock(&panics).push(Noted::CallbackPanicked(what));
             }
         })
     }

@@ -779,11 +779,11 @@ fn apply_update(
             // alike). Report it: the cache must be sized for the flow.
             if !dist.cache_full {
                 dist.cache_full = true;
-                lock(&ctx.reports).push(format!(
+                lock(&ctx.reports).push(crate::error::Noted::Other(format!(
                     "the communication cache ({CACHE_CAPACITY} entries per table) was full at \
                      {data}: ranks may disagree from there on; flush data after their last use \
                      or set a byte budget"
-                ));
+                )));
             }
             false
         }

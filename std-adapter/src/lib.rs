@@ -69,7 +69,7 @@ pub use device::{DeviceImpl, DeviceLayer, DeviceTask, HostRef};
 pub use distributed::{
     Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild, TagChoice,
 };
-pub use error::{CommError, ShutdownError, TaskError, TransferDirection, TransferError};
+pub use error::{CommError, Leftover, ShutdownError, TaskError, TransferDirection, TransferError};
 pub use rank::{DriverMode, RankConfig, RankRunner, StartError, Tables};
 pub use task::{Buffers, Codelet, Kernel, RuntimeConfig, TaskTag, WorkerStart};
 pub use transport::{InProcess, Transport};
