@@ -456,7 +456,7 @@ pub(crate) fn distributed_with(
     // Cache-aware, as the sweeps' reads: a copy the root holds is not sent again, which
     // is what makes the check guard the pruning rule (see `involved`).
     for h in &grid {
-        ctx.get_data_on_node_detached(h, root, || {})?;
+        ctx.get_data_on_node_detached(h, root)?;
     }
     ctx.mpi_wait_for_all()?;
     let values: Vec<f64> = if ctx.rank() == root {

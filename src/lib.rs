@@ -39,6 +39,13 @@ pub use starling_std::{
 };
 pub use starling_std::{Divergence, agreement, hang, ms};
 
+/// What a custom node-selection policy ([`Context::register_policy`]) is written with: its
+/// type, a `fn(Rank, u32, &[PolicyAccess]) -> Rank` — a plain function or a closure that
+/// captures nothing — its registered id, and what it sees of each access (mode, owner,
+/// tag, size, and whether the datum is known here).
+pub use starling_core::insert::Access as PolicyAccess;
+pub use starling_core::select::{PolicyFn, PolicyId};
+
 pub mod comm_matrix;
 pub mod trace_merge;
 

@@ -505,3 +505,240 @@ fn a_stuck_receive_is_a_typed_leftover_with_its_explanation() {
         "{err}"
     );
 }
+
+// ---- Item 7: the smaller ones ----
+
+use starling::core::AccessMode as Mode;
+use starling::{PolicyAccess, PolicyId, Request};
+
+#[test]
+fn wait_all_and_test_all_cover_an_array_of_requests() {
+    let out = run_local_with(2, workers(1), |ctx| {
+        let hs: Vec<_> = (0..3)
+            .map(|i| {
+                ctx.register(Variable::new(if ctx.rank() == Rank(0) {
+                    10 + i
+                } else {
+                    0
+                }))
+            })
+            .collect();
+        let short = ctx.register(Vector::from_vec(vec![1_i64; 4]));
+        let long = ctx.register(Vector::from_vec(vec![0_i64; 8]));
+        if ctx.rank() == Rank(1) {
+            let reqs: Vec<Request> = hs
+                .iter()
+                .enumerate()
+                .map(|(i, h)| ctx.irecv(h, Rank(0), Tag(i as i64)).unwrap())
+                .collect();
+            // Rank 0 sends only after the barrier: nothing can have arrived.
+            let before = Request::test_all(&reqs);
+            ctx.barrier();
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            let after = loop {
+                if let Some(r) = Request::test_all(&reqs) {
+                    break Some(r);
+                }
+                if std::time::Instant::now() > deadline {
+                    break None;
+                }
+                std::thread::yield_now();
+            };
+            // Dropped after a completed test_all: they count as waited (no leftover).
+            drop(reqs);
+            // One receive of three fails (8 values expected, 4 sent): wait_all waits for
+            // every one and reports that failure.
+            let reqs = vec![
+                ctx.irecv(&hs[0], Rank(0), Tag(10)).unwrap(),
+                ctx.irecv(&long, Rank(0), Tag(11)).unwrap(),
+                ctx.irecv(&hs[2], Rank(0), Tag(12)).unwrap(),
+            ];
+            let all = Request::wait_all(reqs);
+            let values: Vec<i64> = hs.iter().map(|h| value(ctx, h)).collect();
+            (before, after, Some(all), values)
+        } else {
+            ctx.barrier();
+            let sends: Vec<Request> = hs
+                .iter()
+                .enumerate()
+                .map(|(i, h)| ctx.isend(h, Rank(1), Tag(i as i64)).unwrap())
+                .collect();
+            let sent = Request::wait_all(sends);
+            let more = vec![
+                ctx.isend(&hs[2], Rank(1), Tag(10)).unwrap(),
+                ctx.isend(&short, Rank(1), Tag(11)).unwrap(),
+                ctx.isend(&hs[1], Rank(1), Tag(12)).unwrap(),
+            ];
+            let _ = Request::wait_all(more);
+            (None, Some(sent), None, Vec::new())
+        }
+    })
+    .unwrap();
+    assert_eq!(out[0].1, Some(Ok(())), "every send completed");
+    let (before, after, all, values) = &out[1];
+    assert_eq!(*before, None);
+    assert_eq!(*after, Some(Ok(())));
+    assert!(
+        matches!(all, Some(Err(CommError::Data(_)))),
+        "the failed receive is reported: {all:?}"
+    );
+    // The receives around the failed one completed all the same.
+    assert_eq!(*values, vec![12, 11, 11]);
+}
+
+#[test]
+fn get_data_on_node_detached_and_data_cpy_need_no_callback() {
+    let called = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&called);
+    let out = run_local_with(2, workers(1), move |ctx| {
+        let x = ctx
+            .register_owned(Tag(1), Owner::Rank(Rank(0)), || Variable::new(5_i64))
+            .unwrap();
+        let y = ctx
+            .register_owned(Tag(2), Owner::Rank(Rank(1)), || Variable::new(0_i64))
+            .unwrap();
+        let z = ctx
+            .register_owned(Tag(3), Owner::Rank(Rank(1)), || Variable::new(0_i64))
+            .unwrap();
+        let fetched = ctx.get_data_on_node_detached(&x, Rank(1)).unwrap();
+        assert_eq!(
+            fetched.is_some(),
+            ctx.rank() == Rank(1),
+            "a handle on the node only"
+        );
+        let fetched = fetched.map(|t| t.wait());
+        let copied = ctx.data_cpy(&y, &x).unwrap().map(|t| t.wait());
+        let seen = Arc::clone(&seen);
+        ctx.data_cpy_cb(&z, &x, move || seen.store(true, Ordering::SeqCst))
+            .unwrap();
+        ctx.wait_for_all();
+        let mine =
+            (ctx.rank() == Rank(1)).then(|| (value(ctx, &x), value(ctx, &y), value(ctx, &z)));
+        (fetched, copied, mine)
+    })
+    .unwrap();
+    assert_eq!(out[0], (None, None, None));
+    assert_eq!(out[1], (Some(Ok(())), Some(Ok(())), Some((5, 5, 5))));
+    assert!(
+        called.load(Ordering::SeqCst),
+        "the callback form still calls back"
+    );
+}
+
+/// The owner of the second access: a policy written with the facade's items only.
+fn second_owner(_me: Rank, _nranks: u32, accesses: &[PolicyAccess]) -> Rank {
+    accesses
+        .get(1)
+        .and_then(|a| a.owner.rank())
+        .unwrap_or(Rank(0))
+}
+
+#[test]
+fn node_selection_policies_are_plain_functions_or_closures_of_facade_items() {
+    let out = run_local(3, |ctx| {
+        let a = ctx
+            .register_owned(Tag(1), Owner::Rank(Rank(0)), || Variable::new(0_i64))
+            .unwrap();
+        let b = ctx
+            .register_owned(Tag(2), Owner::Rank(Rank(1)), || Variable::new(0_i64))
+            .unwrap();
+        let last: PolicyId = ctx
+            .register_policy(|_me, nranks, _accesses| Rank(nranks - 1))
+            .unwrap();
+        let second = ctx.register_policy(second_owner).unwrap();
+        let cl = Codelet::empty("nothing");
+        // Two written data of different owners: the policy decides.
+        let by_closure = ctx.insert(&cl).w(&a).w(&b).policy(last).submit().unwrap();
+        let by_fn = ctx.insert(&cl).w(&a).w(&b).policy(second).submit().unwrap();
+        ctx.wait_for_all();
+        (by_closure.executor, by_fn.executor)
+    })
+    .unwrap();
+    assert!(
+        out.iter().all(|o| *o == (Some(Rank(2)), Some(Rank(1)))),
+        "{out:?}"
+    );
+}
+
+/// Early messages on rank 1 when rank 0 sends `x` to it for an insert that rank 1 makes
+/// late, with `mode` on the access to `x`.
+fn early_messages_with(mode: Mode) -> u64 {
+    let out = run_local_with(2, workers(1), move |ctx| {
+        let x = ctx
+            .register_owned(Tag(1), Owner::Rank(Rank(0)), || Variable::new(5_i64))
+            .unwrap();
+        let y = ctx
+            .register_owned(Tag(2), Owner::Rank(Rank(1)), || Variable::new(0_i64))
+            .unwrap();
+        if ctx.rank() == Rank(1) {
+            // Rank 0's message is there before this rank posts its receive.
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let copy = Codelet::new("copy", |b| {
+            let v = b.r::<Variable<i64>>(1).get();
+            b.w::<Variable<i64>>(0).set(v);
+        });
+        ctx.insert(&copy).w(&y).access(&x, mode).submit().unwrap();
+        ctx.wait_for_all();
+        let v = (ctx.rank() == Rank(1)).then(|| value(ctx, &y));
+        (ctx.early_messages(), v)
+    })
+    .unwrap();
+    assert_eq!(out[1].1, Some(5));
+    out[1].0
+}
+
+#[test]
+fn an_insert_asks_for_a_synchronous_send_with_the_access_mode() {
+    // A standard send arrives before its receive (early data); a synchronous one waits
+    // for the receive, so none does.
+    assert!(early_messages_with(Mode::R) > 0);
+    assert_eq!(early_messages_with(Mode::R | Mode::SSEND), 0);
+}
+
+#[test]
+fn on_node_with_no_node_changes_nothing() {
+    let out = run_local(2, |ctx| {
+        let x = ctx
+            .register_owned(Tag(1), Owner::Rank(Rank(0)), || Variable::new(0_i64))
+            .unwrap();
+        let y = ctx
+            .register_owned(Tag(2), Owner::Rank(Rank(1)), || Variable::new(0_i64))
+            .unwrap();
+        let cl = Codelet::empty("nothing");
+        let none: Option<Rank> = None;
+        let auto = ctx.insert(&cl).w(&y).r(&x).on_node(none).submit().unwrap();
+        let some = ctx
+            .insert(&cl)
+            .w(&y)
+            .r(&x)
+            .on_node(Some(Rank(0)))
+            .submit()
+            .unwrap();
+        let rank = ctx
+            .insert(&cl)
+            .w(&y)
+            .r(&x)
+            .on_node(Rank(0))
+            .submit()
+            .unwrap();
+        // `None` after `on_data` keeps it, as the reference skips EXECUTE_ON_NODE -1.
+        let data = ctx
+            .insert(&cl)
+            .w(&y)
+            .r(&x)
+            .on_data(&x)
+            .on_node(none)
+            .submit()
+            .unwrap();
+        ctx.wait_for_all();
+        [auto, some, rank, data].map(|i| i.executor)
+    })
+    .unwrap();
+    for o in out {
+        assert_eq!(
+            o,
+            [Some(Rank(1)), Some(Rank(0)), Some(Rank(0)), Some(Rank(0))]
+        );
+    }
+}

@@ -4,7 +4,7 @@
 use core::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use starling::core::select::PolicyId;
+use starling::PolicyId;
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::{Variable, Vector};
 use starling::{
@@ -446,7 +446,7 @@ fn migration_and_distributed_copy() {
         ctx.insert(&inc).rw(&a).submit().unwrap(); // 6 on rank 0
         ctx.migrate(&a, Rank(1)).unwrap();
         ctx.insert(&inc).rw(&a).submit().unwrap(); // 7, now on rank 1
-        ctx.data_cpy(&b, &a, || {}).unwrap(); // b = 7 on rank 2
+        ctx.data_cpy(&b, &a).unwrap(); // b = 7 on rank 2
         ctx.wait_for_all();
         let owner = ctx.data_owner(&a);
         let v = match ctx.rank().0 {
@@ -516,7 +516,7 @@ fn the_policy_registry_reports_its_limits_as_errors() {
     // `policy_register`, `policy_register_many`, `policy_register_toomany`,
     // `policy_unregister`.
     let out = run(2, |ctx| {
-        fn second_owner(_me: Rank, _n: u32, accesses: &[starling::core::insert::Access]) -> Rank {
+        fn second_owner(_me: Rank, _n: u32, accesses: &[starling::PolicyAccess]) -> Rank {
             accesses
                 .get(1)
                 .and_then(|a| a.owner.rank())

@@ -237,6 +237,43 @@ impl Request {
         }
     }
 
+    /// Blocks until every request of `requests` completed (`starpu_mpi_wait_all`); each
+    /// is waited on, even after one failed.
+    ///
+    /// # Errors
+    /// The first failure, in the order of `requests` (the others completed all the same).
+    pub fn wait_all(requests: impl IntoIterator<Item = Self>) -> Result<(), CommError> {
+        let mut first = Ok(());
+        for r in requests {
+            let outcome = r.wait();
+            if first.is_ok() {
+                first = outcome;
+            }
+        }
+        first
+    }
+
+    /// Whether every request of `requests` completed (`starpu_mpi_test_all`): `None` while
+    /// one has not; once all have, their outcome — `Ok`, or the first failure in the order
+    /// of `requests` — and then every one of them counts as waited. Testing moves
+    /// communication on, as [`Request::test`] does.
+    pub fn test_all(requests: &[Self]) -> Option<Result<(), CommError>> {
+        // Looked at without marking any as waited: a request counts as waited only once
+        // the whole array is done, as the reference's flag is all-or-nothing.
+        if let Some(driver) = requests.first().and_then(|r| r.inner.driver.as_ref()) {
+            let _driving = driver.enter();
+            driver.try_drive();
+        }
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for r in requests {
+            outcomes.push(lock(&r.inner.result).clone()?);
+        }
+        for r in requests {
+            r.inner.waited.store(true, Ordering::SeqCst);
+        }
+        Some(outcomes.into_iter().collect())
+    }
+
     /// The outcome if the request completed (then it counts as waited), `None` if not yet.
     /// Testing again, or waiting, after a completed test returns the same outcome.
     pub fn test(&self) -> Option<Result<(), CommError>> {

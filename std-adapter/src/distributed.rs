@@ -226,7 +226,6 @@ pub struct InsertBuilder<'a> {
     target: Target,
     policy: Option<PolicyId>,
     priority: i32,
-    ssend: bool,
     callback: Option<Box<dyn FnOnce() + Send>>,
     /// Keep the copies this insert fetches even with the cache off, and never evict them
     /// for the byte budget (a get-data-on-node or a migration: the copy is the point; the
@@ -263,6 +262,8 @@ pub struct Inserted {
 
 impl<'a> InsertBuilder<'a> {
     /// Adds an access to `h` with `mode` (R, W, RW, SCRATCH, REDUX, COMMUTE, SSEND).
+    /// `mode | AccessMode::SSEND` is how an insert asks for a synchronous send of that
+    /// datum (`STARPU_SSEND`; the only spelling).
     #[must_use]
     pub fn access<I: Interface>(mut self, h: &Handle<I>, mode: AccessMode) -> Self {
         self.items.push(Item {
@@ -315,10 +316,15 @@ impl<'a> InsertBuilder<'a> {
         self.access(h, AccessMode::SCRATCH)
     }
 
-    /// Runs the task on `rank` (the reference's `STARPU_EXECUTE_ON_NODE`).
+    /// Runs the task on `rank` (the reference's `STARPU_EXECUTE_ON_NODE`). `None` changes
+    /// nothing — the written data, an [`InsertBuilder::on_data`] or the policy decide — as
+    /// the reference ignores `STARPU_EXECUTE_ON_NODE, -1`, so a computed `Option<Rank>`
+    /// needs no `if`. A [`Rank`] converts into `Some`: `.on_node(Rank(1))`.
     #[must_use]
-    pub fn on_node(mut self, rank: Rank) -> Self {
-        self.target = Target::Node(rank);
+    pub fn on_node(mut self, rank: impl Into<Option<Rank>>) -> Self {
+        if let Some(r) = rank.into() {
+            self.target = Target::Node(r);
+        }
         self
     }
 
@@ -341,13 +347,6 @@ impl<'a> InsertBuilder<'a> {
     #[must_use]
     pub fn priority(mut self, priority: i32) -> Self {
         self.priority = priority;
-        self
-    }
-
-    /// Sends this task's data with synchronous sends (`STARPU_SSEND`).
-    #[must_use]
-    pub fn ssend(mut self) -> Self {
-        self.ssend = true;
         self
     }
 
@@ -466,7 +465,9 @@ impl<'a> InsertBuilder<'a> {
             execute,
             policy: self.policy,
             priority: Priority(self.priority),
-            ssend: self.ssend,
+            // One spelling of a synchronous send: `AccessMode::SSEND` on the datum's
+            // access (`STARPU_SSEND`), which the planner reads per transfer.
+            ssend: false,
         };
         insert::plan_into(
             me,
@@ -1059,7 +1060,6 @@ impl Context {
             target: Target::Auto,
             policy: None,
             priority: 0,
-            ssend: false,
             callback: None,
             keep_copies: false,
         }
