@@ -587,7 +587,7 @@ fn main() -> ExitCode {
     let mut ok = true;
     match out {
         Ok(results) => {
-            for r in results {
+            for (_, r) in results {
                 match r {
                     Ok(line) => println!("{line}"),
                     Err(e) => {

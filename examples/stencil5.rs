@@ -575,7 +575,7 @@ fn main() -> ExitCode {
     let out: Vec<Outcome> = match launch(p.ranks, move |ctx| {
         (ctx.rank(), ctx.size(), distributed(ctx, &p, gpu.as_ref()))
     }) {
-        Ok(out) => out,
+        Ok(out) => out.into_values(),
         Err(e) => {
             let e: String = e.to_string().chars().take(2000).collect();
             eprintln!("stencil5: FAILED: the cluster did not shut down cleanly: {e}");

@@ -742,3 +742,44 @@ fn on_node_with_no_node_changes_nothing() {
         );
     }
 }
+
+/// One check for `launch`'s results, whichever way it ran: every rank in-process, this
+/// rank under `mpirun`.
+fn check_launched(out: &starling::Launched<(u32, i64)>) {
+    for (rank, (seen, sum)) in out {
+        assert_eq!(*seen, rank.0, "each value comes with its own rank");
+        assert_eq!(*sum, 1 + 2 + 3, "rank {}", rank.0);
+    }
+}
+
+#[test]
+fn launch_returns_each_rank_with_its_value_in_one_shape() {
+    let out = starling::launch(3, |ctx| {
+        // A reduction-free sum: every rank computes the same value from its rank's data.
+        let h = ctx
+            .register_owned(Tag(1), Owner::Rank(Rank(0)), || Variable::new(1_i64))
+            .unwrap();
+        let s = ctx
+            .register_owned(Tag(2), Owner::Rank(Rank(2)), || Variable::new(5_i64))
+            .unwrap();
+        let add = Codelet::new("add", |b| {
+            let v = b.r::<Variable<i64>>(1).get() + b.w::<Variable<i64>>(0).get();
+            b.w::<Variable<i64>>(0).set(v);
+        });
+        ctx.insert(&add).rw(&s).r(&h).submit().unwrap(); // s = 6 on rank 2
+        ctx.get_data_on_all_nodes_detached(&s).unwrap();
+        ctx.wait_for_all();
+        (ctx.rank().0, value(ctx, &s))
+    })
+    .unwrap();
+    check_launched(&out);
+    if !starling::under_mpirun() {
+        assert_eq!(out.len(), 3);
+        assert_eq!(out.get(Rank(1)), Some(&(1, 6)));
+        let ranks: Vec<Rank> = out.iter().map(|(r, _)| r).collect();
+        assert_eq!(ranks, vec![Rank(0), Rank(1), Rank(2)]);
+        assert_eq!(out.clone().into_values(), vec![(0, 6), (1, 6), (2, 6)]);
+        let pairs: Vec<(Rank, (u32, i64))> = out.into_iter().collect();
+        assert_eq!(pairs[2], (Rank(2), (2, 6)));
+    }
+}
