@@ -752,6 +752,9 @@ fn check_launched(out: &starling::Launched<(u32, i64)>) {
     }
 }
 
+/// The same body passes under MPI (checked by hand: `cargo test -p starling --features mpi
+/// --test everyday --no-run`, then `mpirun -n 3 <that binary> launch_returns`), where each
+/// process checks its own rank.
 #[test]
 fn launch_returns_each_rank_with_its_value_in_one_shape() {
     let out = starling::launch(3, |ctx| {
