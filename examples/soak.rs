@@ -475,7 +475,14 @@ fn outstanding(ctx: &Context, sizes: &[u64], rounds: usize) -> Outcome {
          a size of n repeats its round until 100 000 messages have moved",
         median(&mut empty)
     )];
+    // SOAK_MODES=posted,early,mixed (default: all three) picks the modes, for profiling one.
+    let picked = std::env::var("SOAK_MODES")
+        .unwrap_or_default()
+        .to_lowercase();
     for mode in [Mode::Posted, Mode::Early, Mode::Mixed] {
+        if !picked.is_empty() && !picked.contains(&format!("{mode:?}").to_lowercase()) {
+            continue;
+        }
         // samples[s]: ns per message of size s, one per round.
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
         for round in 0..=rounds {

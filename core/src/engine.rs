@@ -293,6 +293,21 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         Some(if slab < budget { slab } else { budget })
     }
 
+    /// Whether `table` may have room for an arrival now: `false` only when an envelope
+    /// that [`Engine::handle_message`] refused with [`MessageError::Full`]`(table)` would
+    /// certainly be refused again for it (the request budget's early class, the early
+    /// data's keys, the output queues); `true` for the tables it cannot tell about. An
+    /// adapter that keeps refused envelopes tries again only those whose table may have
+    /// room, rather than every one after every completion.
+    pub fn room_for(&self, table: Table) -> bool {
+        match table {
+            Table::Requests => self.has_room(Class::Early),
+            Table::MatchKeys => self.matcher.unexpected_keys() < self.key_limit(),
+            Table::Transmits | Table::Events => self.check_room().is_ok(),
+            _ => true,
+        }
+    }
+
     /// Whether a message of `key` waits in the engine for its receive (early data, or
     /// the envelope of a synchronous or rendezvous send): a receive of `key` posted now
     /// is matched at once and completes without anything else.

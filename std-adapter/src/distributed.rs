@@ -14,12 +14,12 @@
 //! Replicated decisions (the cache, flushes, owner changes, policies, reductions) must be
 //! made by every rank at the same point of the flow; see `docs/protocol.md` §10–12.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
-use starling_core::cache::Cache;
+use starling_core::cache::{Budget, Cache};
 use starling_core::insert::{self, Access, Direction, Execute, Executor, Options, Plan};
 use starling_core::select::{Policies, PolicyFn, PolicyId, SelectError};
-use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag};
+use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag, reduce};
 
 use crate::context::{Context, RecvOpts, SendOpts, TaskHandle};
 use crate::data::{AnyCell, Handle, Interface};
@@ -96,16 +96,6 @@ struct Redux {
     initialised: bool,
 }
 
-/// Least-recently-used received copies of one (owner, reader) pair, for the byte budget.
-#[derive(Default)]
-struct PairLru {
-    bytes: u64,
-    /// Recency stamp → datum.
-    order: BTreeMap<u64, DataId>,
-    /// Datum → (stamp, size).
-    entries: HashMap<DataId, (u64, u64)>,
-}
-
 /// The insert-task utility's per-rank state.
 pub(crate) struct DistState {
     cache: Box<Cache<CACHE_CAPACITY>>,
@@ -117,10 +107,9 @@ pub(crate) struct DistState {
     cells: HashMap<DataId, Arc<dyn AnyCell>>,
     redux: HashMap<DataId, Redux>,
     cache_stats: bool,
-    /// Byte budget per (owner, reader) pair for received copies; `None`: unbounded.
-    budget: Option<u64>,
-    lru: HashMap<(Rank, Rank), PairLru>,
-    stamp: u64,
+    /// The byte budget of cached copies per (owner, reader) pair (the core's
+    /// [`Budget`]: its evictions); `None`: unbounded.
+    budget: Option<Box<CopyBudget>>,
     /// A full cache was reported already (once per rank is enough).
     cache_full: bool,
     /// The graph-agreement check's side of this rank.
@@ -175,9 +164,8 @@ impl DistState {
             cache_stats: env_flag("STARLING_MPI_CACHE_STATS"),
             budget: std::env::var("STARLING_MPI_CACHE_BUDGET")
                 .ok()
-                .and_then(|v| v.parse().ok()),
-            lru: HashMap::new(),
-            stamp: 0,
+                .and_then(|v| v.parse().ok())
+                .map(new_budget),
             cache_full: false,
             agreement: crate::agreement::Agreement::new(cfg!(debug_assertions)),
             next_auto_tag: *crate::agreement::AUTO_TAGS.start(),
@@ -201,6 +189,22 @@ fn new_cache() -> Box<Cache<CACHE_CAPACITY>> {
         .ok()
         .and_then(|t| t.join().ok())
         .expect("building the communication cache")
+}
+
+/// The byte budget's tables: twice the cache's capacity (its sent and received sets:
+/// every counted copy has a flag, so they never fill) and the pairs of up to 2 048 ranks.
+type CopyBudget = Budget<{ 2 * CACHE_CAPACITY }, 4096>;
+
+/// A budget of `bytes` per pair on the heap, built as [`new_cache`] builds the cache.
+fn new_budget(bytes: u64) -> Box<CopyBudget> {
+    let mut b = std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(|| Box::new(CopyBudget::new()))
+        .ok()
+        .and_then(|t| t.join().ok())
+        .expect("building the cache's byte budget");
+    b.set_limit(Some(bytes));
+    b
 }
 
 /// One access of an insert being built: a handle this rank knows, or none (temporary data
@@ -425,42 +429,11 @@ impl<'a> InsertBuilder<'a> {
         let execute = match &self.target {
             Target::Auto => Execute::Auto,
             Target::Node(r) => Execute::OnNode(*r),
-            Target::Data(cell) => match self
-                .items
-                .iter()
-                .position(|i| i.cell.as_ref().is_some_and(|c| c.id() == cell.id()))
-            {
-                Some(i) => Execute::OnData(i),
-                None => match dist.info.get(&cell.id()).map(|i| i.owner) {
-                    Some(Owner::Rank(r)) => Execute::OnNode(r),
-                    Some(Owner::PerNode) => Execute::Auto,
-                    None => return Err(InsertError::NotRegistered(cell.id())),
-                },
+            Target::Data(cell) => match dist.info.get(&cell.id()) {
+                Some(info) => insert::execute_on_datum(&accesses, cell.id(), info.owner),
+                None => return Err(InsertError::NotRegistered(cell.id())),
             },
         };
-        // Sizes only matter when a policy chooses the executor: compute them then (it
-        // may allocate a lazily registered copy).
-        if execute == Execute::Auto && policy_needed(&accesses) {
-            for (a, item) in accesses.iter_mut().zip(&self.items) {
-                if let Some(cell) = &item.cell {
-                    a.size = cell.packed_size() as u64;
-                }
-            }
-        }
-        // A pending reduction is wrapped up before the datum is read without REDUX.
-        for (a, item) in accesses.iter().zip(&self.items) {
-            if a.known && a.mode.reads() && !a.mode.contains(AccessMode::REDUX) {
-                if let Some(cell) = &item.cell {
-                    if dist
-                        .redux
-                        .get(&cell.id())
-                        .is_some_and(|r| !r.contributors.is_empty())
-                    {
-                        collective::reduce(ctx, dist, cell, 2)?;
-                    }
-                }
-            }
-        }
         let options = Options {
             execute,
             policy: self.policy,
@@ -469,6 +442,27 @@ impl<'a> InsertBuilder<'a> {
             // access (`STARPU_SSEND`), which the planner reads per transfer.
             ssend: false,
         };
+        // Sizes only matter when a policy chooses the executor: compute them then (it
+        // may allocate a lazily registered copy).
+        if insert::policy_needed(&accesses, &options) {
+            for (a, item) in accesses.iter_mut().zip(&self.items) {
+                if let Some(cell) = &item.cell {
+                    a.size = cell.packed_size() as u64;
+                }
+            }
+        }
+        // A pending reduction is wrapped up before the datum is read without REDUX.
+        for (a, item) in accesses.iter().zip(&self.items) {
+            if let Some(cell) = &item.cell {
+                let pending = dist
+                    .redux
+                    .get(&cell.id())
+                    .is_some_and(|r| !r.contributors.is_empty());
+                if reduce::wraps_up(a, pending) {
+                    collective::reduce(ctx, dist, cell, 2)?;
+                }
+            }
+        }
         insert::plan_into(
             me,
             ctx.size,
@@ -515,7 +509,7 @@ impl<'a> InsertBuilder<'a> {
             };
             if let Some(r) = dist.redux.get_mut(&cell.id()) {
                 r.contributors.insert(x);
-                if x == me && a.owner != Owner::Rank(me) && !r.initialised {
+                if reduce::needs_init(me, x, a.owner, r.initialised) {
                     r.initialised = true;
                     let init = r.init.clone();
                     ctx.runtime.submit_task(
@@ -567,24 +561,9 @@ impl<'a> InsertBuilder<'a> {
             .collect();
         transfers += after.len();
         let updates: Vec<_> = plan.cache.iter().copied().collect();
-        // Recency of received copies, for the byte budget.
-        if dist.budget.is_some() {
-            if let Some(x) = executor {
-                for a in accesses.iter().filter(|a| a.known && a.mode.reads()) {
-                    if let Owner::Rank(o) = a.owner {
-                        if o != x && (me == o || me == x) {
-                            dist.stamp += 1;
-                            let stamp = dist.stamp;
-                            let lru = dist.lru.entry((o, x)).or_default();
-                            if let Some(e) = lru.entries.get_mut(&a.data) {
-                                lru.order.remove(&e.0);
-                                e.0 = stamp;
-                                lru.order.insert(stamp, a.data);
-                            }
-                        }
-                    }
-                }
-            }
+        // Recency of the cached copies the task reads, for the byte budget.
+        if let (Some(b), Some(x)) = (dist.budget.as_deref_mut(), executor) {
+            b.touch_reads(me, x, &accesses);
         }
         dist.accesses = accesses;
         Ok((
@@ -607,20 +586,6 @@ impl<'a> InsertBuilder<'a> {
             },
         ))
     }
-}
-
-/// Whether the planner will call a policy: no explicit executor, and the written data do
-/// not name one owner.
-fn policy_needed(accesses: &[Access]) -> bool {
-    let mut owner = None;
-    for a in accesses.iter().filter(|a| a.known && a.mode.writes()) {
-        match owner {
-            None => owner = Some(a.owner),
-            Some(o) if o != a.owner => return true,
-            Some(_) => {}
-        }
-    }
-    owner.is_none()
 }
 
 /// Posts one transfer of a plan. Its outcome goes to the runtime: a failed receive
@@ -789,31 +754,41 @@ fn apply_update(
             false
         }
     };
-    let owner = dist.info.get(&data).map(|i| i.owner);
-    match *u {
-        insert::CacheUpdate::ReceivedSet { .. } => {
+    if let insert::CacheUpdate::ReceivedSet { .. } = u {
+        if dist.cache_stats {
+            let size = cell.as_ref().map_or(0, |c| c.packed_size());
+            let from = match from {
+                Some(r) => format!("rank {}", r.0),
+                None => "its owner".to_owned(),
+            };
+            eprintln!(
+                "[starling_mpi_cache][{}] + {size} bytes of {data} from {from}",
+                me.0
+            );
+        }
+    }
+    if let Some(budget) = dist.budget.as_deref_mut() {
+        // The copy's size, when the insert lets its copies be evicted.
+        let size = cell.filter(|_| evictable).map(|c| c.packed_size() as u64);
+        let mut evicted = Vec::new();
+        let counted = budget.on_update(me, u, from, size, &mut dist.cache, |victim| {
+            evicted.push(victim)
+        });
+        if counted.is_err() && !dist.cache_full {
+            dist.cache_full = true;
+            lock(&ctx.reports).push(crate::error::Noted::Other(format!(
+                "the cache's byte budget had no room to count {data}: it is kept until \
+                 its value changes"
+            )));
+        }
+        for victim in evicted {
             if dist.cache_stats {
-                let size = cell.as_ref().map_or(0, |c| c.packed_size());
-                let from = match owner {
-                    Some(Owner::Rank(r)) => format!("rank {}", r.0),
-                    _ => "its owner".to_owned(),
-                };
-                eprintln!(
-                    "[starling_mpi_cache][{}] + {size} bytes of {data} from {from}",
-                    me.0
-                );
+                eprintln!("[starling_mpi_cache][{}] - {victim} (evicted)", me.0);
             }
-            if let (Some(Owner::Rank(o)), Some(c), true) = (owner, cell, evictable) {
-                track(ctx, dist, o, me, data, c.packed_size() as u64);
+            if let Some(c) = dist.cells.get(&victim) {
+                release_after_pending(ctx, Arc::clone(c));
             }
         }
-        insert::CacheUpdate::SentSet { dest, .. } => {
-            if let (Some(c), true) = (cell, evictable) {
-                track(ctx, dist, me, dest, data, c.packed_size() as u64);
-            }
-        }
-        insert::CacheUpdate::Invalidate { .. } => forget_lru(dist, data),
-        insert::CacheUpdate::DropCopy { .. } => {}
     }
     if drop_copy {
         if dist.cache_stats {
@@ -821,50 +796,6 @@ fn apply_update(
         }
         if let Some(c) = cell {
             release_after_pending(ctx, Arc::clone(c));
-        }
-    }
-}
-
-/// Records a received copy of `data` (owner `o`, reader `x`) for the byte budget and
-/// evicts the least recently used copies of that pair beyond it. Both ranks of the pair
-/// see the same flow and make the same decision: no message is needed.
-fn track(ctx: &Context, dist: &mut DistState, o: Rank, x: Rank, data: DataId, size: u64) {
-    let Some(budget) = dist.budget else {
-        return;
-    };
-    dist.stamp += 1;
-    let stamp = dist.stamp;
-    let lru = dist.lru.entry((o, x)).or_default();
-    if let Some((old, old_size)) = lru.entries.insert(data, (stamp, size)) {
-        lru.order.remove(&old);
-        lru.bytes -= old_size;
-    }
-    lru.order.insert(stamp, data);
-    lru.bytes += size;
-    let mut evicted = Vec::new();
-    while lru.bytes > budget {
-        let Some((&s, &victim)) = lru.order.iter().next() else {
-            break;
-        };
-        if victim == data {
-            break; // never evict the copy just made: the task needs it
-        }
-        lru.order.remove(&s);
-        if let Some((_, sz)) = lru.entries.remove(&victim) {
-            lru.bytes -= sz;
-        }
-        evicted.push(victim);
-    }
-    for victim in evicted {
-        if ctx.rank == o {
-            dist.cache.clear_sent_to(victim, x);
-        } else if dist.cache.clear_received(victim) {
-            if dist.cache_stats {
-                eprintln!("[starling_mpi_cache][{}] - {victim} (evicted)", ctx.rank.0);
-            }
-            if let Some(c) = dist.cells.get(&victim) {
-                release_after_pending(ctx, Arc::clone(c));
-            }
         }
     }
 }
@@ -884,11 +815,8 @@ pub(crate) fn forget(ctx: &Context, data: DataId) {
 
 /// Forgets `data` in the byte budget's bookkeeping (its copies are no longer cached).
 fn forget_lru(dist: &mut DistState, data: DataId) {
-    for lru in dist.lru.values_mut() {
-        if let Some((stamp, size)) = lru.entries.remove(&data) {
-            lru.order.remove(&stamp);
-            lru.bytes -= size;
-        }
+    if let Some(b) = dist.budget.as_deref_mut() {
+        b.forget(data);
     }
 }
 
@@ -1039,11 +967,7 @@ impl Context {
             .get_mut(&h.id())
             .ok_or_else(|| InsertError::NotRegistered(h.id()))?;
         info.owner = owner;
-        // Forget what was sent and received of the datum (the flags would disagree
-        // between the old owner's readers and the new owner), but keep every local copy:
-        // no data moves, and the old owner may still send its value (a scatter).
-        dist.cache.clear_sent(h.id());
-        let _ = dist.cache.clear_received(h.id());
+        dist.cache.on_owner_change(h.id());
         forget_lru(dist, h.id());
         Ok(())
     }
@@ -1115,7 +1039,9 @@ impl Context {
         let dist = &mut *dist;
         let mut dropped = Vec::new();
         dist.cache.flush_all(|d| dropped.push(d));
-        dist.lru.clear();
+        if let Some(b) = dist.budget.as_deref_mut() {
+            b.clear();
+        }
         for d in dropped {
             if let Some(c) = dist.cells.get(&d) {
                 release_after_pending(self, Arc::clone(c));
@@ -1150,9 +1076,10 @@ impl Context {
     /// Every rank must set the same budget at the same point of the flow.
     pub fn set_cache_budget(&self, bytes: Option<u64>) {
         let mut dist = lock(&self.dist);
-        dist.budget = bytes;
-        if bytes.is_none() {
-            dist.lru.clear();
+        match (bytes, dist.budget.as_deref_mut()) {
+            (None, _) => dist.budget = None,
+            (Some(n), Some(b)) => b.set_limit(Some(n)),
+            (Some(n), None) => dist.budget = Some(new_budget(n)),
         }
     }
 

@@ -990,8 +990,9 @@ impl<T: Transport> Progress<T> {
             // Nothing holds it back.
             match self.handle_envelope(source, comm, bytes) {
                 Ok(()) => return,
-                Err((bytes, _)) => {
-                    return self.with_admission(|a, p| a.keep_refused(p, source, comm, bytes));
+                Err((bytes, table)) => {
+                    return self
+                        .with_admission(|a, p| a.keep_refused(p, source, comm, bytes, table));
                 }
             }
         }
@@ -1174,6 +1175,10 @@ impl<T: Transport> Admit for Progress<T> {
             Command::Recv { args, .. } => Some(Key::new(args.comm, args.source, args.tag)),
             _ => None,
         }
+    }
+
+    fn has_room(&self, table: Table) -> bool {
+        self.engine.room_for(table)
     }
 
     fn free_recv_slots(&self) -> Option<usize> {

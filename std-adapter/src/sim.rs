@@ -999,6 +999,10 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
         }
     }
 
+    fn has_room(&self, table: Table) -> bool {
+        self.cluster.nodes[self.rank.index()].engine.room_for(table)
+    }
+
     fn free_recv_slots(&self) -> Option<usize> {
         self.cluster.nodes[self.rank.index()]
             .engine

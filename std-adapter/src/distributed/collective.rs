@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use starling_core::{AccessMode, Owner, Rank};
+use starling_core::{AccessMode, Owner, Rank, reduce};
 
 use super::{DistState, InsertError, Redux, release_after_pending};
 use crate::context::{Context, RecvOpts, SendOpts, TaskHandle};
@@ -27,61 +27,59 @@ pub(super) fn reduce(
     let Some(r) = dist.redux.get_mut(&id) else {
         return Err(InsertError::NoReduction(id));
     };
-    let mut members: Vec<Rank> = r.contributors.iter().copied().collect();
+    let mut members = vec![Rank(0); r.contributors.len() + 1];
+    let n = reduce::members(r.contributors.iter().copied(), owner, &mut members)
+        .ok_or(InsertError::NoReduction(id))?;
+    members.truncate(n);
     r.contributors.clear();
     let was_initialised = core::mem::take(&mut r.initialised);
     let combine = r.combine.clone();
-    if !members.contains(&owner) {
-        members.push(owner);
-        members.sort_unstable();
-    }
     let me = ctx.rank;
-    let arity = if arity < 2 { members.len() } else { arity };
-    while members.len() > 1 {
-        let mut next = Vec::new();
-        for group in members.chunks(arity) {
-            let reducer = if group.contains(&owner) {
-                owner
-            } else {
-                group[0]
-            };
-            next.push(reducer);
-            for &m in group.iter().filter(|m| **m != reducer) {
-                if me == reducer {
-                    let tmp = cell.same_shape().ok_or(InsertError::NoReduction(id))?;
-                    if !ctx.fake.load(core::sync::atomic::Ordering::Relaxed) {
-                        ctx.post_flow_recv_for(
-                            Arc::clone(&tmp),
-                            id,
-                            m,
-                            info.tag,
-                            RecvOpts {
-                                comm: info.comm,
-                                ..RecvOpts::default()
-                            },
-                            Box::new(|_| {}),
-                        )?;
-                    }
-                    ctx.runtime.submit_task(
-                        combine.clone(),
-                        vec![
-                            TaskAccess {
-                                cell: Arc::clone(cell),
-                                mode: AccessMode::RW,
-                            },
-                            TaskAccess {
-                                cell: tmp,
-                                mode: AccessMode::R,
-                            },
-                        ],
-                        0,
-                        None,
-                        None,
-                    );
-                } else if me == m && !ctx.fake.load(core::sync::atomic::Ordering::Relaxed) {
+    let fake = ctx.fake.load(core::sync::atomic::Ordering::Relaxed);
+    let mut planned = Vec::new();
+    reduce::steps(me, owner, &mut members, arity, was_initialised, |s| {
+        planned.push(s)
+    })
+    .map_err(|_| InsertError::NoReduction(id))?;
+    for step in planned {
+        match step {
+            reduce::Step::Combine { from } => {
+                let tmp = cell.same_shape().ok_or(InsertError::NoReduction(id))?;
+                if !fake {
+                    ctx.post_flow_recv_for(
+                        Arc::clone(&tmp),
+                        id,
+                        from,
+                        info.tag,
+                        RecvOpts {
+                            comm: info.comm,
+                            ..RecvOpts::default()
+                        },
+                        Box::new(|_| {}),
+                    )?;
+                }
+                ctx.runtime.submit_task(
+                    combine.clone(),
+                    vec![
+                        TaskAccess {
+                            cell: Arc::clone(cell),
+                            mode: AccessMode::RW,
+                        },
+                        TaskAccess {
+                            cell: tmp,
+                            mode: AccessMode::R,
+                        },
+                    ],
+                    0,
+                    None,
+                    None,
+                );
+            }
+            reduce::Step::Send { to } => {
+                if !fake {
                     ctx.post_flow_send(
                         Arc::clone(cell),
-                        reducer,
+                        to,
                         info.tag,
                         SendOpts {
                             comm: info.comm,
@@ -91,13 +89,11 @@ pub(super) fn reduce(
                     )?;
                 }
             }
+            // Non-owners' contributions are consumed: their copies are stale now.
+            reduce::Step::DropCopy => release_after_pending(ctx, Arc::clone(cell)),
         }
-        members = next;
     }
-    // Non-owners' contributions are consumed: their copies are stale now.
-    if me != owner && was_initialised {
-        release_after_pending(ctx, Arc::clone(cell));
-    }
+    // The value changed: like a write, on every rank.
     let _ = dist.cache.clear_received(id);
     dist.cache.clear_sent(id);
     Ok(())
