@@ -5,7 +5,9 @@
 //! part: the ranks' plans stop pairing up, and the job hangs or computes garbage later.
 //! With the check on ([`crate::RankConfig::check_agreement`], `STARLING_CHECK_AGREEMENT`;
 //! on by default in debug builds), every rank folds each insert — codelet name, accesses
-//! (mode, tag and owner of each datum), options and the executor chosen — into a running
+//! (mode, tag and owner of each datum), options and the executor chosen — and each
+//! registration with an automatic tag ([`AUTO_TAGS`]; its interface, tag and owner, kept
+//! as an insert named `register <interface>`) into a running
 //! digest ([`starling_core::digest`]) and keeps the last [`RING`] inserts. At
 //! [`Context::mpi_wait_for_all`], at [`Context::barrier`] and on demand
 //! ([`Context::check_agreement`]) the ranks exchange their insert count and digest; on a
@@ -34,7 +36,6 @@ use crate::data::blob;
 use crate::error::CommError;
 use crate::hang::{Waiting, stalled};
 use crate::sync::{Arc, Condvar, Mutex, Ordering, lock};
-use crate::task::Codelet;
 
 /// How many inserts each rank keeps to name the first divergent one.
 pub const RING: usize = 1024;
@@ -42,6 +43,23 @@ pub const RING: usize = 1024;
 /// The user tags the runtime keeps for its own messages: point-to-point calls and
 /// registrations refuse them ([`CommError::ReservedTag`]).
 pub const RESERVED_TAGS: core::ops::RangeInclusive<i64> = i64::MIN..=i64::MIN + 15;
+
+/// The tags of registrations with an automatic tag ([`crate::TagChoice::Auto`]):
+/// `-2^62 ..= -2^61 - 1` (2^61 tags), far from [`RESERVED_TAGS`] and from the tags
+/// applications write by hand (small ones, either sign). They are handed out in
+/// registration order from the first, so every rank that registers its data in the
+/// same order gives each datum the same tag; a tag is never handed out twice in a run.
+/// A registration or [`crate::Context::set_tag`] with an explicit tag in this range is
+/// refused ([`CommError::AutoTagRange`]), so an automatic tag never collides with an
+/// explicit one; the range running out is [`CommError::AutoTagsExhausted`].
+pub const AUTO_TAGS: core::ops::RangeInclusive<i64> = -(1 << 62)..=-(1 << 61) - 1;
+
+/// The name under which the agreement check records a registration with an automatic
+/// tag of an `interface` (the flows of all ranks must register the same interfaces, with
+/// the same owners, in the same order).
+pub(crate) fn registration_name(interface: &str) -> String {
+    format!("register {interface}")
+}
 
 /// The tag of the agreement check's messages to rank 0 (in [`RESERVED_TAGS`]).
 pub const GATHER_TAG: Tag = Tag(i64::MIN + 1);
@@ -66,7 +84,8 @@ pub(crate) fn internal_tag_name(tag: Tag) -> Option<&'static str> {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Divergence {
-    /// The first insert (numbered from 1 on every rank) where the ranks' flows differ;
+    /// The first insert (numbered from 1 on every rank, registrations with an automatic
+    /// tag counted as inserts) where the ranks' flows differ;
     /// `None` when it is older than the last [`RING`] inserts the ranks keep.
     pub insert: Option<u64>,
     /// What each rank saw at that insert, indexed by rank.
@@ -173,12 +192,12 @@ impl Agreement {
         i
     }
 
-    /// Folds one insert into the running digest and keeps it. `accesses` are the
-    /// insert's accesses in order: `None` for a temporary datum (`access_opt`), else its
-    /// tag and owner.
+    /// Folds one insert of codelet `name` into the running digest and keeps it.
+    /// `accesses` are the insert's accesses in order: `None` for a temporary datum
+    /// (`access_opt`), else its tag and owner.
     pub(crate) fn record(
         &mut self,
-        codelet: &Codelet,
+        name: &str,
         accesses: impl Iterator<Item = (Option<(Tag, Owner)>, AccessMode)> + Clone,
         options: &Options,
         executor: Option<Executor>,
@@ -192,7 +211,7 @@ impl Agreement {
             executor
         };
         let digest = insert_digest(
-            codelet.name().as_bytes(),
+            name.as_bytes(),
             accesses.clone().map(|(a, mode)| match a {
                 Some((tag, owner)) => DigestAccess::Datum { mode, tag, owner },
                 None => DigestAccess::Temporary { mode },
@@ -202,7 +221,7 @@ impl Agreement {
         );
         self.count += 1;
         self.running = chain(self.running, self.count, digest);
-        let name = self.intern(codelet.name());
+        let name = self.intern(name);
         let mut kept = [Kept {
             tag: 0,
             owner: 0,
@@ -771,7 +790,7 @@ impl Context {
         if let Err(e @ crate::InsertError::Diverged(_)) = self.agreement_check("barrier") {
             if !known {
                 eprintln!("[starling][{}] {e}", self.rank.0);
-                lock(&self.reports).push(e.to_string());
+                lock(&self.reports).push(crate::error::Noted::Other(e.to_string()));
             }
         }
     }

@@ -21,7 +21,7 @@ use starling_core::insert::{self, Access, Direction, Execute, Executor, Options,
 use starling_core::select::{Policies, PolicyFn, PolicyId, SelectError};
 use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag, reduce};
 
-use crate::context::{Context, RecvOpts, SendOpts};
+use crate::context::{Context, RecvOpts, SendOpts, TaskHandle};
 use crate::data::{AnyCell, Handle, Interface};
 use crate::error::{CommError, TransferError};
 use crate::sync::{Arc, lock};
@@ -114,6 +114,31 @@ pub(crate) struct DistState {
     cache_full: bool,
     /// The graph-agreement check's side of this rank.
     pub(crate) agreement: crate::agreement::Agreement,
+    /// The next automatic tag ([`crate::agreement::AUTO_TAGS`]); past its end: none left.
+    pub(crate) next_auto_tag: i64,
+}
+
+/// The tag a registration gives its datum ([`Context::mpi_register`],
+/// [`Context::register_owned`]): one the application chose, or the next automatic one.
+/// A [`Tag`] converts into it, so `ctx.mpi_register(&h, Tag(7), owner)` reads as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TagChoice {
+    /// The next tag of [`crate::agreement::AUTO_TAGS`], in this rank's registration
+    /// order: every rank that registers its data in the same order gives each datum the
+    /// same tag, with no tag to invent. Read it back with [`Context::data_tag`]. While the
+    /// graph-agreement check is on, each such registration is part of the checked flow
+    /// (its interface, tag and owner): ranks that register in different orders are told
+    /// so at the next check instead of exchanging the wrong data.
+    Auto,
+    /// This tag (outside [`crate::agreement::AUTO_TAGS`] and
+    /// [`crate::agreement::RESERVED_TAGS`]).
+    Given(Tag),
+}
+
+impl From<Tag> for TagChoice {
+    fn from(tag: Tag) -> Self {
+        Self::Given(tag)
+    }
 }
 
 impl DistState {
@@ -144,6 +169,7 @@ impl DistState {
                 .map(new_budget),
             cache_full: false,
             agreement: crate::agreement::Agreement::new(cfg!(debug_assertions)),
+            next_auto_tag: *crate::agreement::AUTO_TAGS.start(),
         }
     }
 }
@@ -208,7 +234,6 @@ pub struct InsertBuilder<'a> {
     target: Target,
     policy: Option<PolicyId>,
     priority: i32,
-    ssend: bool,
     callback: Option<Box<dyn FnOnce() + Send>>,
     /// Keep the copies this insert fetches even with the cache off, and never evict them
     /// for the byte budget (a get-data-on-node or a migration: the copy is the point; the
@@ -226,7 +251,7 @@ impl core::fmt::Debug for InsertBuilder<'_> {
 }
 
 /// What an insert did on this rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Inserted {
     /// The rank that executes the task (`None`: every rank, for per-node data; or this
     /// rank took no part because a written temporary datum is unknown here).
@@ -235,10 +260,18 @@ pub struct Inserted {
     pub executed_here: bool,
     /// Transfers this rank posted for the task (before and after it).
     pub transfers: usize,
+    /// The task, to wait for it alone ([`TaskHandle::wait`]): `Some` on the rank that runs
+    /// it once [`InsertBuilder::submit`] submitted it, as the reference returns the task
+    /// only where it executes; `None` on the other ranks, and from
+    /// [`InsertBuilder::build`] and [`InsertBuilder::exchange_before`] (the application
+    /// submits the task itself: [`BuiltTask::submit`] returns its handle).
+    pub task: Option<TaskHandle>,
 }
 
 impl<'a> InsertBuilder<'a> {
     /// Adds an access to `h` with `mode` (R, W, RW, SCRATCH, REDUX, COMMUTE, SSEND).
+    /// `mode | AccessMode::SSEND` is how an insert asks for a synchronous send of that
+    /// datum (`STARPU_SSEND`; the only spelling).
     #[must_use]
     pub fn access<I: Interface>(mut self, h: &Handle<I>, mode: AccessMode) -> Self {
         self.items.push(Item {
@@ -291,10 +324,15 @@ impl<'a> InsertBuilder<'a> {
         self.access(h, AccessMode::SCRATCH)
     }
 
-    /// Runs the task on `rank` (the reference's `STARPU_EXECUTE_ON_NODE`).
+    /// Runs the task on `rank` (the reference's `STARPU_EXECUTE_ON_NODE`). `None` changes
+    /// nothing — the written data, an [`InsertBuilder::on_data`] or the policy decide — as
+    /// the reference ignores `STARPU_EXECUTE_ON_NODE, -1`, so a computed `Option<Rank>`
+    /// needs no `if`. A [`Rank`] converts into `Some`: `.on_node(Rank(1))`.
     #[must_use]
-    pub fn on_node(mut self, rank: Rank) -> Self {
-        self.target = Target::Node(rank);
+    pub fn on_node(mut self, rank: impl Into<Option<Rank>>) -> Self {
+        if let Some(r) = rank.into() {
+            self.target = Target::Node(r);
+        }
         self
     }
 
@@ -320,13 +358,6 @@ impl<'a> InsertBuilder<'a> {
         self
     }
 
-    /// Sends this task's data with synchronous sends (`STARPU_SSEND`).
-    #[must_use]
-    pub fn ssend(mut self) -> Self {
-        self.ssend = true;
-        self
-    }
-
     /// Runs `f` after the task, on the executor.
     #[must_use]
     pub fn callback(mut self, f: impl FnOnce() + Send + 'static) -> Self {
@@ -342,11 +373,10 @@ impl<'a> InsertBuilder<'a> {
     /// [`InsertError::NotRegistered`] (a rank-local registration bug).
     pub fn submit(self) -> Result<Inserted, InsertError> {
         let (built, post) = self.build()?;
-        if let Some(task) = built.task {
-            task.submit();
-        }
+        let mut inserted = built.inserted;
+        inserted.task = built.task.map(BuiltTask::submit);
         post.finish();
-        Ok(built.inserted)
+        Ok(inserted)
     }
 
     /// For a task the application builds itself: performs the transfers before it on
@@ -412,7 +442,9 @@ impl<'a> InsertBuilder<'a> {
             execute,
             policy: self.policy,
             priority: Priority(self.priority),
-            ssend: self.ssend,
+            // One spelling of a synchronous send: `AccessMode::SSEND` on the datum's
+            // access (`STARPU_SSEND`), which the planner reads per transfer.
+            ssend: false,
         };
         // Sizes only matter when a policy chooses the executor: compute them then (it
         // may allocate a lazily registered copy).
@@ -446,7 +478,7 @@ impl<'a> InsertBuilder<'a> {
         )?;
         if dist.agreement.enabled {
             dist.agreement.record(
-                &self.codelet,
+                self.codelet.name(),
                 accesses.iter().zip(&self.items).map(|(a, i)| {
                     let datum = (!i.temporary).then_some((a.tag, a.owner));
                     (datum, a.mode)
@@ -545,6 +577,7 @@ impl<'a> InsertBuilder<'a> {
                     executor,
                     executed_here: execute_here,
                     transfers,
+                    task: None,
                 },
             },
             PostBuild {
@@ -630,15 +663,16 @@ impl BuiltTask<'_> {
         self
     }
 
-    /// Submits the task.
-    pub fn submit(self) {
-        self.ctx.runtime.submit_task(
+    /// Submits the task, and returns a handle to wait for it alone ([`TaskHandle::wait`]).
+    pub fn submit(self) -> TaskHandle {
+        let outcome = self.ctx.runtime.submit_task(
             self.codelet,
             self.accesses,
             self.priority,
             self.callback,
             None,
         );
+        TaskHandle::new(self.ctx, outcome)
     }
 }
 
@@ -715,11 +749,11 @@ fn apply_update(
             // alike). Report it: the cache must be sized for the flow.
             if !dist.cache_full {
                 dist.cache_full = true;
-                lock(&ctx.reports).push(format!(
+                lock(&ctx.reports).push(crate::error::Noted::Other(format!(
                     "the communication cache ({CACHE_CAPACITY} entries per table) was full at \
                      {data}: ranks may disagree from there on; flush data after their last use \
                      or set a byte budget"
-                ));
+                )));
             }
             false
         }
@@ -746,10 +780,10 @@ fn apply_update(
         });
         if counted.is_err() && !dist.cache_full {
             dist.cache_full = true;
-            lock(&ctx.reports).push(format!(
+            lock(&ctx.reports).push(crate::error::Noted::Other(format!(
                 "the cache's byte budget had no room to count {data}: it is kept until \
                  its value changes"
-            ));
+            )));
         }
         for victim in evicted {
             if dist.cache_stats {
@@ -811,16 +845,20 @@ impl Context {
     /// Gives `h` a tag and an owner for the insert-task utility, on the world
     /// communicator (`starpu_mpi_data_register`). Every rank registers every datum it
     /// uses, with the same tag and owner; `Owner::PerNode` gives every rank its own
-    /// instance (`STARPU_MPI_PER_NODE`).
+    /// instance (`STARPU_MPI_PER_NODE`). The tag is a [`Tag`], or [`TagChoice::Auto`]: the
+    /// next automatic tag in registration order ([`crate::agreement::AUTO_TAGS`]).
     ///
     /// # Errors
     /// [`CommError::TagInUse`] when another live handle of this rank has `tag`;
     /// [`CommError::RankOutOfRange`] for an owner outside the world;
-    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself.
+    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself;
+    /// [`CommError::AutoTagRange`] for an explicit tag among the automatic ones;
+    /// [`CommError::AutoTagsExhausted`] when no automatic tag is left. Nothing is
+    /// registered then, and no automatic tag is used up.
     pub fn mpi_register<I: Interface>(
         &self,
         h: &Handle<I>,
-        tag: Tag,
+        tag: impl Into<TagChoice>,
         owner: Owner,
     ) -> Result<(), InsertError> {
         self.mpi_register_comm(h, tag, owner, CommId::WORLD)
@@ -833,15 +871,43 @@ impl Context {
     pub fn mpi_register_comm<I: Interface>(
         &self,
         h: &Handle<I>,
-        tag: Tag,
+        tag: impl Into<TagChoice>,
         owner: Owner,
         comm: CommId,
     ) -> Result<(), InsertError> {
         if let Owner::Rank(r) = owner {
             self.check_rank(r)?;
         }
-        self.check_user_tag(tag)?;
-        self.set_tag(h, tag)?;
+        let tag = match tag.into() {
+            TagChoice::Given(tag) => {
+                self.check_explicit_tag(tag)?;
+                self.set_tag_unchecked(h, tag)?;
+                tag
+            }
+            TagChoice::Auto => {
+                // Under the registry's lock from choosing the tag to recording it: two
+                // threads of a rank registering at once still get distinct tags (their
+                // order is theirs to keep the same on every rank).
+                let mut dist = lock(&self.dist);
+                let tag = Tag(dist.next_auto_tag);
+                if !crate::agreement::AUTO_TAGS.contains(&tag.0) {
+                    return Err(CommError::AutoTagsExhausted.into());
+                }
+                // Never in use: no explicit registration can take an automatic tag.
+                self.set_tag_unchecked(h, tag)?;
+                dist.next_auto_tag += 1;
+                if dist.agreement.enabled {
+                    let name = crate::agreement::registration_name(h.erased().interface_name());
+                    dist.agreement.record(
+                        &name,
+                        core::iter::once((Some((tag, owner)), AccessMode::W)),
+                        &Options::default(),
+                        None,
+                    );
+                }
+                tag
+            }
+        };
         let mut dist = lock(&self.dist);
         dist.info.insert(h.id(), MpiInfo { tag, owner, comm });
         dist.cells.insert(h.id(), h.erased());
@@ -856,7 +922,7 @@ impl Context {
     /// As for [`Context::mpi_register`].
     pub fn register_owned<I: Interface>(
         &self,
-        tag: Tag,
+        tag: impl Into<TagChoice>,
         owner: Owner,
         init: impl FnOnce() -> I + Send + 'static,
     ) -> Result<Handle<I>, InsertError> {
@@ -922,7 +988,6 @@ impl Context {
             target: Target::Auto,
             policy: None,
             priority: 0,
-            ssend: false,
             callback: None,
             keep_copies: false,
         }

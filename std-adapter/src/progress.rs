@@ -84,12 +84,14 @@ pub(crate) enum Command {
     },
     /// A barrier with every rank; `done` runs when it completes.
     Barrier { done: Box<dyn FnOnce() + Send> },
-    /// Answer with the bytes sent to each peer.
-    Amounts(Box<dyn FnOnce(Vec<u64>) + Send>),
+    /// Answer with the bytes sent to each peer (`None`: statistics were never on).
+    Amounts(Box<dyn FnOnce(Option<Vec<u64>>) + Send>),
+    /// Switch statistics on or off, then answer.
+    SetStats(bool, Box<dyn FnOnce(()) + Send>),
     /// Answer with what is left in the engine and what waits outside it.
     Leftovers(Box<dyn FnOnce(Held) + Send>),
-    /// Answer with the statistics report.
-    Report(Box<dyn FnOnce(String) + Send>),
+    /// Answer with the statistics report (`None`: statistics were never on).
+    Report(Box<dyn FnOnce(Option<String>) + Send>),
     /// Answer with how many messages arrived as early data.
     EarlyMessages(Box<dyn FnOnce(u64) + Send>),
     /// Stop the thread.
@@ -640,9 +642,21 @@ impl<T: Transport> Progress<T> {
                 self.transport.barrier(token);
             }
             Command::Amounts(reply) => {
-                let mut v = vec![0; self.transport.size() as usize];
-                self.engine.stats().retrieve(&mut v);
-                reply(v);
+                let stats = self.engine.stats();
+                reply(stats.was_enabled().then(|| {
+                    let mut v = vec![0; self.transport.size() as usize];
+                    stats.retrieve(&mut v);
+                    v
+                }));
+            }
+            Command::SetStats(on, reply) => {
+                let stats = self.engine.stats_mut();
+                if on {
+                    stats.enable();
+                } else {
+                    stats.disable();
+                }
+                reply(());
             }
             Command::Leftovers(reply) => {
                 // The envelopes still refused were never received either, and the
@@ -674,7 +688,12 @@ impl<T: Transport> Progress<T> {
             Command::EarlyMessages(reply) => reply(self.engine.early_messages()),
             Command::Report(reply) => {
                 let elapsed = self.start.elapsed().as_micros() as u64;
-                reply(self.engine.stats().report(self.rank, elapsed).to_string());
+                let stats = self.engine.stats();
+                reply(
+                    stats
+                        .was_enabled()
+                        .then(|| stats.report(self.rank, elapsed).to_string()),
+                );
             }
             Command::Stop => {}
         }

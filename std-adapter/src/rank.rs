@@ -13,10 +13,11 @@ use std::sync::mpsc;
 use std::thread;
 
 use starling_core::Rank;
-use starling_core::engine::Leftover;
+use starling_core::engine::Leftover as EngineLeftover;
 use starling_core::tags::{DEFAULT_BASE, TagSpace};
 
 use crate::context::{CommandSink, Context, Progression};
+use crate::error::Leftover;
 use crate::progress::{self, Command, Drive, InboxTx, Input, ProgressConfig};
 use crate::sync::{Arc, InboxReceiver, InboxSender, Ordering, inbox, lock};
 use crate::task::{Runtime, RuntimeConfig, Workers, env_flag};
@@ -534,49 +535,64 @@ impl RankRunner {
         )
     }
 
-    /// What the rank leaves behind, one line each: messages never received, requests
-    /// never completed or never waited on, panicking tasks and callbacks. Ask after every
-    /// rank finished its work (after a barrier), or orphans may still be in flight.
-    pub fn leftovers(&self) -> Vec<String> {
+    /// What the rank leaves behind, one [`Leftover`] each: messages never received,
+    /// requests never completed or never waited on, panicking tasks and callbacks, failed
+    /// transfers. Ask after every rank finished its work (after a barrier), or orphans
+    /// may still be in flight.
+    pub fn leftovers(&self) -> Vec<Leftover> {
         let rank = self.ctx.rank();
         let held = ask(&self.ctx, Command::Leftovers);
-        let mut out: Vec<String> = held.engine.iter().map(|l| describe(rank, l)).collect();
-        out.extend(held.refused.iter().map(|l| {
-            format!(
-                "{} (it arrived; its engine refused it for a full table and it waited \
-                 outside, for its receive)",
-                describe(rank, l)
-            )
+        let mut out: Vec<Leftover> = held.engine.iter().map(|l| typed(rank, l)).collect();
+        out.extend(held.refused.iter().map(|l| match typed(rank, l) {
+            Leftover::Orphan {
+                rank,
+                source,
+                comm,
+                tag,
+                bytes,
+                ..
+            } => Leftover::Orphan {
+                rank,
+                source,
+                comm,
+                tag,
+                bytes,
+                refused: true,
+            },
+            other => other,
         }));
-        out.extend(held.queued.iter().map(|(kind, _, peer, tag)| {
-            format!(
-                "rank {}: {kind:?} with rank {} and tag {} never reached the engine (it \
-                 waited for room in the engine's tables)",
-                rank.0, peer.0, tag.0
-            )
-        }));
+        out.extend(
+            held.queued
+                .iter()
+                .map(|&(kind, comm, peer, tag)| Leftover::NeverAdmitted {
+                    rank,
+                    kind,
+                    comm,
+                    peer,
+                    tag,
+                }),
+        );
         out.extend(
             lock(&self.ctx.reports)
                 .drain(..)
-                .map(|w| format!("rank {}: {w}", rank.0)),
+                .map(|noted| noted.leftover(rank)),
         );
         out.extend(
             self.runtime
                 .take_panics()
                 .into_iter()
-                .map(|p| format!("rank {}: {p}", rank.0)),
+                .map(|what| Leftover::TaskFailed { rank, what }),
         );
         let (failures, skipped) = self.runtime.failures();
-        out.extend(
-            failures
-                .iter()
-                .map(|f| format!("rank {}: transfer failed: {f}", rank.0)),
-        );
+        out.extend(failures.iter().map(|f| Leftover::TransferFailed {
+            rank,
+            error: (**f).clone(),
+        }));
         if skipped > 0 {
-            out.push(format!(
-                "rank {}: {skipped} task(s) did not run: they read data whose transfer failed",
-                rank.0
-            ));
+            out.push(Leftover::TasksSkipped {
+                rank,
+                count: skipped,
+            });
         }
         out
     }
@@ -621,8 +637,10 @@ impl RankRunner {
         }
     }
 
-    /// The rank's communication statistics in the reference's line format.
-    pub fn stats_report(&self) -> String {
+    /// The rank's communication statistics in the reference's line format; `None` when
+    /// statistics were never on (at start-up, [`RankConfig::stats`], or at run time,
+    /// [`Context::set_comm_stats`](crate::Context::set_comm_stats)).
+    pub fn stats_report(&self) -> Option<String> {
         ask(&self.ctx, Command::Report)
     }
 
@@ -664,27 +682,41 @@ fn ask<T: Send + Default + 'static>(
     rx.recv().unwrap_or_default()
 }
 
-fn describe(rank: Rank, l: &Leftover) -> String {
-    match l {
-        Leftover::Orphan(o) => format!(
-            "rank {}: message from rank {} with tag {} ({} bytes) was never received",
-            rank.0, o.source.0, o.tag.0, o.size
-        ),
-        Leftover::Pending {
+/// The engine's leftover `l` of rank `rank`, as the runtime reports it.
+fn typed(rank: Rank, l: &EngineLeftover) -> Leftover {
+    match *l {
+        EngineLeftover::Orphan(o) => Leftover::Orphan {
+            rank,
+            source: o.source,
+            comm: o.comm,
+            tag: o.tag,
+            bytes: o.size,
+            refused: false,
+        },
+        EngineLeftover::Pending {
+            kind,
+            comm,
+            peer,
+            tag,
+            size,
+            state,
+            ..
+        } => Leftover::NeverCompleted {
+            rank,
+            kind,
+            comm,
+            peer,
+            tag,
+            bytes: size,
+            state,
+        },
+        EngineLeftover::NotRetired {
+            kind, peer, tag, ..
+        } => Leftover::NotRetired {
+            rank,
             kind,
             peer,
             tag,
-            state,
-            ..
-        } => format!(
-            "rank {}: {kind:?} with rank {} and tag {} never completed ({state})",
-            rank.0, peer.0, tag.0
-        ),
-        Leftover::NotRetired {
-            kind, peer, tag, ..
-        } => format!(
-            "rank {}: {kind:?} with rank {} and tag {} was never waited on",
-            rank.0, peer.0, tag.0
-        ),
+        },
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use starling_core::{AccessMode, Owner, Rank, reduce};
 
 use super::{DistState, InsertError, Redux, release_after_pending};
-use crate::context::{Context, RecvOpts, SendOpts};
+use crate::context::{Context, RecvOpts, SendOpts, TaskHandle};
 use crate::data::{AnyCell, Handle, Interface};
 use crate::sync::{Arc, lock};
 use crate::task::{Access as TaskAccess, Codelet};
@@ -204,12 +204,32 @@ impl Context {
         Ok(())
     }
 
-    /// Brings the current value of `h` to `node` without waiting; `callback` runs on
-    /// `node` once it arrived (`starpu_mpi_get_data_on_node_detached`).
+    /// Brings the current value of `h` to `node` without waiting
+    /// (`starpu_mpi_get_data_on_node_detached` with no callback). On `node`, the handle of
+    /// the step that completes once the value arrived: wait on it, or ignore it; `None`
+    /// on the other ranks. [`Context::get_data_on_node_detached_cb`] runs a callback
+    /// there instead.
     ///
     /// # Errors
     /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
     pub fn get_data_on_node_detached<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        node: Rank,
+    ) -> Result<Option<TaskHandle>, InsertError> {
+        self.fetch("get_data_on_node")
+            .r(h)
+            .on_node(node)
+            .submit()
+            .map(|i| i.task)
+    }
+
+    /// [`Context::get_data_on_node_detached`] with `callback`, run on `node` once the
+    /// value arrived (`starpu_mpi_get_data_on_node_detached` with a callback).
+    ///
+    /// # Errors
+    /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
+    pub fn get_data_on_node_detached_cb<I: Interface>(
         &self,
         h: &Handle<I>,
         node: Rank,
@@ -259,9 +279,11 @@ impl Context {
     }
 
     /// Copies the value of `src` into `dst`, which may have another owner: the owner of
-    /// `src` sends it to the owner of `dst` (`starpu_mpi_data_cpy`). It is an insert, so
-    /// it is cache-aware; the value travels with `src`'s tag (the reference uses `dst`'s).
-    /// Every rank calls it; `callback` runs on `dst`'s owner when the copy is done.
+    /// `src` sends it to the owner of `dst` (`starpu_mpi_data_cpy` with no callback). It is
+    /// an insert, so it is cache-aware; the value travels with `src`'s tag (the reference
+    /// uses `dst`'s). Every rank calls it. On `dst`'s owner, the handle of the copy (wait
+    /// on it, or ignore it); `None` on the other ranks. [`Context::data_cpy_cb`] runs a
+    /// callback there instead.
     ///
     /// # Errors
     /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
@@ -269,13 +291,27 @@ impl Context {
         &self,
         dst: &Handle<I>,
         src: &Handle<I>,
+    ) -> Result<Option<TaskHandle>, InsertError> {
+        Ok(self
+            .insert(&copy_codelet::<I>())
+            .w(dst)
+            .r(src)
+            .submit()?
+            .task)
+    }
+
+    /// [`Context::data_cpy`] with `callback`, run on `dst`'s owner when the copy is done
+    /// (`starpu_mpi_data_cpy` with a callback).
+    ///
+    /// # Errors
+    /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
+    pub fn data_cpy_cb<I: Interface + Clone>(
+        &self,
+        dst: &Handle<I>,
+        src: &Handle<I>,
         callback: impl FnOnce() + Send + 'static,
     ) -> Result<(), InsertError> {
-        let copy = Codelet::new("data_cpy", |b| {
-            let value = b.r::<I>(1).clone();
-            *b.w::<I>(0) = value;
-        });
-        self.insert(&copy)
+        self.insert(&copy_codelet::<I>())
             .w(dst)
             .r(src)
             .callback(callback)
@@ -408,4 +444,12 @@ fn countdown(n: usize, f: Box<dyn FnOnce() + Send>) -> Arc<dyn Fn(bool) + Send +
         run(&slot, true);
     }
     Arc::new(move |ok| run(&slot, ok))
+}
+
+/// The codelet of [`Context::data_cpy`]: buffer 0 (W) becomes a copy of buffer 1 (R).
+fn copy_codelet<I: Interface + Clone>() -> Codelet {
+    Codelet::new("data_cpy", |b| {
+        let value = b.r::<I>(1).clone();
+        *b.w::<I>(0) = value;
+    })
 }
