@@ -578,6 +578,10 @@ impl TaskHandle {
     /// a failed transfer ([`Context::try_wait_for_all`] reports the same failure);
     /// [`TaskError::Failed`]: its kernel or callback panicked. Either way the task is
     /// complete, and shutdown reports the failure too.
+    ///
+    /// Call it from the application's thread, as `starpu_task_wait` is: from inside a
+    /// task or a callback it can wait for a task that needs the very worker it holds (on
+    /// a rank with one worker, it waits forever).
     pub fn wait(&self) -> Result<(), TaskError> {
         self.runtime.wait_outcome(&self.outcome)
     }
