@@ -40,19 +40,7 @@ use crate::sync::{Arc, Condvar, Mutex, Ordering, lock};
 /// How many inserts each rank keeps to name the first divergent one.
 pub const RING: usize = 1024;
 
-/// The user tags the runtime keeps for its own messages: point-to-point calls and
-/// registrations refuse them ([`CommError::ReservedTag`]).
-pub const RESERVED_TAGS: core::ops::RangeInclusive<i64> = i64::MIN..=i64::MIN + 15;
-
-/// The tags of registrations with an automatic tag ([`crate::TagChoice::Auto`]):
-/// `-2^62 ..= -2^61 - 1` (2^61 tags), far from [`RESERVED_TAGS`] and from the tags
-/// applications write by hand (small ones, either sign). They are handed out in
-/// registration order from the first, so every rank that registers its data in the
-/// same order gives each datum the same tag; a tag is never handed out twice in a run.
-/// A registration or [`crate::Context::set_tag`] with an explicit tag in this range is
-/// refused ([`CommError::AutoTagRange`]), so an automatic tag never collides with an
-/// explicit one; the range running out is [`CommError::AutoTagsExhausted`].
-pub const AUTO_TAGS: core::ops::RangeInclusive<i64> = -(1 << 62)..=-(1 << 61) - 1;
+pub use crate::tags::{AUTO_TAGS, RESERVED_TAGS};
 
 /// The name under which the agreement check records a registration with an automatic
 /// tag of an `interface` (the flows of all ranks must register the same interfaces, with
@@ -61,10 +49,7 @@ pub(crate) fn registration_name(interface: &str) -> String {
     format!("register {interface}")
 }
 
-/// The tag of the agreement check's messages to rank 0 (in [`RESERVED_TAGS`]).
-pub const GATHER_TAG: Tag = Tag(i64::MIN + 1);
-/// The tag of the agreement check's messages from rank 0 (in [`RESERVED_TAGS`]).
-pub const BCAST_TAG: Tag = Tag(i64::MIN + 2);
+pub use crate::tags::{BCAST_TAG, GATHER_TAG};
 
 /// The longest description of an insert kept for a report.
 const DESCRIPTION_MAX: usize = 240;

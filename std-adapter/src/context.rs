@@ -650,7 +650,7 @@ impl Context {
             in_place_min,
             blocking_in_place_min,
             device_min,
-            next_split: AtomicU32::new(crate::comm::FIRST_SPLIT_ID),
+            next_split: AtomicU32::new(crate::tags::FIRST_SPLIT_ID),
             tracker: Arc::new(crate::hang::Tracker::new()),
         }
     }
@@ -706,10 +706,10 @@ impl Context {
     /// # Errors
     /// [`CommError::TagInUse`] when another live handle has `tag`;
     /// [`CommError::AutoTagRange`] for a tag among the automatic ones
-    /// ([`crate::agreement::AUTO_TAGS`]), which only registrations with
+    /// ([`crate::tags::AUTO_TAGS`]), which only registrations with
     /// [`crate::TagChoice::Auto`] get.
     pub fn set_tag<I: Interface>(&self, h: &Handle<I>, tag: Tag) -> Result<(), CommError> {
-        if crate::agreement::AUTO_TAGS.contains(&tag.0) {
+        if crate::tags::AUTO_TAGS.contains(&tag.0) {
             return Err(CommError::AutoTagRange { tag });
         }
         self.set_tag_unchecked(h, tag)
@@ -920,19 +920,19 @@ impl Context {
         Ok(())
     }
 
-    /// Refuses the tags the runtime keeps for itself ([`crate::agreement::RESERVED_TAGS`]).
+    /// Refuses the tags the runtime keeps for itself ([`crate::tags::RESERVED_TAGS`]).
     pub(crate) fn check_user_tag(&self, tag: Tag) -> Result<(), CommError> {
-        if crate::agreement::RESERVED_TAGS.contains(&tag.0) {
+        if crate::tags::RESERVED_TAGS.contains(&tag.0) {
             return Err(CommError::ReservedTag { tag });
         }
         Ok(())
     }
 
     /// Refuses, for an explicit registration, the reserved tags and the automatic ones
-    /// ([`crate::agreement::AUTO_TAGS`]).
+    /// ([`crate::tags::AUTO_TAGS`]).
     pub(crate) fn check_explicit_tag(&self, tag: Tag) -> Result<(), CommError> {
         self.check_user_tag(tag)?;
-        if crate::agreement::AUTO_TAGS.contains(&tag.0) {
+        if crate::tags::AUTO_TAGS.contains(&tag.0) {
             return Err(CommError::AutoTagRange { tag });
         }
         Ok(())

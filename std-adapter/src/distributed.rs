@@ -114,7 +114,7 @@ pub(crate) struct DistState {
     cache_full: bool,
     /// The graph-agreement check's side of this rank.
     pub(crate) agreement: crate::agreement::Agreement,
-    /// The next automatic tag ([`crate::agreement::AUTO_TAGS`]); past its end: none left.
+    /// The next automatic tag ([`crate::tags::AUTO_TAGS`]); past its end: none left.
     pub(crate) next_auto_tag: i64,
 }
 
@@ -123,15 +123,15 @@ pub(crate) struct DistState {
 /// A [`Tag`] converts into it, so `ctx.mpi_register(&h, Tag(7), owner)` reads as before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TagChoice {
-    /// The next tag of [`crate::agreement::AUTO_TAGS`], in this rank's registration
+    /// The next tag of [`crate::tags::AUTO_TAGS`], in this rank's registration
     /// order: every rank that registers its data in the same order gives each datum the
     /// same tag, with no tag to invent. Read it back with [`Context::data_tag`]. While the
     /// graph-agreement check is on, each such registration is part of the checked flow
     /// (its interface, tag and owner): ranks that register in different orders are told
     /// so at the next check instead of exchanging the wrong data.
     Auto,
-    /// This tag (outside [`crate::agreement::AUTO_TAGS`] and
-    /// [`crate::agreement::RESERVED_TAGS`]).
+    /// This tag (outside [`crate::tags::AUTO_TAGS`] and
+    /// [`crate::tags::RESERVED_TAGS`]).
     Given(Tag),
 }
 
@@ -169,7 +169,7 @@ impl DistState {
                 .map(new_budget),
             cache_full: false,
             agreement: crate::agreement::Agreement::new(cfg!(debug_assertions)),
-            next_auto_tag: *crate::agreement::AUTO_TAGS.start(),
+            next_auto_tag: *crate::tags::AUTO_TAGS.start(),
         }
     }
 }
@@ -846,7 +846,7 @@ impl Context {
     /// communicator (`starpu_mpi_data_register`). Every rank registers every datum it
     /// uses, with the same tag and owner; `Owner::PerNode` gives every rank its own
     /// instance (`STARPU_MPI_PER_NODE`). The tag is a [`Tag`], or [`TagChoice::Auto`]: the
-    /// next automatic tag in registration order ([`crate::agreement::AUTO_TAGS`]).
+    /// next automatic tag in registration order ([`crate::tags::AUTO_TAGS`]).
     ///
     /// # Errors
     /// [`CommError::TagInUse`] when another live handle of this rank has `tag`;
@@ -890,7 +890,7 @@ impl Context {
                 // order is theirs to keep the same on every rank).
                 let mut dist = lock(&self.dist);
                 let tag = Tag(dist.next_auto_tag);
-                if !crate::agreement::AUTO_TAGS.contains(&tag.0) {
+                if !crate::tags::AUTO_TAGS.contains(&tag.0) {
                     return Err(CommError::AutoTagsExhausted.into());
                 }
                 // Never in use: no explicit registration can take an automatic tag.

@@ -39,14 +39,14 @@ pub enum CommError {
         tag: Tag,
     },
     /// The tag is one the runtime keeps for its own messages (the negative tags
-    /// `i64::MIN ..= i64::MIN + 15`, [`crate::agreement::RESERVED_TAGS`]). Nothing was
+    /// `i64::MIN ..= i64::MIN + 15`, [`crate::tags::RESERVED_TAGS`]). Nothing was
     /// submitted: use another tag.
     #[error("{tag} is reserved for the runtime's own messages")]
     ReservedTag {
         /// The tag.
         tag: Tag,
     },
-    /// An explicit tag among the automatic ones ([`crate::agreement::AUTO_TAGS`]), which
+    /// An explicit tag among the automatic ones ([`crate::tags::AUTO_TAGS`]), which
     /// only registrations with [`crate::TagChoice::Auto`] get. Nothing was registered:
     /// choose a tag outside the range, or let the runtime choose.
     #[error("{tag} is in the automatic tag range: use another tag, or TagChoice::Auto")]
@@ -54,7 +54,7 @@ pub enum CommError {
         /// The tag.
         tag: Tag,
     },
-    /// Every automatic tag of this run was handed out ([`crate::agreement::AUTO_TAGS`]:
+    /// Every automatic tag of this run was handed out ([`crate::tags::AUTO_TAGS`]:
     /// 2^61 of them, never reused). Nothing was registered: give the datum an
     /// explicit tag.
     #[error("no automatic tag is left: register with an explicit tag")]

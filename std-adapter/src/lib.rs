@@ -54,6 +54,7 @@ mod ready;
 pub mod serial;
 pub mod sim;
 mod sync;
+pub mod tags;
 mod task;
 pub mod trace;
 pub mod transport;

@@ -20,13 +20,13 @@ use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
 use starling_core::{CommId, Rank, ReqId};
 
+use self::config::DriverMode;
 use crate::admission::{Admission, Admit, Direction};
 use crate::data::{AnyCell, DataError};
 use crate::device::DeviceValue;
 use crate::error::CommError;
 use crate::id_hash::IdMap;
 use crate::pool::BufferPool;
-use crate::rank::DriverMode;
 use crate::sync::{
     self, Arc, AtomicBool, AtomicU64, AtomicUsize, DriveLock, InboxReceiver, InboxSender, Ordering,
     park_timeout, spin_wait, store_load_order, thread,
@@ -265,7 +265,7 @@ pub(crate) struct ProgressConfig {
     /// [`crate::RankConfig::MAX_EAGER_LIMIT`] (by [`crate::RankRunner::start`]).
     pub(crate) eager_limit: u32,
     /// [`crate::RankConfig::tables`].
-    pub(crate) tables: crate::rank::Tables,
+    pub(crate) tables: config::Tables,
 }
 
 struct Progress<T: Transport> {
@@ -1203,6 +1203,8 @@ impl<T: Transport> Admit for Progress<T> {
         self.engine.early_keys().for_each(f);
     }
 }
+
+pub(crate) mod config;
 
 #[cfg(all(test, loom))]
 pub(crate) mod models;
