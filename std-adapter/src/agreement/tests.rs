@@ -1,4 +1,5 @@
 use super::*;
+use starling_core::Rank;
 use crate::interfaces::Variable;
 use crate::task::Codelet;
 
