@@ -9,8 +9,8 @@
 //! registration with an automatic tag ([`AUTO_TAGS`]; its interface, tag and owner, kept
 //! as an insert named `register <interface>`) into a running
 //! digest ([`starling_core::digest`]) and keeps the last [`RING`] inserts. At
-//! [`Context::mpi_wait_for_all`], at [`Context::barrier`] and on demand
-//! ([`Context::check_agreement`]) the ranks exchange their insert count and digest; on a
+//! [`Context::mpi_wait_for_all`](crate::Context::mpi_wait_for_all), at [`Context::barrier`](crate::Context::barrier) and on demand
+//! ([`Context::check_agreement`](crate::Context::check_agreement)) the ranks exchange their insert count and digest; on a
 //! mismatch they exchange their kept inserts and every rank gets the same
 //! [`Divergence`]: the first insert where they differ and what each rank saw there.
 //! From then on every insert and check fails with it: the ranks stop instead of hanging.

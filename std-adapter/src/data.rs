@@ -18,8 +18,8 @@ use core::ops::{Deref, DerefMut};
 use starling_core::DataId;
 
 #[cfg(not(loom))]
-use crate::transport::LentData;
-use crate::transport::{RecvBuffer, SendBuffer};
+use crate::buffer::LentData;
+use crate::buffer::{RecvBuffer, SendBuffer};
 
 use crate::sync::{
     Arc, DataLock, DataReadGuard, DataWriteGuard, Mutex, data_lock, data_read, data_write,

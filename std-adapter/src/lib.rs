@@ -35,6 +35,7 @@
 
 mod admission;
 pub mod agreement;
+mod buffer;
 mod cluster;
 pub mod comm;
 mod context;

@@ -1,7 +1,7 @@
 use super::*;
-use starling_core::Rank;
 use crate::interfaces::Variable;
 use crate::task::Codelet;
+use starling_core::Rank;
 
 fn ring(count: u64, agreed: u64, items: &[(u64, u64, &str)]) -> RankRing {
     // Running digests chained from the insert digests, as the ranks compute them.
