@@ -21,7 +21,8 @@ use loom::sync::mpsc;
 use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB, TagSpace};
 use starling_core::{CommId, PhysTag, Rank, ReqId, Tag};
 
-use super::{Command, Drive, Driver, InboxTx, Input, ProgressConfig, Shared, run, start};
+use super::driver::Driver;
+use super::{Command, Drive, InboxTx, Input, ProgressConfig, Shared, run, start};
 use crate::progress::config::DriverMode;
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering, inbox, lock, thread};
 use crate::task::{Codelet, Runtime, RuntimeConfig};
