@@ -249,7 +249,7 @@ fn get_data(ctx: &Context, n: u64) -> Outcome {
     let size = u64::from(ctx.size());
     let hs = owned_variables(ctx, n, |i| Rank((i % size) as u32))?;
     for h in &hs {
-        ctx.get_data_on_node_detached(h, Rank(0), || {})
+        ctx.get_data_on_node_detached(h, Rank(0))
             .map_err(|e| e.to_string())?;
     }
     ctx.mpi_wait_for_all().map_err(|e| e.to_string())?;
@@ -475,7 +475,14 @@ fn outstanding(ctx: &Context, sizes: &[u64], rounds: usize) -> Outcome {
          a size of n repeats its round until 100 000 messages have moved",
         median(&mut empty)
     )];
+    // SOAK_MODES=posted,early,mixed (default: all three) picks the modes, for profiling one.
+    let picked = std::env::var("SOAK_MODES")
+        .unwrap_or_default()
+        .to_lowercase();
     for mode in [Mode::Posted, Mode::Early, Mode::Mixed] {
+        if !picked.is_empty() && !picked.contains(&format!("{mode:?}").to_lowercase()) {
+            continue;
+        }
         // samples[s]: ns per message of size s, one per round.
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
         for round in 0..=rounds {
@@ -587,7 +594,7 @@ fn main() -> ExitCode {
     let mut ok = true;
     match out {
         Ok(results) => {
-            for r in results {
+            for (_, r) in results {
                 match r {
                     Ok(line) => println!("{line}"),
                     Err(e) => {

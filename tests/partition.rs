@@ -11,7 +11,7 @@ use starling::interfaces::{Matrix, Vector};
 use starling::partition::{MatrixBlock, MatrixVerticalBlock, VectorBlock, VectorList};
 use starling::{
     ClusterConfig, Codelet, CommError, Context, FilterError, InsertError, PartitionError,
-    RuntimeConfig, run_local_with,
+    RuntimeConfig, TagChoice, run_local_with,
 };
 
 fn run<R: Send + 'static>(
@@ -184,8 +184,9 @@ fn children_travel_the_insert_flow_to_their_owners_and_back() {
         let cached = ctx.cached_receive(&v);
         let sizes = vec![5, 10, 0, 15];
         let parts = ctx.partition(&v, &VectorList { sizes }).unwrap();
-        for (i, p) in parts.iter().enumerate() {
-            ctx.mpi_register(p, Tag(i as i64), Owner::Rank(Rank(0)))
+        // Automatic tags: every rank registers the children in the same order.
+        for p in &parts {
+            ctx.mpi_register(p, TagChoice::Auto, Owner::Rank(Rank(0)))
                 .unwrap();
         }
         for (i, p) in parts.iter().enumerate() {

@@ -90,58 +90,11 @@ use core::fmt;
 use heapless::Vec;
 
 use crate::cache::Cache;
+pub use crate::cache::CacheUpdate;
 use crate::error::Table;
 use crate::select::{Policies, PolicyId, SelectError};
+pub use crate::types::Access;
 use crate::types::{AccessMode, DataId, Owner, Priority, Rank, Tag};
-
-/// One datum accessed by a task, as this rank sees it (the reference's
-/// `struct starpu_data_descr` plus what the MPI layer knows of the handle).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct Access {
-    /// The datum.
-    pub data: DataId,
-    /// How the task accesses it.
-    pub mode: AccessMode,
-    /// Who owns it.
-    pub owner: Owner,
-    /// Its user tag: the tag its transfers use.
-    pub tag: Tag,
-    /// Its size in bytes, as scored by [`most_r_data`](crate::select::most_r_data).
-    pub size: u64,
-    /// Whether the datum is registered on this rank. `false` for a temporary datum that
-    /// exists only on some ranks (the reference's `NULL` handle); `owner`, `tag` and `size`
-    /// are then ignored. See the [module docs](self).
-    pub known: bool,
-}
-
-impl Access {
-    /// An access to a datum registered on this rank.
-    pub const fn new(data: DataId, mode: AccessMode, owner: Owner, tag: Tag, size: u64) -> Self {
-        Self {
-            data,
-            mode,
-            owner,
-            tag,
-            size,
-            known: true,
-        }
-    }
-
-    /// The owning rank if the datum is known here, owned by one rank and read by the task.
-    fn read_from(&self) -> Option<Rank> {
-        if self.known && self.mode.reads() {
-            self.owner.rank()
-        } else {
-            None
-        }
-    }
-
-    /// Whether the task writes the datum in W (or RW) mode and the datum is known here.
-    fn written_back(&self) -> bool {
-        self.known && self.mode.contains(AccessMode::W)
-    }
-}
 
 /// Where a task runs, as requested by the application.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -213,38 +166,6 @@ pub struct Transfer {
     pub sync: bool,
     /// The task's priority.
     pub priority: Priority,
-}
-
-/// A change to this rank's [`Cache`], listed by the planner; apply them in order with
-/// [`Cache::apply`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum CacheUpdate {
-    /// The current value of `data` is sent to `dest` (set on the owner).
-    SentSet {
-        /// The datum.
-        data: DataId,
-        /// The rank it is sent to.
-        dest: Rank,
-    },
-    /// This rank receives (or received) the current value of `data` (set on the executor).
-    ReceivedSet {
-        /// The datum.
-        data: DataId,
-    },
-    /// The task writes `data`: clear its sent and received flags, and drop the received copy
-    /// if one was recorded (after the task and its write-back). Listed on every rank that
-    /// knows the datum.
-    Invalidate {
-        /// The datum.
-        data: DataId,
-    },
-    /// The cache is disabled and the executor read `data`, which it does not own: drop the
-    /// copy it received for the task, once the task is done.
-    DropCopy {
-        /// The datum.
-        data: DataId,
-    },
 }
 
 /// What one rank does for one task: the result of [`plan`].
@@ -408,16 +329,30 @@ fn seen_before(accesses: &[Access], index: usize, same: impl Fn(&Access) -> bool
         .any(|b| Some(b.data) == data && same(b))
 }
 
-/// The executor of an [`Execute::Auto`] task, or `None` if this rank takes no part.
-fn executor_from_data(
-    me: Rank,
-    nranks: u32,
-    accesses: &[Access],
-    options: &Options,
-    policies: &Policies,
-) -> Result<Option<Executor>, InsertError> {
+/// What the written data of an [`Execute::Auto`] task say about its executor (rule 1
+/// of the [module docs](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Written {
+    /// A written datum is unknown here: this rank takes no part in the task.
+    Unknown,
+    /// Every written datum has this owner: it runs the task.
+    Owner(Owner),
+    /// No datum is written, or the written data have different owners: the
+    /// node-selection policy chooses (from the accesses' sizes).
+    Policy,
+}
+
+/// What the written data of an [`Execute::Auto`] task say about its executor: the one
+/// place of rule 1, used by [`plan_into`] and by an adapter that must know beforehand
+/// whether a policy will run (then it fills in the accesses' sizes).
+///
+/// # Errors
+///
+/// [`InsertError::MixedPerNode`] when per-node and rank-owned data are both written.
+pub fn written_owner(accesses: &[Access]) -> Result<Written, InsertError> {
     if accesses.iter().any(|a| a.mode.writes() && !a.known) {
-        return Ok(None);
+        return Ok(Written::Unknown);
     }
     let mut first: Option<Owner> = None;
     let mut inconsistent = false;
@@ -436,10 +371,48 @@ fn executor_from_data(
     if per_node && ranked {
         return Err(InsertError::MixedPerNode);
     }
-    Ok(Some(match first {
-        Some(Owner::PerNode) => Executor::PerNode,
-        Some(Owner::Rank(r)) if !inconsistent => Executor::Rank(r),
-        _ => Executor::Rank(policies.select(options.policy, me, nranks, accesses)?),
+    Ok(match first {
+        Some(Owner::PerNode) => Written::Owner(Owner::PerNode),
+        Some(Owner::Rank(r)) if !inconsistent => Written::Owner(Owner::Rank(r)),
+        _ => Written::Policy,
+    })
+}
+
+/// Where a task runs when the application names a datum, `data` of owner `owner`, that
+/// may or may not be among the task's accesses (the reference's
+/// `STARPU_EXECUTE_ON_DATA`): on the owner of access `i` ([`Execute::OnData`]) when the
+/// datum is access `i`; otherwise on its owner ([`Execute::OnNode`]), or, for a per-node
+/// datum (a copy on every rank), where the written data say ([`Execute::Auto`]).
+pub fn execute_on_datum(accesses: &[Access], data: DataId, owner: Owner) -> Execute {
+    match accesses.iter().position(|a| a.known && a.data == data) {
+        Some(i) => Execute::OnData(i),
+        None => match owner {
+            Owner::Rank(r) => Execute::OnNode(r),
+            Owner::PerNode => Execute::Auto,
+        },
+    }
+}
+
+/// Whether planning a task with `options` calls a node-selection policy (then the
+/// accesses' [`size`](Access::size)s matter, and only then: an adapter may leave them 0
+/// otherwise). A task with mixed per-node data answers `false`: it fails to plan.
+pub fn policy_needed(accesses: &[Access], options: &Options) -> bool {
+    options.execute == Execute::Auto && written_owner(accesses) == Ok(Written::Policy)
+}
+
+/// The executor of an [`Execute::Auto`] task, or `None` if this rank takes no part.
+fn executor_from_data(
+    me: Rank,
+    nranks: u32,
+    accesses: &[Access],
+    options: &Options,
+    policies: &Policies,
+) -> Result<Option<Executor>, InsertError> {
+    Ok(Some(match written_owner(accesses)? {
+        Written::Unknown => return Ok(None),
+        Written::Owner(Owner::PerNode) => Executor::PerNode,
+        Written::Owner(Owner::Rank(r)) => Executor::Rank(r),
+        Written::Policy => Executor::Rank(policies.select(options.policy, me, nranks, accesses)?),
     }))
 }
 

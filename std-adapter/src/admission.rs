@@ -62,6 +62,11 @@ pub(crate) trait Admit {
     /// The key of a receive (`None` for a send).
     fn recv_key(&self, c: &Self::Cmd) -> Option<Key>;
 
+    /// Whether `table` may have room for a refused envelope now: `false` only when one
+    /// refused for it would certainly be refused again
+    /// ([`Engine::room_for`](starling_core::engine::Engine::room_for)).
+    fn has_room(&self, table: Table) -> bool;
+
     /// The engine's free receive slots
     /// ([`Engine::free_recv_slots`](starling_core::engine::Engine::free_recv_slots)):
     /// `None` with no budget.
@@ -355,33 +360,34 @@ impl<C> Admission<C> {
         if !self.refused.is_empty() {
             if let Some(o) = a.refusal_order(source, comm, &bytes) {
                 if self.refused.must_wait(source, &o) {
-                    self.refused.push(source, comm, bytes, o);
+                    self.refused.push(source, comm, bytes, o, None);
                     return false;
                 }
             }
         }
         match a.hand_in(source, comm, bytes) {
             Ok(()) => true,
-            Err((bytes, _)) => {
-                self.keep_refused(a, source, comm, bytes);
+            Err((bytes, table)) => {
+                self.keep_refused(a, source, comm, bytes, table);
                 false
             }
         }
     }
 
-    /// Keeps an envelope the engine just refused (handed in directly, with nothing
-    /// refused before it), behind the others.
+    /// Keeps an envelope the engine just refused for `table` (handed in directly, with
+    /// nothing refused before it), behind the others.
     pub(crate) fn keep_refused(
         &mut self,
         a: &impl Admit<Cmd = C>,
         source: Rank,
         comm: CommId,
         bytes: Vec<u8>,
+        table: Table,
     ) {
         self.refusals += 1;
         // (refused bytes always have an order: the engine decoded them)
         if let Some(o) = a.refusal_order(source, comm, &bytes) {
-            self.refused.push(source, comm, bytes, o);
+            self.refused.push(source, comm, bytes, o, Some(table));
         }
     }
 
@@ -412,46 +418,66 @@ impl<C> Admission<C> {
             }
             Err((bytes, table)) => {
                 self.refusals += 1;
-                self.refused.put_back(seq, bytes);
+                self.refused.put_back(seq, bytes, table);
                 Retry::Refused(table)
             }
         }
     }
 
-    /// Hands refused envelopes in again, in arrival order, each that nothing earlier
-    /// holds back; stops at the first refused for want of a request slot (the next
-    /// ones would need one too), and after [`TRIES`] tries (a later pass goes on).
-    /// Whether any went in.
+    /// Hands refused envelopes in again, each that nothing earlier holds back: those
+    /// refused for a table that may have room now ([`Admit::has_room`]) and those not
+    /// tried since they became free to go, oldest first per table, while their table may
+    /// have room; stops at the first refused for want of a request slot (the next ones
+    /// would need one too), and after [`TRIES`] tries (a later pass goes on). Whether
+    /// any went in.
     pub(crate) fn retry_refused(&mut self, a: &mut impl Admit<Cmd = C>) -> bool {
         let mut any = false;
         let mut tries = 0;
-        let mut after = None;
-        while tries < TRIES {
-            let Some(seq) = self.refused.next_head(after) else {
-                break;
-            };
-            after = Some(seq);
-            if !self.refused.eligible(seq) {
-                continue;
-            }
-            tries += 1;
-            match self.retry_one(a, seq) {
-                Retry::In => any = true,
-                Retry::Refused(Table::Requests) => break,
-                Retry::Refused(_) | Retry::Held => {}
+        // Rounds: one that let an envelope in may have freed those behind it.
+        let mut moved = true;
+        'rounds: while moved && tries < TRIES {
+            moved = false;
+            for group in self.refused.free_groups() {
+                let mut after = None;
+                while tries < TRIES && group.is_none_or(|t| a.has_room(t)) {
+                    let Some(seq) = self.refused.next_free(group, after) else {
+                        break;
+                    };
+                    after = Some(seq);
+                    tries += 1;
+                    match self.retry_one(a, seq) {
+                        Retry::In => (any, moved) = (true, true),
+                        Retry::Refused(Table::Requests) => break 'rounds,
+                        Retry::Refused(_) | Retry::Held => {}
+                    }
+                }
             }
         }
         any
     }
 }
 
-/// A refused envelope: source, communicator, bytes (`None` while being handed in), what
-/// it keeps its order with.
-type RefusedItem = (Rank, CommId, Option<Vec<u8>>, RefusalOrder);
+/// A refused envelope kept for handing in again.
+struct RefusedItem {
+    source: Rank,
+    comm: CommId,
+    /// `None` while being handed in.
+    bytes: Option<Vec<u8>>,
+    /// What it keeps its order with.
+    order: RefusalOrder,
+    /// The table that refused it last, while it is free to go ([`Refused::free`]);
+    /// `None` when it has not been tried since it became free.
+    refused_by: Option<Table>,
+}
 
 /// Envelopes the engine refused for a full table, kept for handing in again: in arrival
 /// order per matching key and per payload tag of a source (what [`RefusalOrder`] says
 /// they must stay behind), otherwise free to overtake each other.
+///
+/// The envelopes free to go (the oldest of their key and of their payload tag) are kept
+/// by the table that refused them last, so that a retry pass tries only those whose
+/// table may have room ([`Admit::has_room`]): with thousands refused for one full table,
+/// a pass after a completion costs a look at that table, not a try of each.
 #[derive(Default)]
 struct Refused {
     /// By arrival number.
@@ -460,8 +486,9 @@ struct Refused {
     by_key: HashMap<Key, VecDeque<u64>>,
     /// Arrival numbers per (source, payload tag), oldest first.
     by_payload: HashMap<(Rank, PhysTag), VecDeque<u64>>,
-    /// The oldest envelope of each key.
-    heads: BTreeSet<u64>,
+    /// The envelopes free to go, by the table that refused them last (`None`: not tried
+    /// since they became free), oldest first.
+    free: Vec<(Option<Table>, BTreeSet<u64>)>,
     next: u64,
 }
 
@@ -486,21 +513,37 @@ impl Refused {
             })
     }
 
-    /// Keeps a refused envelope, behind the others.
-    fn push(&mut self, source: Rank, comm: CommId, bytes: Vec<u8>, order: RefusalOrder) {
+    /// Keeps an envelope, behind the others; `refused_by`: the table that refused it
+    /// (`None` when it was not handed in: an earlier one holds it back).
+    fn push(
+        &mut self,
+        source: Rank,
+        comm: CommId,
+        bytes: Vec<u8>,
+        order: RefusalOrder,
+        refused_by: Option<Table>,
+    ) {
         let seq = self.next;
         self.next += 1;
-        self.items.insert(seq, (source, comm, Some(bytes), order));
-        let q = self.by_key.entry(order.key).or_default();
-        if q.is_empty() {
-            self.heads.insert(seq);
-        }
-        q.push_back(seq);
+        self.items.insert(
+            seq,
+            RefusedItem {
+                source,
+                comm,
+                bytes: Some(bytes),
+                order,
+                refused_by,
+            },
+        );
+        self.by_key.entry(order.key).or_default().push_back(seq);
         if let Some(t) = order.payload {
             self.by_payload
                 .entry((source, t))
                 .or_default()
                 .push_back(seq);
+        }
+        if self.eligible(seq) {
+            self.set_free(seq, refused_by);
         }
     }
 
@@ -509,74 +552,120 @@ impl Refused {
         self.by_key.get(&key).and_then(|q| q.front().copied())
     }
 
-    /// The oldest envelope of a key after arrival number `after` (from the first).
-    fn next_head(&self, after: Option<u64>) -> Option<u64> {
+    /// The tables the free envelopes were refused for, those not tried yet (`None`)
+    /// first.
+    fn free_groups(&self) -> Vec<Option<Table>> {
+        let mut groups: Vec<_> = self.free.iter().map(|(t, _)| *t).collect();
+        groups.sort_by_key(Option::is_some);
+        groups
+    }
+
+    /// The oldest free envelope refused for `group` after arrival number `after` (from
+    /// the first).
+    fn next_free(&self, group: Option<Table>, after: Option<u64>) -> Option<u64> {
+        let (_, set) = self.free.iter().find(|(t, _)| *t == group)?;
         match after {
-            None => self.heads.iter().next().copied(),
-            Some(a) => self
-                .heads
+            None => set.iter().next().copied(),
+            Some(a) => set
                 .range((core::ops::Bound::Excluded(a), core::ops::Bound::Unbounded))
                 .next()
                 .copied(),
         }
     }
 
+    /// Files free envelope `seq` under `group` (out of the one it was under).
+    fn set_free(&mut self, seq: u64, group: Option<Table>) {
+        let Some(item) = self.items.get_mut(&seq) else {
+            return;
+        };
+        let old = item.refused_by;
+        item.refused_by = group;
+        self.unfree(seq, old);
+        match self.free.iter_mut().find(|(t, _)| *t == group) {
+            Some((_, set)) => {
+                set.insert(seq);
+            }
+            None => self.free.push((group, BTreeSet::from([seq]))),
+        }
+    }
+
+    /// Takes `seq` out of the free envelopes of `group`.
+    fn unfree(&mut self, seq: u64, group: Option<Table>) {
+        if let Some(i) = self.free.iter().position(|(t, _)| *t == group) {
+            self.free[i].1.remove(&seq);
+            if self.free[i].1.is_empty() {
+                self.free.swap_remove(i);
+            }
+        }
+    }
+
     /// Whether envelope `seq` is the oldest of its key and of its payload tag.
     fn eligible(&self, seq: u64) -> bool {
-        let Some((source, _, Some(_), order)) = self.items.get(&seq) else {
+        let Some(item) = self.items.get(&seq) else {
             return false;
         };
-        self.front_of(order.key) == Some(seq)
-            && order.payload.is_none_or(|t| {
-                self.by_payload.get(&(*source, t)).and_then(|q| q.front()) == Some(&seq)
+        item.bytes.is_some()
+            && self.front_of(item.order.key) == Some(seq)
+            && item.order.payload.is_none_or(|t| {
+                self.by_payload
+                    .get(&(item.source, t))
+                    .and_then(|q| q.front())
+                    == Some(&seq)
             })
     }
 
     /// Takes envelope `seq`'s bytes to hand it in (it stays in place until removed).
     fn take(&mut self, seq: u64) -> Option<(Rank, CommId, Vec<u8>)> {
-        let (source, comm, bytes, _) = self.items.get_mut(&seq)?;
-        Some((*source, *comm, bytes.take()?))
+        let item = self.items.get_mut(&seq)?;
+        Some((item.source, item.comm, item.bytes.take()?))
     }
 
-    /// Gives envelope `seq` its bytes back: it was refused again.
-    fn put_back(&mut self, seq: u64, bytes: Vec<u8>) {
+    /// Gives envelope `seq` its bytes back: it was refused again, for `table`.
+    fn put_back(&mut self, seq: u64, bytes: Vec<u8>, table: Table) {
         if let Some(item) = self.items.get_mut(&seq) {
-            item.2 = Some(bytes);
+            item.bytes = Some(bytes);
+            self.set_free(seq, Some(table));
         }
     }
 
     /// Forgets envelope `seq`, which went in (the oldest of its key and payload tag).
+    /// The envelopes that were held behind it only and are now free to go are filed as
+    /// not tried: the next pass hands them in whatever refused them before (a receive
+    /// may have been posted for them meanwhile, and then they need no room).
     fn remove(&mut self, seq: u64) {
-        let Some((source, _, _, order)) = self.items.remove(&seq) else {
+        let Some(item) = self.items.remove(&seq) else {
             return;
         };
-        self.heads.remove(&seq);
-        if let Some(q) = self.by_key.get_mut(&order.key) {
+        self.unfree(seq, item.refused_by);
+        let mut freed = [None, None];
+        if let Some(q) = self.by_key.get_mut(&item.order.key) {
             // It is the oldest of its key (it went in only as such): O(1).
             if q.front() == Some(&seq) {
                 q.pop_front();
             } else {
                 q.retain(|s| *s != seq);
             }
-            match q.front() {
-                Some(&next) => {
-                    self.heads.insert(next);
-                }
-                None => {
-                    self.by_key.remove(&order.key);
-                }
+            freed[0] = q.front().copied();
+            if q.is_empty() {
+                self.by_key.remove(&item.order.key);
             }
         }
-        if let Some(t) = order.payload {
-            if let Some(q) = self.by_payload.get_mut(&(source, t)) {
+        if let Some(t) = item.order.payload {
+            if let Some(q) = self.by_payload.get_mut(&(item.source, t)) {
                 if q.front() == Some(&seq) {
                     q.pop_front();
                 } else {
                     q.retain(|s| *s != seq);
                 }
+                freed[1] = q.front().copied();
                 if q.is_empty() {
-                    self.by_payload.remove(&(source, t));
+                    self.by_payload.remove(&(item.source, t));
                 }
+            }
+        }
+        for next in freed.into_iter().flatten() {
+            if self.eligible(next) {
+                self.set_free(next, None);
             }
         }
     }
@@ -585,7 +674,7 @@ impl Refused {
     fn iter(&self) -> impl Iterator<Item = (Rank, CommId, &[u8])> + '_ {
         self.items
             .values()
-            .filter_map(|(s, c, b, _)| b.as_deref().map(|b| (*s, *c, b)))
+            .filter_map(|i| i.bytes.as_deref().map(|b| (i.source, i.comm, b)))
     }
 }
 
@@ -609,6 +698,8 @@ mod tests {
         slots: Option<usize>,
         /// Keys with early data in the engine.
         early: Vec<Key>,
+        /// Tables with no room ([`Admit::has_room`]).
+        no_room: Vec<Table>,
     }
 
     impl Admit for Fake {
@@ -630,6 +721,10 @@ mod tests {
             }
             self.went_in.push(bytes[0]);
             Ok(())
+        }
+
+        fn has_room(&self, table: Table) -> bool {
+            !self.no_room.contains(&table)
         }
 
         fn refusal_order(&self, source: Rank, comm: CommId, b: &[u8]) -> Option<RefusalOrder> {
@@ -680,6 +775,54 @@ mod tests {
         // Retried in arrival order, each behind what it must stay behind.
         assert!(a.retry_refused(&mut f));
         assert_eq!(f.went_in, [3, 1, 1, 2]);
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn a_pass_tries_only_the_envelopes_whose_table_may_have_room() {
+        let (mut a, mut f) = (Admission::default(), Fake::default());
+        f.full = vec![1, 2, 3];
+        f.table = Some(Table::MatchKeys);
+        for tag in 1..=3 {
+            assert!(!arrive(&mut a, &mut f, tag, 0));
+        }
+        assert_eq!(a.refusals(), 3);
+        // Their table is full: a pass hands none of them in (not even to be refused).
+        f.no_room = vec![Table::MatchKeys];
+        for _ in 0..10 {
+            assert!(!a.retry_refused(&mut f));
+        }
+        assert_eq!(a.refusals(), 3);
+        // Room frees: they are tried, oldest first.
+        f.no_room.clear();
+        f.full = vec![2, 3];
+        assert!(a.retry_refused(&mut f));
+        assert_eq!(f.went_in, [1]);
+        f.full.clear();
+        assert!(a.retry_refused(&mut f));
+        assert_eq!(f.went_in, [1, 2, 3]);
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn an_envelope_freed_by_the_one_before_it_is_tried_whatever_refused_that_one() {
+        let (mut a, mut f) = (Admission::default(), Fake::default());
+        // Key 1 (payload tag 9) is refused for the key table; key 2 on the same payload
+        // tag waits behind it.
+        f.full = vec![1];
+        f.table = Some(Table::MatchKeys);
+        assert!(!arrive(&mut a, &mut f, 1, 9));
+        assert!(!arrive(&mut a, &mut f, 2, 9));
+        // The key table stays full, but a receive of key 1 takes its envelope ...
+        f.full.clear();
+        f.no_room = vec![Table::MatchKeys];
+        f.room = 1;
+        a.offer(&mut f, Direction::Recv, 1);
+        assert_eq!(f.went_in, [1]);
+        // ... and key 2's envelope, free now, is tried by the next pass (its receive may
+        // be posted: it may need no room).
+        assert!(a.retry_refused(&mut f));
+        assert_eq!(f.went_in, [1, 2]);
         assert!(a.is_empty());
     }
 

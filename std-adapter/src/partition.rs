@@ -5,8 +5,9 @@
 //! ([`VectorBlock`]) or by given sizes ([`VectorList`]), a matrix in blocks of rows
 //! ([`MatrixBlock`]) or of columns ([`MatrixVerticalBlock`]), or a filter of your own —
 //! and returns the children: ordinary [`Handle`]s, usable in tasks, in the insert flow
-//! (give each its tag and owner with [`Context::mpi_register`], as a reference program
-//! calls `starpu_mpi_data_register` on each sub-handle), in sends and receives.
+//! (give each its tag — or [`TagChoice::Auto`](crate::TagChoice::Auto) — and owner with
+//! [`Context::mpi_register`], as a reference program calls `starpu_mpi_data_register` on
+//! each sub-handle), in sends and receives.
 //! [`Context::unpartition`] gathers the children's values back into the parent.
 //!
 //! # Rules

@@ -788,3 +788,59 @@ fn receives_beyond_the_match_keys_wait_in_order_until_an_arrival_frees_room() {
 }
 
 mod limits;
+
+#[test]
+fn room_for_says_when_a_refused_arrival_would_be_refused_again() {
+    let mut config = Config::new(Rank(1), 2, tags());
+    config.key_limit = 2;
+    let mut b = E::new(config);
+    let env = |tag, msg| Envelope {
+        kind: EnvKind::Data,
+        comm: W,
+        tag: Tag(tag),
+        size: 1000,
+        msg: MsgId(msg),
+    };
+    assert!(b.room_for(Table::MatchKeys) && b.room_for(Table::Requests));
+    // Two keys of early data use the key limit: a third key is refused, and would be
+    // again until one of them is received.
+    for t in 0..2 {
+        b.handle_message(Rank(0), W, &env(t, t as u32).encode())
+            .unwrap();
+        transmits(&mut b);
+    }
+    assert_eq!(
+        b.handle_message(Rank(0), W, &env(2, 2).encode()),
+        Err(MessageError::Full(Table::MatchKeys))
+    );
+    assert!(!b.room_for(Table::MatchKeys));
+    assert!(b.room_for(Table::Requests), "the slab has room");
+    recv(&mut b, 0, 0, 1000);
+    transmits(&mut b);
+    assert!(b.room_for(Table::MatchKeys));
+    assert_eq!(
+        b.handle_message(Rank(0), W, &env(2, 2).encode()),
+        Ok(Arrival::Nothing)
+    );
+    assert!(!b.room_for(Table::MatchKeys));
+    // Tables it cannot tell about say they may have room.
+    assert!(b.room_for(Table::EarlyData));
+}
+
+#[test]
+fn room_for_requests_follows_the_early_class_of_the_slab() {
+    let mut b = engine(1, 2);
+    for i in 0..16 {
+        let e = Envelope {
+            kind: EnvKind::Data,
+            comm: W,
+            tag: Tag(1),
+            size: 1000,
+            msg: MsgId(i),
+        };
+        assert!(b.room_for(Table::Requests));
+        b.handle_message(Rank(0), W, &e.encode()).unwrap();
+        transmits(&mut b);
+    }
+    assert!(!b.room_for(Table::Requests));
+}

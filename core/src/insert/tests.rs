@@ -758,3 +758,70 @@ fn errors_display_their_cause() {
     let e = InsertError::Full(Table::PlanTransfers);
     assert_eq!(std::format!("{e}"), "the plan transfer list is full");
 }
+
+#[test]
+fn the_written_data_name_one_owner_or_leave_it_to_the_policy() {
+    assert_eq!(
+        written_owner(&[acc(1, R, 0, 8), acc(2, W, 1, 8), acc(3, RW, 1, 8)]),
+        Ok(Written::Owner(Owner::Rank(Rank(1))))
+    );
+    assert_eq!(
+        written_owner(&[acc(1, W, 0, 8), acc(2, W, 1, 8)]),
+        Ok(Written::Policy)
+    );
+    assert_eq!(written_owner(&[acc(1, R, 0, 8)]), Ok(Written::Policy));
+    assert_eq!(written_owner(&[]), Ok(Written::Policy));
+    assert_eq!(
+        written_owner(&[acc(1, R, 0, 8), unknown(acc(2, W, 1, 8))]),
+        Ok(Written::Unknown)
+    );
+    assert_eq!(
+        written_owner(&[per_node(1, W), per_node(2, RW)]),
+        Ok(Written::Owner(Owner::PerNode))
+    );
+    assert_eq!(
+        written_owner(&[per_node(1, W), acc(2, W, 1, 8)]),
+        Err(InsertError::MixedPerNode)
+    );
+}
+
+#[test]
+fn a_policy_is_needed_only_for_an_automatic_task_whose_written_data_do_not_agree() {
+    let split = [acc(1, W, 0, 8), acc(2, W, 1, 8)];
+    assert!(policy_needed(&split, &auto()));
+    assert!(!policy_needed(&split, &on(1)));
+    assert!(!policy_needed(&[acc(1, RW, 0, 8)], &auto()));
+    assert!(!policy_needed(&[unknown(acc(1, W, 0, 8))], &auto()));
+    assert!(!policy_needed(&[per_node(1, W), acc(2, W, 1, 8)], &auto()));
+    // Whenever it says no, the planner calls no policy: one with no policy registered
+    // plans the same task.
+    let policies = Policies::new();
+    for accesses in [&[acc(1, RW, 0, 8)][..], &[acc(1, R, 0, 8), acc(2, W, 1, 8)]] {
+        assert!(!policy_needed(accesses, &auto()));
+        let p: P = plan(Rank(0), 2, accesses, &auto(), &policies, &Cache::<4>::new()).unwrap();
+        assert!(p.executor.is_some());
+    }
+}
+
+#[test]
+fn a_named_datum_runs_the_task_on_its_access_or_on_its_owner() {
+    let accesses = [acc(1, R, 0, 8), acc(2, W, 1, 8)];
+    assert_eq!(
+        execute_on_datum(&accesses, DataId(2), Owner::Rank(Rank(1))),
+        Execute::OnData(1)
+    );
+    assert_eq!(
+        execute_on_datum(&accesses, DataId(7), Owner::Rank(Rank(3))),
+        Execute::OnNode(Rank(3))
+    );
+    assert_eq!(
+        execute_on_datum(&accesses, DataId(7), Owner::PerNode),
+        Execute::Auto
+    );
+    // An access this rank does not know is not the named datum.
+    let hidden = [unknown(acc(2, W, 1, 8))];
+    assert_eq!(
+        execute_on_datum(&hidden, DataId(2), Owner::Rank(Rank(1))),
+        Execute::OnNode(Rank(1))
+    );
+}

@@ -420,11 +420,11 @@ fn a_task_or_an_acquisition_on_a_partitioned_handle_panics_before_submitting() {
         let v = ctx.register(Vector::<u32>::zeros(8));
         let kids = ctx.partition(&v, &VectorBlock { parts: 2 }).unwrap();
         let nop = crate::Codelet::new("nop", |_| {});
-        let task = panic_of(|| ctx.task(&nop).r(&v).submit());
+        let task = panic_of(|| drop(ctx.task(&nop).r(&v).submit()));
         let acquire = panic_of(|| drop(ctx.acquire(&v, AccessMode::R)));
         let unregister = panic_of(|| drop(ctx.unregister(kids[0].clone())));
         ctx.unpartition(&v).unwrap();
-        let retired = panic_of(|| ctx.task(&nop).w(&kids[1]).submit());
+        let retired = panic_of(|| drop(ctx.task(&nop).w(&kids[1]).submit()));
         // The parent is whole again: a task on it runs.
         ctx.task(&nop).rw(&v).submit();
         ctx.wait_for_all();
