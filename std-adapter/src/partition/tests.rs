@@ -477,3 +477,34 @@ fn in_master_slave_mode_the_values_come_home_to_be_cut_and_gathered() {
     .expect("a master-slave run");
     assert_eq!(got, vec![15; 10]);
 }
+
+#[test]
+fn a_hierarchy_gathers_innermost_first_and_keeps_every_write() {
+    let out = run_local(1, |ctx| {
+        let v = ctx.register(Vector::from_vec(vec![0_u32; 12]));
+        let halves = ctx.partition(&v, &VectorBlock { parts: 2 }).unwrap();
+        let quarters = ctx
+            .partition(&halves[0], &VectorBlock { parts: 2 })
+            .unwrap();
+        let set = |k: u32| {
+            crate::Codelet::new("set", move |b| {
+                b.w::<Vector<u32>>(0).as_mut_slice().fill(k);
+            })
+        };
+        drop(ctx.task(&set(1)).w(&quarters[0]).submit());
+        drop(ctx.task(&set(2)).w(&quarters[1]).submit());
+        drop(ctx.task(&set(3)).w(&halves[1]).submit());
+        ctx.unpartition(&halves[0]).unwrap();
+        // The half is whole again: a task on it sees its quarters' writes.
+        let inc = crate::Codelet::new("inc", |b| {
+            for x in b.w::<Vector<u32>>(0).as_mut_slice() {
+                *x += 10;
+            }
+        });
+        drop(ctx.task(&inc).rw(&halves[0]).submit());
+        ctx.unpartition(&v).unwrap();
+        ctx.acquire(&v, AccessMode::R).get().as_slice().to_vec()
+    })
+    .unwrap();
+    assert_eq!(out[0], vec![11, 11, 11, 12, 12, 12, 3, 3, 3, 3, 3, 3]);
+}
