@@ -25,7 +25,8 @@ use crate::data::{AnyCell, Cell, DataMut, DataRef, Interface};
 use crate::device::{DeviceImpl, DeviceTask, Layers};
 use crate::error::TransferError;
 use crate::id_hash::IdMap;
-use crate::ready::ReadyQueue;
+use crate::perfmodel::{Arch, Bus, Calibrate, PerfModel, Store};
+use crate::sched::{SchedPolicy, Scheduler, Target};
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering, lock};
 use crate::trace::{self, Recorder, WorkerTrace};
 
@@ -40,6 +41,8 @@ pub struct Codelet {
     /// Behind an `Arc`: a codelet is cloned into every insert being built, which moves at
     /// every call of its chain, so it stays small (40 bytes) and cheap to clone.
     device: Option<Arc<DeviceImpl>>,
+    /// A regression model's formula; `None`: history-based.
+    model: Option<PerfModel>,
 }
 
 impl fmt::Debug for Codelet {
@@ -57,6 +60,7 @@ impl Codelet {
             name: Arc::from(name),
             kernel: Some(Arc::new(kernel)),
             device: None,
+            model: None,
         }
     }
 
@@ -68,7 +72,22 @@ impl Codelet {
             name: Arc::from(name),
             kernel: cpu,
             device: Some(Arc::new(device)),
+            model: None,
         }
+    }
+
+    /// The codelet with performance model `model` (the reference's `cl.model`). Without
+    /// one, a codelet with an implementation has a history-based model
+    /// ([`PerfModel::history`]), used by the `dmda` scheduler and kept under its name
+    /// ([`crate::perfmodel`]).
+    pub fn with_model(mut self, model: PerfModel) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    /// The codelet's performance model, if it was given one ([`Codelet::with_model`]).
+    pub fn model(&self) -> Option<&PerfModel> {
+        self.model.as_ref()
     }
 
     /// The device implementation, if the codelet has one.
@@ -83,6 +102,7 @@ impl Codelet {
             name: Arc::from(name),
             kernel: None,
             device: None,
+            model: None,
         }
     }
 
@@ -107,6 +127,7 @@ impl Codelet {
             name: Arc::from(name),
             kernel: Some(kernel),
             device: None,
+            model: None,
         }
     }
 }
@@ -280,6 +301,11 @@ struct Node {
     /// A hook that asks the device layers itself how to read its data (a send: a device
     /// value or main memory), instead of main memory being brought up to date before it.
     own_host: bool,
+    /// Where the scheduler placed the task once ready, and the duration it expects there.
+    placed: Target,
+    expected: Option<f64>,
+    /// When it was handed to its device (seconds of the scheduler's clock).
+    begin: f64,
 }
 
 #[derive(Default)]
@@ -291,6 +317,11 @@ struct HandleDeps {
     /// The value left by the last completed writer depends on a failed transfer: a node
     /// submitted with no writer pending that reads it is poisoned from the start.
     poison: Option<Poison>,
+    /// `dmda`'s estimate of where valid copies are, as its placements leave them: bit 0
+    /// main memory, bit `d + 1` device slot `d`; 0 is read as "main memory only". An
+    /// estimate for the transfer model, never a coherence decision (the device layers
+    /// make those).
+    copies: u64,
 }
 
 /// Whether an access in `mode` depends on the value before it (R, RW, COMMUTE, REDUX):
@@ -304,11 +335,10 @@ fn writes_value(mode: AccessMode) -> bool {
     mode.writes() || mode.contains(AccessMode::COMMUTE)
 }
 
-#[derive(Default)]
 struct State {
     nodes: IdMap<NodeId, Node>,
     handles: IdMap<DataId, HandleDeps>,
-    ready: ReadyQueue,
+    sched: Scheduler,
     next_id: NodeId,
     /// Nodes submitted and not complete, plus requests in flight: what `wait_for_all`
     /// waits to reach zero.
@@ -319,8 +349,6 @@ struct State {
     completed: u64,
     unlocked_tags: HashMap<TaskTag, bool>,
     stopping: bool,
-    /// Workers asleep on `work`: notify only when one is (a notify is a system call).
-    idle_workers: usize,
     /// Threads asleep on `progress`.
     progress_waiters: usize,
     /// Tasks whose kernel or callback panicked, reported at shutdown.
@@ -349,6 +377,24 @@ pub struct RuntimeConfig {
     /// binds the worker to a core (the MPI adapter's `STARLING_WORKERS_GETBIND`). `None`:
     /// workers run where the operating system puts them.
     pub on_worker_start: Option<WorkerStart>,
+    /// The scheduling policy (`STARLING_SCHED`: `prio`, the default, `ws` or `dmda`; see
+    /// [`crate::sched`]).
+    pub sched: SchedPolicy,
+    /// Whether and how tasks add samples to the performance models
+    /// (`STARLING_CALIBRATE`: 0, 1 or 2; [`Calibrate`]). `None`: the models are used and
+    /// calibrated only by the `dmda` policy; set, they are measured whatever the policy.
+    pub calibrate: Option<Calibrate>,
+    /// The folder the performance models are saved under (`None`: `STARLING_HOME`, else
+    /// `$HOME/.starling`; see [`crate::perfmodel`]).
+    pub model_home: Option<std::path::PathBuf>,
+    /// A test hook: worker `w` runs at `worker_speed[w]` percent of its speed (missing
+    /// entries: 100). A slowed worker sleeps after each CPU kernel so that the kernel
+    /// takes `100 / percent` times as long, and its models are kept apart
+    /// ([`Arch::ScaledCpu`]). `STARLING_WORKER_SPEED=100,50,...`.
+    pub worker_speed: Vec<u32>,
+    /// Print each worker's tasks, busy and idle time and the models' mean error at
+    /// shutdown (`STARLING_SCHED_STATS=1`).
+    pub sched_stats: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -357,6 +403,11 @@ impl Default for RuntimeConfig {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             disable_kernels: false,
             on_worker_start: None,
+            sched: SchedPolicy::Prio,
+            calibrate: None,
+            model_home: None,
+            worker_speed: Vec::new(),
+            sched_stats: false,
         }
     }
 }
@@ -380,7 +431,10 @@ impl fmt::Debug for WorkerStart {
 }
 
 impl RuntimeConfig {
-    /// The defaults, overridden by `STARLING_NCPU` and `STARLING_DISABLE_KERNELS`.
+    /// The defaults, overridden by `STARLING_NCPU`, `STARLING_DISABLE_KERNELS`,
+    /// `STARLING_SCHED`, `STARLING_CALIBRATE`, `STARLING_HOME`, `STARLING_WORKER_SPEED`
+    /// and `STARLING_SCHED_STATS`. An unknown policy or calibration value is reported on
+    /// stderr and the default kept.
     pub fn from_env() -> Self {
         let mut c = Self::default();
         if let Some(n) = std::env::var("STARLING_NCPU")
@@ -392,14 +446,45 @@ impl RuntimeConfig {
         if env_flag("STARLING_DISABLE_KERNELS") {
             c.disable_kernels = true;
         }
+        if let Ok(v) = std::env::var("STARLING_SCHED") {
+            match SchedPolicy::parse(&v) {
+                Some(p) => c.sched = p,
+                None => eprintln!("[starling] STARLING_SCHED={v}: unknown policy, using prio"),
+            }
+        }
+        if let Ok(v) = std::env::var("STARLING_CALIBRATE") {
+            match Calibrate::parse(&v) {
+                Some(k) => c.calibrate = Some(k),
+                None => eprintln!("[starling] STARLING_CALIBRATE={v}: expected 0, 1 or 2"),
+            }
+        }
+        c.model_home = std::env::var_os("STARLING_HOME")
+            .filter(|h| !h.is_empty())
+            .map(std::path::PathBuf::from);
+        if let Ok(v) = std::env::var("STARLING_WORKER_SPEED") {
+            c.worker_speed = v
+                .split(',')
+                .map(|p| p.trim().parse::<u32>().unwrap_or(100).clamp(1, 100))
+                .collect();
+        }
+        c.sched_stats = env_flag("STARLING_SCHED_STATS");
         c
+    }
+
+    /// Worker `w`'s speed in percent ([`RuntimeConfig::worker_speed`]).
+    fn speed(&self, w: usize) -> u32 {
+        self.worker_speed
+            .get(w)
+            .copied()
+            .unwrap_or(100)
+            .clamp(1, 100)
     }
 }
 
 struct Shared {
     state: Mutex<State>,
-    /// Workers wait here for ready tasks.
-    work: Condvar,
+    /// Worker `w` waits on `work[w]` for ready tasks.
+    work: Vec<Condvar>,
     /// `wait_for_all`, tag waiters and quiescence checks wait here.
     progress: Condvar,
     disable_kernels: bool,
@@ -416,6 +501,18 @@ struct Shared {
     /// A transfer failed once ([`Runtime::fail`], [`Runtime::record_failure`]): until
     /// then no node can be poisoned, and the checks skip the lock.
     failed: AtomicBool,
+    /// The performance models, when used (`dmda`, or `STARLING_CALIBRATE` set).
+    models: Option<Arc<Store>>,
+    /// Worker `w`'s speed percent (the test hook) and arch.
+    speed: Vec<u32>,
+    /// Time each task (models, statistics or the speed hook need it).
+    measure: bool,
+    /// Print the scheduler's statistics at shutdown.
+    sched_stats: bool,
+    /// The scheduling policy (also in the scheduler: read here without the lock).
+    policy: SchedPolicy,
+    /// The runtime's name (for reports).
+    name: String,
 }
 
 /// The task runtime of one rank. Cheap to clone (shared).
@@ -437,12 +534,21 @@ impl Workers {
             let mut st = lock(&self.runtime.shared.state);
             st.stopping = true;
         }
-        self.runtime.shared.work.notify_all();
+        for w in &self.runtime.shared.work {
+            w.notify_all();
+        }
         for t in self.threads {
             let _ = t.join();
         }
         // Nothing runs any more: every copy valid only on a device comes home.
         self.runtime.shared.layers.flush();
+        let shared = &self.runtime.shared;
+        if shared.sched_stats {
+            eprint!("{}", lock(&shared.state).sched.report(&shared.name));
+        }
+        if let Some(models) = &shared.models {
+            models.save();
+        }
     }
 }
 
@@ -471,10 +577,37 @@ impl Runtime {
         threads: usize,
         trace: Option<Arc<Recorder>>,
     ) -> (Self, Workers) {
+        let speed: Vec<u32> = (0..threads).map(|w| config.speed(w)).collect();
+        let arch: Vec<Arch> = speed.iter().map(|&p| Arch::cpu_at(p)).collect();
+        let policy = Scheduler::effective(config.sched, threads);
+        let models = (policy == SchedPolicy::Dmda || config.calibrate.is_some()).then(|| {
+            Store::open(
+                config.model_home.as_deref(),
+                config.calibrate.unwrap_or_default(),
+            )
+        });
+        let state = State {
+            nodes: IdMap::default(),
+            handles: IdMap::default(),
+            sched: Scheduler::new(config.sched, &arch),
+            next_id: 0,
+            outstanding: 0,
+            running: 0,
+            completed: 0,
+            unlocked_tags: HashMap::new(),
+            stopping: false,
+            progress_waiters: 0,
+            panics: Vec::new(),
+            tasks_submitted: 0,
+            tasks_done: 0,
+            failures: Vec::new(),
+            skipped: Vec::new(),
+            tasks_skipped: 0,
+        };
         let runtime = Self {
             shared: Arc::new(Shared {
-                state: Mutex::new(State::default()),
-                work: Condvar::new(),
+                state: Mutex::new(state),
+                work: (0..threads).map(|_| Condvar::new()).collect(),
                 progress: Condvar::new(),
                 disable_kernels: config.disable_kernels,
                 on_ready: std::sync::OnceLock::new(),
@@ -483,6 +616,12 @@ impl Runtime {
                 offload: std::sync::OnceLock::new(),
                 layers: Layers::default(),
                 failed: AtomicBool::new(false),
+                measure: models.is_some() || config.sched_stats || speed.iter().any(|&p| p < 100),
+                models,
+                speed,
+                sched_stats: config.sched_stats,
+                policy: Scheduler::effective(config.sched, threads),
+                name: name.to_owned(),
             }),
         };
         let threads = (0..threads)
@@ -532,7 +671,9 @@ impl Runtime {
         tag: Option<TaskTag>,
     ) {
         if let Some(device) = codelet.device() {
-            self.shared.layers.attach(&device.layer);
+            if self.shared.layers.attach(&device.layer) {
+                self.measure_bus(&device.layer);
+            }
         }
         let work = Work::Task {
             codelet,
@@ -540,6 +681,27 @@ impl Runtime {
             tag,
         };
         self.submit(work, accesses, priority, 0, false);
+    }
+
+    /// A device layer was attached: when the models are used and hold no link to its
+    /// memory node yet, the layer measures it (the transfer model, saved with the models).
+    fn measure_bus(&self, layer: &Arc<dyn crate::device::DeviceLayer>) {
+        let (Some(models), Some(slot)) = (&self.shared.models, self.shared.layers.index_of(layer))
+        else {
+            return;
+        };
+        let node = slot as u32 + 1;
+        if models.bus(0, node).is_none() {
+            if let Some((up, down)) = layer.measure_bus() {
+                models.set_bus(0, node, up);
+                models.set_bus(node, 0, down);
+            }
+        }
+    }
+
+    /// The scheduler's statistics so far ([`crate::sched::SchedStats`]).
+    pub(crate) fn sched_stats(&self) -> crate::sched::SchedStats {
+        self.state().sched.public_stats()
     }
 
     /// Submits a hook node: `hook` runs once the accesses' dependencies are met (on the
@@ -641,6 +803,9 @@ impl Runtime {
                 work: Some(work),
                 poison,
                 own_host,
+                placed: Target::Any,
+                expected: None,
+                begin: 0.0,
             },
         );
         let mut hooks = Hooks::default();
@@ -665,6 +830,14 @@ impl Runtime {
                 } else {
                     Vec::new()
                 };
+                if !host.is_empty() && self.shared.policy == SchedPolicy::Dmda {
+                    // The layers bring main memory up to date (the transfer estimate).
+                    for a in &host {
+                        if let Some(h) = st.handles.get_mut(&a.cell.id()) {
+                            h.copies |= 1;
+                        }
+                    }
+                }
                 hooks.push(id, h, host);
             }
             Some(task @ Work::Task { .. }) if node.poison.is_some() => {
@@ -675,10 +848,15 @@ impl Runtime {
             }
             Some(task @ Work::Task { .. }) => {
                 node.work = Some(task);
-                let priority = node.priority;
-                st.ready.push(priority, id);
-                if st.idle_workers > 0 {
-                    self.shared.work.notify_one();
+                let target = self.place(st, id);
+                if let Target::Device(_) = target {
+                    // Handed to its device layer once the lock is released.
+                    let rt = self.clone();
+                    hooks.push(id, Box::new(move |id| rt.start_on_device(id)), Vec::new());
+                    return;
+                }
+                if let Some(w) = st.sched.wake(target) {
+                    self.shared.work[w].notify_one();
                 }
                 if let Some(f) = self.shared.on_ready.get() {
                     f();
@@ -912,7 +1090,7 @@ impl Runtime {
         loop {
             let view = RuntimeView {
                 outstanding: st.outstanding,
-                busy: st.running + st.ready.len(),
+                busy: st.running + st.sched.len(),
                 completed: st.completed,
             };
             if done(&view) {
@@ -987,12 +1165,12 @@ impl Runtime {
     /// one ran.
     pub(crate) fn try_run_one(&self) -> bool {
         let mut st = self.state();
-        match st.ready.pop() {
+        match st.sched.pop_any() {
             Some(id) => {
                 // The progression thread runs it: its track comes after the workers'.
                 let worker = u32::try_from(self.shared.threads).unwrap_or(u32::MAX);
                 let mut timeline = WorkerTrace::new(self.shared.trace.clone(), worker);
-                self.execute(st, id, &mut timeline);
+                self.execute(st, id, &mut timeline, self.shared.threads);
                 true
             }
             None => false,
@@ -1000,31 +1178,50 @@ impl Runtime {
     }
 
     fn worker_loop(&self, worker: u32) {
+        let w = worker as usize;
+        CURRENT.with(|c| c.set((Arc::as_ptr(&self.shared) as usize, w)));
         let mut timeline = WorkerTrace::new(self.shared.trace.clone(), worker);
         loop {
             let mut st = self.state();
             let id = loop {
-                if let Some(id) = st.ready.pop() {
+                if let Some(id) = st.sched.pop(w) {
                     break id;
                 }
                 if st.stopping {
                     return;
                 }
-                st.idle_workers += 1;
-                st = self
-                    .shared
-                    .work
+                st.sched.set_asleep(w, true);
+                st = self.shared.work[w]
                     .wait(st)
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                st.idle_workers -= 1;
+                st.sched.set_asleep(w, false);
             };
-            self.execute(st, id, &mut timeline);
+            self.execute(st, id, &mut timeline, w);
         }
     }
 
-    /// Runs task `id`, just taken off the ready queue under `st`, and completes it.
-    fn execute(&self, mut st: MutexGuard<'_, State>, id: NodeId, timeline: &mut WorkerTrace) {
-        let Some(node) = st.nodes.get_mut(&id) else {
+    /// The CPU worker of this runtime running on the calling thread, if any.
+    fn current_worker(&self) -> Option<usize> {
+        let (rt, w) = CURRENT.with(core::cell::Cell::get);
+        (rt == Arc::as_ptr(&self.shared) as usize).then_some(w)
+    }
+
+    /// Runs task `id`, just taken off the ready queue under `st` by CPU worker `w`, and
+    /// completes it.
+    fn execute(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        id: NodeId,
+        timeline: &mut WorkerTrace,
+        w: usize,
+    ) {
+        let State {
+            nodes,
+            sched,
+            running,
+            ..
+        } = &mut *st;
+        let Some(node) = nodes.get_mut(&id) else {
             return;
         };
         let Some(Work::Task {
@@ -1037,7 +1234,13 @@ impl Runtime {
         };
         let accesses = node.accesses.clone();
         let priority = node.priority;
-        st.running += 1;
+        let expected = node.expected;
+        if let Target::Worker(placed) = node.placed {
+            if self.shared.policy == SchedPolicy::Dmda {
+                sched.started(placed, expected.unwrap_or(0.0));
+            }
+        }
+        *running += 1;
         drop(st);
 
         if let (Some(offload), Some(_), false) = (
@@ -1046,27 +1249,33 @@ impl Runtime {
             self.shared.disable_kernels,
         ) {
             // Master-slave mode: the kernel runs elsewhere; this worker goes on at once.
-            let finish = self.completion(id, &codelet, callback, tag);
+            let finish = self.completion(id, &codelet, callback, tag, None);
             offload.start(&codelet, accesses, priority, finish);
             return;
         }
 
-        if let (Some(device), false) = (&codelet.device, self.shared.disable_kernels) {
+        if let (Some(device), false, false) = (
+            &codelet.device,
+            self.shared.disable_kernels,
+            // Under `dmda` the scheduler chose this CPU worker: the CPU implementation runs.
+            self.shared.policy == SchedPolicy::Dmda && codelet.kernel.is_some(),
+        ) {
             // A device task: its layer queues it and this worker goes on at once; or the
             // layer gives it back, and it runs here, on the CPU.
             let layer = Arc::clone(&device.layer);
-            let finish = self.completion(id, &codelet, callback, tag);
+            let finish = self.completion(id, &codelet, callback, tag, None);
             let task = DeviceTask {
                 codelet,
                 accesses,
                 priority,
                 finish: Some(finish),
+                placed: false,
             };
             if let Err(task) = layer.start(task) {
                 let begin = timeline.begin();
                 let name = Arc::clone(&task.codelet.name);
                 task.run_on_cpu(|b| self.shared.layers.to_host(b.accesses));
-                timeline.end(begin, &name);
+                timeline.end(begin, &name, None);
             }
             return;
         }
@@ -1074,6 +1283,7 @@ impl Runtime {
         // A panicking kernel or callback must not wedge the rank: the task still
         // completes (its successors run) and the panic is reported at shutdown.
         let begin = timeline.begin();
+        let mut measured = None;
         let ran = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
             if !self.shared.disable_kernels {
                 if let Some(kernel) = &codelet.kernel {
@@ -1082,7 +1292,11 @@ impl Runtime {
                     let mut buffers = Buffers {
                         accesses: &accesses,
                     };
+                    let t0 = self.shared.measure.then(std::time::Instant::now);
                     kernel(&mut buffers);
+                    if let Some(t0) = t0 {
+                        measured = Some(self.slow_down(w, t0));
+                    }
                 }
             }
             if let Some(cb) = callback {
@@ -1090,27 +1304,177 @@ impl Runtime {
             }
             Ok::<(), String>(())
         }));
-        timeline.end(begin, &codelet.name);
+        timeline.end(begin, &codelet.name, expected);
         let failure = match ran {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(format!("did not run: {e}")),
             Err(p) => Some(format!("panicked: {}", panic_text(&*p))),
         };
-        self.finish_task(id, &codelet.name, failure, tag);
+        if let (Some(m), Some(models), None) = (measured, &self.shared.models, &failure) {
+            // The access is still granted: the sizes are read without waiting.
+            let sizes: Vec<usize> = accesses.iter().map(|a| a.cell.packed_size()).collect();
+            models.record(&codelet.name, codelet.model(), self.arch(w), &sizes, m);
+        }
+        self.finish_task(id, &codelet.name, failure, tag, Some(w), measured);
+    }
+
+    /// The test hook's slowdown ([`RuntimeConfig::worker_speed`]): a kernel run by worker
+    /// `w` since `t0` takes `100 / percent` times as long. Returns its measured seconds.
+    fn slow_down(&self, w: usize, t0: std::time::Instant) -> f64 {
+        let percent = self.shared.speed.get(w).copied().unwrap_or(100);
+        if percent < 100 {
+            let extra = t0.elapsed().mul_f64(100.0 / f64::from(percent) - 1.0);
+            std::thread::sleep(extra);
+        }
+        t0.elapsed().as_secs_f64()
+    }
+
+    /// The arch of CPU worker `w`'s models.
+    fn arch(&self, w: usize) -> Arch {
+        Arch::cpu_at(self.shared.speed.get(w).copied().unwrap_or(100))
+    }
+
+    /// Places ready task `id` as the policy says: on a worker's queue, the central
+    /// queue, or (`dmda`) a device slot, which the caller hands the task to.
+    fn place(&self, st: &mut State, id: NodeId) -> Target {
+        let from = match self.shared.policy {
+            SchedPolicy::Prio => None,
+            _ => self.current_worker(),
+        };
+        let State {
+            nodes,
+            sched,
+            handles,
+            ..
+        } = st;
+        let Some(node) = nodes.get_mut(&id) else {
+            return Target::Any;
+        };
+        if sched.policy() != SchedPolicy::Dmda {
+            node.placed = sched.push(node.priority, id, from);
+            return node.placed;
+        }
+        let Some(Work::Task { codelet, .. }) = &node.work else {
+            return Target::Any;
+        };
+        let models = self.shared.models.as_ref();
+        let (target, expected) = match models {
+            Some(models) if codelet.has_kernel() && !self.shared.disable_kernels => {
+                let sizes: Vec<usize> = node.accesses.iter().map(|a| a.cell.size_hint()).collect();
+                let device = codelet
+                    .device
+                    .as_ref()
+                    .and_then(|d| self.shared.layers.index_of(&d.layer))
+                    .map(|l| sched.device_slot(l));
+                let copies = |a: &Access| {
+                    handles
+                        .get(&a.cell.id())
+                        .map_or(1, |h| if h.copies == 0 { 1 } else { h.copies })
+                };
+                let transfer = |target: Target| -> f64 {
+                    let mut t = 0.0;
+                    for a in node.accesses.iter().filter(|a| reads_value(a.mode)) {
+                        let c = copies(a);
+                        let bytes = a.cell.size_hint() as u64;
+                        let link = match target {
+                            Target::Device(d) if c & (1 << (d + 1)) == 0 => {
+                                models.bus(0, d as u32 + 1)
+                            }
+                            Target::Worker(_) if c & 1 == 0 => models.bus(c.trailing_zeros(), 0),
+                            _ => None,
+                        };
+                        t += link.map_or(0.0, |b: Bus| b.time(bytes));
+                    }
+                    t
+                };
+                sched.choose(
+                    codelet.kernel.is_some(),
+                    device,
+                    |arch| models.predict(&codelet.name, codelet.model(), arch, &sizes),
+                    transfer,
+                )
+            }
+            // Nothing to model: the earliest free worker.
+            _ => sched.choose(true, None, |_| Some(0.0), |_| 0.0),
+        };
+        // Where the valid copies will be once it ran there (the transfer model's estimate).
+        let bit = match target {
+            Target::Device(d) => 1u64 << (d + 1),
+            _ => 1,
+        };
+        for a in &node.accesses {
+            let h = handles.entry(a.cell.id()).or_default();
+            let before = if h.copies == 0 { 1 } else { h.copies };
+            h.copies = if writes_value(a.mode) {
+                bit
+            } else {
+                before | bit
+            };
+        }
+        node.placed = match target {
+            Target::Worker(w) => sched.push_to(w, node.priority, id, expected.unwrap_or(0.0)),
+            Target::Device(d) => sched.push_device(d, expected.unwrap_or(0.0)),
+            Target::Any => sched.push(node.priority, id, from),
+        };
+        node.expected = expected;
+        node.placed
+    }
+
+    /// Hands task `id`, placed on a device slot by `dmda`, to its device layer; when the
+    /// layer gives it back (it is stopping), runs its CPU implementation here.
+    fn start_on_device(&self, id: NodeId) {
+        let mut st = self.state();
+        let now = st.sched.now();
+        let Some(node) = st.nodes.get_mut(&id) else {
+            return;
+        };
+        let Some(Work::Task {
+            codelet,
+            callback,
+            tag,
+        }) = node.work.take()
+        else {
+            return;
+        };
+        node.begin = now;
+        let accesses = node.accesses.clone();
+        let priority = node.priority;
+        st.running += 1;
+        drop(st);
+        let Some(layer) = codelet.device.as_ref().map(|d| Arc::clone(&d.layer)) else {
+            return;
+        };
+        let sizes: Vec<usize> = accesses.iter().map(|a| a.cell.size_hint()).collect();
+        let finish = self.completion(id, &codelet, callback, tag, Some(sizes));
+        let task = DeviceTask {
+            codelet,
+            accesses,
+            priority,
+            finish: Some(finish),
+            placed: true,
+        };
+        if let Err(task) = layer.start(task) {
+            task.run_on_cpu(|b| self.shared.layers.to_host(b.accesses));
+        }
     }
 
     /// The completion of task `id` when it runs elsewhere (offloaded, or on a device): its
     /// callback (a panic in it is the task's failure), then [`Runtime::finish_task`].
+    /// `sizes`: the task's data sizes when it was placed on a device by `dmda`, so that
+    /// its device time is added to the models.
     fn completion(
         &self,
         id: NodeId,
         codelet: &Codelet,
         callback: Option<Callback>,
         tag: Option<TaskTag>,
+        sizes: Option<Vec<usize>>,
     ) -> Finish {
         let rt = self.clone();
         let name = Arc::clone(&codelet.name);
+        let model = codelet.model.clone();
         Box::new(move |outcome| {
+            let ok = outcome.is_ok();
             let mut failure = outcome.err();
             if let Some(cb) = callback {
                 if let Err(p) = std::panic::catch_unwind(core::panic::AssertUnwindSafe(cb)) {
@@ -1119,12 +1483,27 @@ impl Runtime {
                     });
                 }
             }
-            rt.finish_task(id, &name, failure, tag);
+            let device_time = rt.finish_task(id, &name, failure, tag, None, None);
+            if let (Some(t), Some(models), Some(sizes), true) =
+                (device_time, &rt.shared.models, sizes, ok)
+            {
+                models.record(&name, model.as_ref(), Arch::Device, &sizes, t);
+            }
         })
     }
 
-    /// Task `id` of codelet `name` ran (or failed, `failure` says how): completes it.
-    fn finish_task(&self, id: NodeId, name: &str, failure: Option<String>, tag: Option<TaskTag>) {
+    /// Task `id` of codelet `name` ran (or failed, `failure` says how) on CPU worker
+    /// `ran_on` for `measured` seconds, or elsewhere (`None`): completes it. Returns the
+    /// time it took on its device, for a task `dmda` placed on one.
+    fn finish_task(
+        &self,
+        id: NodeId,
+        name: &str,
+        failure: Option<String>,
+        tag: Option<TaskTag>,
+        ran_on: Option<usize>,
+        measured: Option<f64>,
+    ) -> Option<f64> {
         if let Some(what) = failure {
             self.state().panics.push(format!("task `{name}` {what}"));
         }
@@ -1134,10 +1513,39 @@ impl Runtime {
         let mut st = self.state();
         st.running -= 1;
         st.tasks_done += 1;
+        let device_time = self.account(&mut st, id, ran_on, measured);
         let mut hooks = Hooks::default();
         self.complete_locked(&mut st, id, &mut hooks);
         drop(st);
         self.run_hooks(hooks);
+        device_time
+    }
+
+    /// The scheduler's bookkeeping of a task that ended (nothing under `prio`/`ws` when
+    /// nothing is measured: the default costs nothing).
+    fn account(
+        &self,
+        st: &mut State,
+        id: NodeId,
+        ran_on: Option<usize>,
+        measured: Option<f64>,
+    ) -> Option<f64> {
+        if !self.shared.measure && self.shared.policy != SchedPolicy::Dmda {
+            return None;
+        }
+        let (placed, expected, begin) = st.nodes.get(&id).map_or((Target::Any, None, 0.0), |n| {
+            (n.placed, n.expected, n.begin)
+        });
+        match (placed, ran_on) {
+            (Target::Device(d), _) => {
+                Some(st.sched.ended(Target::Device(d), expected, None, begin))
+            }
+            (_, Some(w)) => {
+                st.sched.ended(Target::Worker(w), expected, measured, 0.0);
+                None
+            }
+            _ => None,
+        }
     }
 }
 
@@ -1159,6 +1567,12 @@ pub(crate) struct RuntimeView {
     pub(crate) busy: usize,
     /// Nodes completed so far.
     pub(crate) completed: u64,
+}
+
+thread_local! {
+    /// The runtime (its shared state's address) and the index of the CPU worker running
+    /// on this thread, so that `ws` queues a task made ready by a worker on that worker.
+    static CURRENT: core::cell::Cell<(usize, usize)> = const { core::cell::Cell::new((0, 0)) };
 }
 
 /// Whether the environment variable `name` is set to something other than empty or `0`.

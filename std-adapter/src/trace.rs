@@ -144,8 +144,13 @@ struct Message {
 /// What a record shows.
 #[derive(Clone, Debug)]
 enum What {
-    /// A task run by worker `worker`.
-    Task { worker: u32, codelet: Arc<str> },
+    /// A task run by worker `worker`, expected by the scheduler to take `expected`
+    /// seconds (`dmda`).
+    Task {
+        worker: u32,
+        codelet: Arc<str>,
+        expected: Option<f64>,
+    },
     /// The application blocked.
     Wait(&'static str),
     /// A request, from its submission to its completion.
@@ -279,9 +284,10 @@ impl WorkerTrace {
         self.recorder.as_ref().map(|_| clock_ns())
     }
 
-    /// Records a task of `codelet` that started at `begin` (from [`WorkerTrace::begin`]).
+    /// Records a task of `codelet` that started at `begin` (from [`WorkerTrace::begin`]),
+    /// expected to take `expected` seconds.
     #[inline]
-    pub(crate) fn end(&mut self, begin: Option<u64>, codelet: &Arc<str>) {
+    pub(crate) fn end(&mut self, begin: Option<u64>, codelet: &Arc<str>, expected: Option<f64>) {
         if let Some(start) = begin {
             self.records.push(Record {
                 start,
@@ -289,6 +295,7 @@ impl WorkerTrace {
                 what: What::Task {
                     worker: self.worker,
                     codelet: Arc::clone(codelet),
+                    expected,
                 },
             });
         }
@@ -706,7 +713,17 @@ fn render(rank: Rank, size: u32, mut records: Vec<Record>, offset_ns: i64) -> St
         us(&mut out, r.end - r.start);
         out.push_str(",\"args\":{");
         match &r.what {
-            What::Task { .. } | What::Wait(_) => {}
+            What::Task {
+                worker, expected, ..
+            } => {
+                // Which worker ran it, and (`dmda`) the expected against the measured time.
+                let _ = write!(out, "\"worker\":{worker},\"measured_us\":");
+                us(&mut out, r.end - r.start);
+                if let Some(e) = expected {
+                    let _ = write!(out, ",\"expected_us\":{:.3}", e * 1e6);
+                }
+            }
+            What::Wait(_) => {}
             What::Request {
                 tag, bytes, failed, ..
             } => {
@@ -796,12 +813,17 @@ mod tests {
             what: What::Task {
                 worker: 0,
                 codelet: Arc::from("say \"hi\"\n"),
+                expected: Some(2.0e-6),
             },
         }];
         let json = render(Rank(3), 4, records, -2_500);
         assert!(json.contains("\"name\":\"say \\\"hi\\\"\\n\""), "{json}");
         assert!(json.contains("\"ts\":1.500,\"dur\":2.500"), "{json}");
         assert!(json.contains("\"name\":\"worker 0\""), "{json}");
+        assert!(
+            json.contains("\"args\":{\"worker\":0,\"measured_us\":2.500,\"expected_us\":2.000}"),
+            "{json}"
+        );
         assert!(json.contains("\"clock_offset_us\":-2.500"), "{json}");
         assert!(json.contains("\"pid\":3"), "{json}");
     }
