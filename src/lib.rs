@@ -37,6 +37,10 @@ pub use starling_std::{
     run_local, run_local_with, serial, sim, trace, transport,
 };
 pub use starling_std::{Divergence, agreement, hang, ms};
+pub use starling_std::{
+    Arch, Bus, Calibrate, ModelError, Models, PerfModel, SchedPolicy, SchedStats, WorkerStats,
+    perfmodel, sched,
+};
 
 pub mod comm_matrix;
 pub mod trace_merge;
