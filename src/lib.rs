@@ -36,11 +36,11 @@ pub use starling_std::{
     TaskTag, TransferDirection, TransferError, Transport, data, device, interfaces, rank, run_fake,
     run_local, run_local_with, serial, sim, trace, transport,
 };
-pub use starling_std::{Divergence, agreement, hang, ms};
 pub use starling_std::{
     Arch, Bus, Calibrate, ModelError, Models, PerfModel, SchedPolicy, SchedStats, WorkerStats,
     perfmodel, sched,
 };
+pub use starling_std::{Divergence, agreement, hang, ms};
 
 pub mod comm_matrix;
 pub mod trace_merge;

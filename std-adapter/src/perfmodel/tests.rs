@@ -38,7 +38,13 @@ fn bits(m: &Models) -> Vec<u64> {
             v.extend([h.bytes, h.count, h.mean.to_bits(), h.m2.to_bits()]);
         }
         for r in cm.regression.values() {
-            v.extend([r.count, r.sx.to_bits(), r.sy.to_bits(), r.sxx.to_bits(), r.sxy.to_bits()]);
+            v.extend([
+                r.count,
+                r.sx.to_bits(),
+                r.sy.to_bits(),
+                r.sxx.to_bits(),
+                r.sxy.to_bits(),
+            ]);
         }
     }
     for b in m.bus.values() {
@@ -75,7 +81,11 @@ fn history_keeps_count_mean_and_deviation() {
     assert_eq!(h.count, 8);
     assert!((h.mean - 5.0).abs() < 1e-12);
     assert!((h.deviation() - 2.0).abs() < 1e-12);
-    assert_eq!(h.predict(), None, "8 samples are fewer than the calibration minimum");
+    assert_eq!(
+        h.predict(),
+        None,
+        "8 samples are fewer than the calibration minimum"
+    );
     h.add(5.0);
     h.add(5.0);
     assert_eq!(h.predict(), Some(h.mean));
@@ -109,7 +119,11 @@ fn a_corrupted_line_is_an_error_naming_the_file_and_the_line() {
     let e = Models::parse(&text, Path::new("/x/host.txt")).unwrap_err();
     assert_eq!(e.file, Path::new("/x/host.txt"));
     assert_eq!(e.line, bad_line + 1);
-    assert!(e.to_string().starts_with(&format!("/x/host.txt:{}: ", bad_line + 1)), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with(&format!("/x/host.txt:{}: ", bad_line + 1)),
+        "{e}"
+    );
     for (bad, what) in [
         ("history gemm gpu deadbeef 10 1 0.1 0 0", "no arch"),
         ("history gemm cpu beef 10 1 0.1 0 0", "no footprint"),
@@ -149,7 +163,10 @@ fn a_truncated_file_is_an_error_after_its_last_line() {
 #[test]
 fn a_missing_file_is_no_models_and_an_unwritable_folder_an_error_to_warn_about() {
     let dir = temp_dir("missing");
-    assert_eq!(Models::load(&machine_file(&dir)).unwrap(), Models::default());
+    assert_eq!(
+        Models::load(&machine_file(&dir)).unwrap(),
+        Models::default()
+    );
     // A folder under a regular file cannot be made.
     std::fs::create_dir_all(&dir).unwrap();
     let blocker = dir.join("file");
@@ -165,7 +182,11 @@ fn names_are_escaped_and_read_back() {
         assert!(!escape(name).contains([' ', '\n', '\t']));
     }
     assert_eq!(unescape("%4"), None);
-    assert_eq!(unescape("%41"), None, "only escaped characters may be escaped");
+    assert_eq!(
+        unescape("%41"),
+        None,
+        "only escaped characters may be escaped"
+    );
 }
 
 #[test]
@@ -197,7 +218,10 @@ fn the_store_calibrates_as_asked() {
     }
     let fp = Footprint::of(sizes).hash;
     assert_eq!(
-        lock(&auto.models).history("k", Arch::Cpu, fp).unwrap().count,
+        lock(&auto.models)
+            .history("k", Arch::Cpu, fp)
+            .unwrap()
+            .count,
         CALIBRATION_SAMPLES,
         "calibrate 0 stops adding samples once calibrated"
     );
@@ -209,7 +233,10 @@ fn the_store_calibrates_as_asked() {
     let always = Store::open(Some(&dir), Calibrate::Always);
     always.record("k", None, Arch::Cpu, &sizes, 1e-3);
     assert_eq!(
-        lock(&always.models).history("k", Arch::Cpu, fp).unwrap().count,
+        lock(&always.models)
+            .history("k", Arch::Cpu, fp)
+            .unwrap()
+            .count,
         CALIBRATION_SAMPLES + 1
     );
     drop(always);
@@ -223,7 +250,9 @@ fn the_store_calibrates_as_asked() {
     for n in 1..=CALIBRATION_SAMPLES as usize {
         r.record("f", Some(&formula), Arch::Cpu, &[n * 1000], n as f64 * 1e-3);
     }
-    let t = r.predict("f", Some(&formula), Arch::Cpu, &[50_000]).unwrap();
+    let t = r
+        .predict("f", Some(&formula), Arch::Cpu, &[50_000])
+        .unwrap();
     assert!((t - 0.05).abs() < 1e-9, "{t}");
     let _ = std::fs::remove_dir_all(&dir);
 }

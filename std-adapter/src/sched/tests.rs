@@ -33,7 +33,10 @@ fn dmda_splits_a_batch_in_proportion_to_the_speeds() {
         let fast = placed.iter().filter(|t| **t == Target::Worker(0)).count() as f64;
         let share = fast / batch as f64;
         let ideal = 1.0 / (1.0 + f64::from(slow_percent) / 100.0);
-        assert!((share - ideal).abs() / ideal < 0.02, "{slow_percent}%: {share} vs {ideal}");
+        assert!(
+            (share - ideal).abs() / ideal < 0.02,
+            "{slow_percent}%: {share} vs {ideal}"
+        );
     }
 }
 
@@ -148,7 +151,11 @@ fn waking_marks_the_worker_awake_so_the_next_task_wakes_another() {
     let mut d = dmda(&[Arch::Cpu, Arch::Cpu]);
     d.set_asleep(0, true);
     d.set_asleep(1, true);
-    assert_eq!(d.wake(Target::Worker(1)), Some(1), "dmda wakes the chosen worker");
+    assert_eq!(
+        d.wake(Target::Worker(1)),
+        Some(1),
+        "dmda wakes the chosen worker"
+    );
     assert_eq!(d.wake(Target::Worker(1)), None);
 }
 
