@@ -56,7 +56,9 @@ use crate::backend::{Backend, DeviceBuf, Shape};
 use crate::replicas::MAX_NODES;
 
 /// How tasks whose codelet has a device implementation choose between the CPU and a
-/// device.
+/// device, under the runtime's `prio` and `ws` schedulers. Under `dmda`
+/// (`starling_std::SchedPolicy::Dmda`) the scheduler chooses from the performance models
+/// and the policy is not used: every task it places on a device is queued there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Policy {
