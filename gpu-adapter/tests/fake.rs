@@ -501,7 +501,8 @@ mod dmda {
     use super::*;
 
     fn fresh_dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("starling-fake-dmda-{name}-{}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("starling-fake-dmda-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
     }
@@ -557,7 +558,12 @@ mod dmda {
         // (device s, CPU s): the device 20× faster, then 20× slower.
         for (device, cpu, on_device) in [(1e-3, 20e-3, true), (20e-3, 1e-3, false)] {
             let home = fresh_dir(if on_device { "dev" } else { "cpu" });
-            preload(&home, "double", &[128], &[(Arch::Device, device), (Arch::Cpu, cpu)]);
+            preload(
+                &home,
+                "double",
+                &[128],
+                &[(Arch::Device, device), (Arch::Cpu, cpu)],
+            );
             let gpu = Fake::open(FakeConfig::default()).unwrap();
             let codelet = double(&gpu);
             let out = run_local_with(1, config(2, &home), move |ctx| {
@@ -589,7 +595,12 @@ mod dmda {
         let home = fresh_dir("batch");
         // The device runs a task in 2 ms, each of 2 CPU workers in 4 ms: the device
         // should take half of the batch, each CPU worker a quarter.
-        preload(&home, "double", &[8, 128], &[(Arch::Device, 2e-3), (Arch::Cpu, 4e-3)]);
+        preload(
+            &home,
+            "double",
+            &[8, 128],
+            &[(Arch::Device, 2e-3), (Arch::Cpu, 4e-3)],
+        );
         let gpu = Fake::open(FakeConfig::default()).unwrap();
         let codelet = double(&gpu);
         let out = run_local_with(1, config(2, &home), move |ctx| {

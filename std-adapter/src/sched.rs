@@ -152,11 +152,7 @@ impl Scheduler {
     /// one worker: the progression thread runs every task) every policy is `prio`.
     pub(crate) fn new(policy: SchedPolicy, arch: &[Arch]) -> Self {
         Self {
-            policy: if arch.is_empty() {
-                SchedPolicy::Prio
-            } else {
-                policy
-            },
+            policy: Self::effective(policy, arch.len()),
             asleep: 0,
             central: ReadyQueue::default(),
             workers: arch
@@ -174,6 +170,7 @@ impl Scheduler {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn policy(&self) -> SchedPolicy {
         self.policy
     }

@@ -848,7 +848,17 @@ impl Runtime {
             }
             Some(task @ Work::Task { .. }) => {
                 node.work = Some(task);
-                let target = self.place(st, id);
+                let target = if self.shared.policy == SchedPolicy::Dmda {
+                    self.place(st, id)
+                } else {
+                    // `prio` and `ws` need no bookkeeping per task.
+                    let priority = node.priority;
+                    let from = match self.shared.policy {
+                        SchedPolicy::Ws => self.current_worker(),
+                        _ => None,
+                    };
+                    st.sched.push(priority, id, from)
+                };
                 if let Target::Device(_) = target {
                     // Handed to its device layer once the lock is released.
                     let rt = self.clone();
@@ -1334,13 +1344,9 @@ impl Runtime {
         Arch::cpu_at(self.shared.speed.get(w).copied().unwrap_or(100))
     }
 
-    /// Places ready task `id` as the policy says: on a worker's queue, the central
-    /// queue, or (`dmda`) a device slot, which the caller hands the task to.
+    /// Places ready task `id` as `dmda` says: on a CPU worker's queue, or on a device
+    /// slot, which the caller hands the task to.
     fn place(&self, st: &mut State, id: NodeId) -> Target {
-        let from = match self.shared.policy {
-            SchedPolicy::Prio => None,
-            _ => self.current_worker(),
-        };
         let State {
             nodes,
             sched,
@@ -1350,10 +1356,6 @@ impl Runtime {
         let Some(node) = nodes.get_mut(&id) else {
             return Target::Any;
         };
-        if sched.policy() != SchedPolicy::Dmda {
-            node.placed = sched.push(node.priority, id, from);
-            return node.placed;
-        }
         let Some(Work::Task { codelet, .. }) = &node.work else {
             return Target::Any;
         };
@@ -1414,7 +1416,7 @@ impl Runtime {
         node.placed = match target {
             Target::Worker(w) => sched.push_to(w, node.priority, id, expected.unwrap_or(0.0)),
             Target::Device(d) => sched.push_device(d, expected.unwrap_or(0.0)),
-            Target::Any => sched.push(node.priority, id, from),
+            Target::Any => sched.push(node.priority, id, None),
         };
         node.expected = expected;
         node.placed
