@@ -566,7 +566,11 @@ mod dmda {
             );
             let gpu = Fake::open(FakeConfig::default()).unwrap();
             let codelet = double(&gpu);
-            let out = run_local_with(1, config(2, &home), move |ctx| {
+            let traced = ClusterConfig {
+                trace_file: Some(home.join("trace/")),
+                ..config(2, &home)
+            };
+            let out = run_local_with(1, traced, move |ctx| {
                 let v = ctx.register(Vector::from_vec(vec![1.0; 16]));
                 for _ in 0..8 {
                     ctx.task(&codelet).rw(&v).submit();
@@ -579,9 +583,16 @@ mod dmda {
             assert_eq!(*values, vec![256.0; 16]);
             let cpu_tasks: u64 = stats.workers.iter().map(|w| w.tasks).sum();
             let device_tasks = stats.devices.first().map_or(0, |d| d.tasks);
+            let trace = std::fs::read_to_string(home.join("trace/rank0.json")).unwrap();
             if on_device {
                 assert_eq!((device_tasks, cpu_tasks), (8, 0), "{stats:?}");
                 assert_eq!(gpu.stats().device_tasks, 8);
+                // The trace shows the device's tasks on a track of their own, with the
+                // expected time.
+                assert!(trace.contains("\"name\":\"device 0\""), "{trace}");
+                let on_track = trace.matches("\"device\":0,\"measured_us\":").count();
+                assert_eq!(on_track, 8, "{trace}");
+                assert_eq!(trace.matches("\"expected_us\":1000.000").count(), 8);
             } else {
                 assert_eq!((device_tasks, cpu_tasks), (0, 8), "{stats:?}");
                 assert_eq!(gpu.stats().device_tasks, 0);

@@ -1485,18 +1485,23 @@ impl Runtime {
                     });
                 }
             }
-            let device_time = rt.finish_task(id, &name, failure, tag, None, None);
-            if let (Some(t), Some(models), Some(sizes), true) =
-                (device_time, &rt.shared.models, sizes, ok)
-            {
-                models.record(&name, model.as_ref(), Arch::Device, &sizes, t);
+            let device = rt.finish_task(id, &name, failure, tag, None, None);
+            if let Some((slot, expected, took)) = device {
+                if let Some(trace) = &rt.shared.trace {
+                    let start = trace::clock_ns().saturating_sub((took * 1e9) as u64);
+                    trace.device_task(slot as u32, &name, start, expected);
+                }
+                if let (Some(models), Some(sizes), true) = (&rt.shared.models, sizes, ok) {
+                    models.record(&name, model.as_ref(), Arch::Device, &sizes, took);
+                }
             }
         })
     }
 
     /// Task `id` of codelet `name` ran (or failed, `failure` says how) on CPU worker
-    /// `ran_on` for `measured` seconds, or elsewhere (`None`): completes it. Returns the
-    /// time it took on its device, for a task `dmda` placed on one.
+    /// `ran_on` for `measured` seconds, or elsewhere (`None`): completes it. For a task
+    /// `dmda` placed on a device: the device slot, the expected time and the time it
+    /// took there.
     fn finish_task(
         &self,
         id: NodeId,
@@ -1505,7 +1510,7 @@ impl Runtime {
         tag: Option<TaskTag>,
         ran_on: Option<usize>,
         measured: Option<f64>,
-    ) -> Option<f64> {
+    ) -> Option<DeviceEnd> {
         if let Some(what) = failure {
             self.state().panics.push(format!("task `{name}` {what}"));
         }
@@ -1531,7 +1536,7 @@ impl Runtime {
         id: NodeId,
         ran_on: Option<usize>,
         measured: Option<f64>,
-    ) -> Option<f64> {
+    ) -> Option<DeviceEnd> {
         if !self.shared.measure && self.shared.policy != SchedPolicy::Dmda {
             return None;
         }
@@ -1540,7 +1545,8 @@ impl Runtime {
         });
         match (placed, ran_on) {
             (Target::Device(d), _) => {
-                Some(st.sched.ended(Target::Device(d), expected, None, begin))
+                let took = st.sched.ended(Target::Device(d), expected, None, begin);
+                Some((d, expected, took))
             }
             (_, Some(w)) => {
                 st.sched.ended(Target::Worker(w), expected, measured, 0.0);
@@ -1581,6 +1587,10 @@ thread_local! {
 pub(crate) fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
 }
+
+/// A task `dmda` placed on a device ended: its device slot, the time expected and the
+/// time it took there (seconds).
+type DeviceEnd = (usize, Option<f64>, f64);
 
 /// Hooks whose nodes became ready under the lock, to run once it is released, in order.
 /// The first is kept inline: most completions make at most one hook ready, and then

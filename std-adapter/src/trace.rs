@@ -116,6 +116,8 @@ mod track {
     pub(super) const APPLICATION: u32 = 0;
     /// Worker `w` is `WORKER + w`.
     pub(super) const WORKER: u32 = 1;
+    /// Device slot `d`'s tasks (`dmda`) are those of worker `DEVICES + d`.
+    pub(super) const DEVICES: u32 = 500;
     /// Requests lane `k` is `REQUESTS + k`.
     pub(super) const REQUESTS: u32 = 1000;
     /// Sent messages, lane `k`.
@@ -204,6 +206,27 @@ impl Recorder {
             start,
             end,
             what: What::Wait(what),
+        });
+    }
+
+    /// Records a task of `codelet` that device slot `device` ran from `start` until now
+    /// (clock nanoseconds), expected by the scheduler to take `expected` seconds.
+    pub(crate) fn device_task(
+        &self,
+        device: u32,
+        codelet: &Arc<str>,
+        start: u64,
+        expected: Option<f64>,
+    ) {
+        let end = clock_ns();
+        lock(&self.records).push(Record {
+            start: start.min(end),
+            end,
+            what: What::Task {
+                worker: track::DEVICES + device,
+                codelet: Arc::clone(codelet),
+                expected,
+            },
         });
     }
 
@@ -663,6 +686,9 @@ fn render(rank: Rank, size: u32, mut records: Vec<Record>, offset_ns: i64) -> St
             t if t >= track::RECEIVES => format!("receives {}", t - track::RECEIVES),
             t if t >= track::SENDS => format!("sends {}", t - track::SENDS),
             t if t >= track::REQUESTS => format!("requests {}", t - track::REQUESTS),
+            t if t >= track::WORKER + track::DEVICES => {
+                format!("device {}", t - track::WORKER - track::DEVICES)
+            }
             t => format!("worker {}", t - track::WORKER),
         };
         let _ = write!(
@@ -717,7 +743,15 @@ fn render(rank: Rank, size: u32, mut records: Vec<Record>, offset_ns: i64) -> St
                 worker, expected, ..
             } => {
                 // Which worker ran it, and (`dmda`) the expected against the measured time.
-                let _ = write!(out, "\"worker\":{worker},\"measured_us\":");
+                if *worker >= track::DEVICES {
+                    let _ = write!(
+                        out,
+                        "\"device\":{},\"measured_us\":",
+                        worker - track::DEVICES
+                    );
+                } else {
+                    let _ = write!(out, "\"worker\":{worker},\"measured_us\":");
+                }
                 us(&mut out, r.end - r.start);
                 if let Some(e) = expected {
                     let _ = write!(out, ",\"expected_us\":{:.3}", e * 1e6);
