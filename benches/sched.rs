@@ -9,7 +9,8 @@
 //!
 //! `scripts/bench-sched.sh` runs it after the Cholesky comparison of `prio` and `dmda`.
 
-use std::time::{Duration, Instant};
+use core::time::Duration;
+use std::time::Instant;
 
 use starling::{ClusterConfig, Codelet, RuntimeConfig, SchedPolicy, run_local_with};
 

@@ -52,8 +52,8 @@
 //! complete one.
 
 use core::fmt;
+use core::fmt::Write as _;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex as StdMutex, Weak};
 
