@@ -8,8 +8,9 @@
 #    process (target: ws / prio ≥ 1).
 #
 # dmda's models go to a fresh STARLING_HOME under target/ (its first run calibrates them:
-# it is counted, as a user's first run would be). Usage:
-#   scripts/bench-sched.sh [RUNS] [N] [NB]
+# it is counted, as a user's first run would be). BENCH_RUNS sets the empty-task runs
+# (default 9). Usage:
+#   [BENCH_RUNS=15] scripts/bench-sched.sh [RUNS] [N] [NB]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-5}
@@ -43,4 +44,4 @@ echo "  prio  $tp ms  $gp GFlop/s   (runs: ${TIMES[prio]})"
 echo "  dmda  $td ms  $gd GFlop/s   (runs: ${TIMES[dmda]})"
 awk -v a="$gd" -v b="$gp" 'BEGIN { printf "  dmda / prio GFlop/s: %.3f\n", a / b }'
 BENCH=$(ls -t "$TARGET"/release/deps/sched-* 2>/dev/null | grep -v '\.d$' | head -1)
-"$BENCH" 9 100000
+"$BENCH" "${BENCH_RUNS:-9}" 100000
