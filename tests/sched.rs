@@ -12,11 +12,11 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-use starling::interfaces::Variable;
-use starling::perfmodel::{CALIBRATION_SAMPLES, Footprint, History, machine_file};
+use starling::interfaces::{Variable, Vector};
+use starling::perfmodel::{CALIBRATION_SAMPLES, Footprint, History, Regression, machine_file};
 use starling::{
-    Arch, ClusterConfig, Codelet, Context, Handle, Models, RuntimeConfig, SchedPolicy, SchedStats,
-    run_local_with,
+    Arch, ClusterConfig, Codelet, Context, Handle, Models, PerfModel, RuntimeConfig, SchedPolicy,
+    SchedStats, run_local_with,
 };
 
 /// A fresh directory for this test's files.
@@ -241,6 +241,54 @@ fn uncalibrated_workers_get_tasks_until_they_have_samples_then_dmda_uses_them() 
         (share - ideal).abs() <= 0.15 * ideal,
         "fast share {share}, ideal {ideal}"
     );
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+#[test]
+fn dmda_predicts_a_size_never_run_from_a_regression_formula() {
+    let home = fresh_dir("regression");
+    // Fitted on 1 000 to 10 000 bytes: 1 µs per byte on a plain CPU worker, 2 µs at 50 %.
+    let mut m = Models::default();
+    let cm = m.codelets.entry("scale".to_owned()).or_default();
+    for (arch, per_byte) in [(Arch::Cpu, 1e-6), (Arch::ScaledCpu(50), 2e-6)] {
+        let mut r = Regression::default();
+        for k in 1..=CALIBRATION_SAMPLES {
+            let x = k as f64 * 1000.0;
+            r.add(x, x * per_byte);
+        }
+        cm.regression.insert(arch, r);
+    }
+    m.save(&machine_file(&home)).unwrap();
+    let out = run_local_with(1, config(SchedPolicy::Dmda, &[50, 100], &home), |ctx| {
+        // 24 000 bytes: no history has this footprint, the formula predicts it.
+        let v = ctx.register(Vector::<u64>::zeros(3000));
+        let scale = Codelet::new("scale", |b| {
+            std::thread::sleep(Duration::from_millis(1));
+            for x in b.w::<Vector<u64>>(0).as_mut_slice() {
+                *x += 1;
+            }
+        })
+        .with_model(PerfModel::regression(|sizes| sizes[0] as f64));
+        for _ in 0..10 {
+            ctx.task(&scale).rw(&v).submit();
+        }
+        ctx.wait_for_all();
+        (ctx.sched_stats(), ctx.unregister(v).into_vec())
+    })
+    .expect("a clean run");
+    let (stats, values) = &out[0];
+    assert!(values.iter().all(|&x| x == 10));
+    assert_eq!(
+        (stats.workers[0].tasks, stats.workers[1].tasks),
+        (0, 10),
+        "24 ms expected on the fast worker, 48 ms on the slow one: {stats:?}"
+    );
+    // The runs added their samples: history for the new footprint, and the regression.
+    let models = Models::load(&machine_file(&home)).unwrap();
+    let scale = &models.codelets["scale"];
+    assert_eq!(scale.regression[&Arch::Cpu].count, CALIBRATION_SAMPLES + 10);
+    let fp = Footprint::of([24_000]).hash;
+    assert_eq!(scale.history[&(Arch::Cpu, fp)].count, 10);
     let _ = std::fs::remove_dir_all(&home);
 }
 

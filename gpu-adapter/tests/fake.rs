@@ -593,6 +593,16 @@ mod dmda {
                 let on_track = trace.matches("\"device\":0,\"measured_us\":").count();
                 assert_eq!(on_track, 8, "{trace}");
                 assert_eq!(trace.matches("\"expected_us\":1000.000").count(), 8);
+                // The link to the fake device was measured at the first start and saved:
+                // its copies take at least the fake's 10 µs latency.
+                let saved = Models::load(&machine_file(&home)).unwrap();
+                for link in [(0, 1), (1, 0)] {
+                    let bus = saved.bus[&link];
+                    assert!(
+                        bus.latency >= 10e-6 && bus.bandwidth > 0.0,
+                        "{link:?}: {bus:?}"
+                    );
+                }
             } else {
                 assert_eq!((device_tasks, cpu_tasks), (0, 8), "{stats:?}");
                 assert_eq!(gpu.stats().device_tasks, 0);
