@@ -9,6 +9,8 @@
 //!   tasks of [`Codelet`]s with implicit dependencies, a worker pool, every
 //!   point-to-point call on a [`Context`], and [`run_local`], which runs an SPMD closure on
 //!   N ranks held in this process — the embedded default, no MPI needed;
+//! * [`sched`] and [`perfmodel`]: the scheduling policies (`prio`, `ws`, `dmda`) and the
+//!   performance models `dmda` places tasks on CPU workers and devices with;
 //! * [`serial`]: the protocol over `std` byte streams (a socket pair, TCP) — a
 //!   [`Transport`] for ranks, and the adapters that run the core's embedded link (the code
 //!   a board runs, `core::link`) in a thread;

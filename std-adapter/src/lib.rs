@@ -27,6 +27,11 @@
 //! and waits that Perfetto or `chrome://tracing` opens (`STARLING_TRACE`), and
 //! `STARLING_PROGRESS=1` shows tasks done / submitted on stderr while a run goes.
 //!
+//! Which worker runs each ready task is the scheduler's choice ([`sched`]:
+//! `STARLING_SCHED=prio`, the default, `ws` or `dmda`); `dmda` places tasks on CPU
+//! workers and device layers from measured performance models ([`perfmodel`], saved per
+//! machine under `STARLING_HOME`).
+//!
 //! [`sim`] is a different tool: a seeded, deterministic, single-threaded cluster of bare
 //! engines, for protocol tests that replay from a seed.
 //!
