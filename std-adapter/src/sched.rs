@@ -230,6 +230,13 @@ impl Scheduler {
         Target::Device(d)
     }
 
+    /// A task handed to device slot `d` was given back by its layer (it is stopping).
+    pub(crate) fn withdraw_device(&mut self, d: usize, expected: f64) {
+        if let Some(s) = self.devices.get_mut(d) {
+            s.queued = (s.queued - expected).max(0.0);
+        }
+    }
+
     /// `dmda`'s choice for a task: among the CPU workers (when `cpu` holds: the codelet
     /// has a CPU implementation) and device slot `device`, the earliest expected
     /// completion. `predict(arch)` gives the model's duration on an arch (`None`:

@@ -175,6 +175,17 @@ impl Runtime {
             placed: true,
         };
         if let Err(task) = layer.start(task) {
+            // Not the device's time: no sample, and the slot forgets the task.
+            {
+                let mut st = self.state();
+                let State { nodes, sched, .. } = &mut *st;
+                if let Some(node) = nodes.get_mut(&id) {
+                    if let Target::Device(d) = node.placed {
+                        sched.withdraw_device(d, node.expected.unwrap_or(0.0));
+                    }
+                    node.placed = Target::Any;
+                }
+            }
             task.run_on_cpu(|b| self.shared.layers.to_host(b.accesses));
         }
     }
