@@ -203,7 +203,7 @@ fn starling_tasks(kind: TaskKind, iters: u64) -> Duration {
                 match kind {
                     TaskKind::Chain => ctx.task(&codelet).rw(&x).submit(),
                     _ => ctx.task(&codelet).submit(),
-                }
+                };
             }
             ctx.wait_for_all();
         };

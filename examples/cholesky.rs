@@ -825,11 +825,12 @@ fn main() -> ExitCode {
             }
         };
     }
-    // In-process: every rank's outcome; under mpirun: this process's rank only.
+    // In-process: every rank's outcome; under mpirun: this process's rank only (each with
+    // its rank, either way).
     let out = match launch_with(p.ranks, config, move |ctx| {
-        (ctx.rank(), distributed(ctx, &p, gpu.as_ref()))
+        distributed(ctx, &p, gpu.as_ref())
     }) {
-        Ok(out) => out,
+        Ok(out) => out.into_iter().collect(),
         Err(e) => {
             let e: String = e.to_string().chars().take(2000).collect();
             eprintln!("cholesky: FAILED: the cluster did not shut down cleanly: {e}");

@@ -141,7 +141,7 @@ fn main() {
         eprintln!("FAILED: {e}");
         std::process::exit(1);
     });
-    for r in out {
+    for (_, r) in out {
         if let Err(e) = r {
             eprintln!("FAILED: {e}");
             std::process::exit(1);

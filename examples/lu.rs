@@ -437,7 +437,7 @@ pub(crate) fn run_all(
     })
     .map_err(|e| e.to_string())?;
     let mut residuals = vec![0.0; versions.len()];
-    for rank in out {
+    for (_, rank) in out {
         for (r, res) in residuals.iter_mut().zip(rank?) {
             if let Some(res) = res {
                 *r = res;

@@ -68,7 +68,9 @@ fn pernode(ctx: &Context, blocks: usize, len: usize) -> Report {
         })
         .collect();
     ctx.wait_for_all();
-    let a0 = ctx.comm_amounts();
+    let a0 = ctx
+        .comm_amounts()
+        .expect("statistics are on (run sets them)");
     let table_now = ctx.acquire(&table, AccessMode::R).get().as_slice().to_vec();
     // Ordinary data, owned block-cyclically, scaled by the table where they live.
     let xs: Vec<_> = (0..blocks)
@@ -100,7 +102,9 @@ fn pernode(ctx: &Context, blocks: usize, len: usize) -> Report {
             .expect("scale a block");
     }
     ctx.wait_for_all();
-    let a1 = ctx.comm_amounts();
+    let a1 = ctx
+        .comm_amounts()
+        .expect("statistics are on (run sets them)");
     // Combine on rank 0: the blocks move there.
     let sum = ctx
         .register_owned(Tag(2000), Owner::Rank(Rank(0)), || Variable::new(0.0f64))
@@ -119,7 +123,9 @@ fn pernode(ctx: &Context, blocks: usize, len: usize) -> Report {
             .expect("accumulate a block");
     }
     ctx.wait_for_all();
-    let a2 = ctx.comm_amounts();
+    let a2 = ctx
+        .comm_amounts()
+        .expect("statistics are on (run sets them)");
     Report {
         per_node,
         table: table_now,
@@ -192,7 +198,7 @@ pub(crate) fn run(ranks: u32, blocks: usize, len: usize) -> Result<(), String> {
         )
     })
     .map_err(|e| e.to_string())?;
-    out.into_iter().collect()
+    out.into_iter().try_for_each(|(_, r)| r)
 }
 
 fn main() {

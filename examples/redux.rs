@@ -160,7 +160,7 @@ pub(crate) fn run_all(
     })
     .map_err(|e| e.to_string())?;
     let mut dots = vec![0.0; variants.len()];
-    for rank in out {
+    for (_, rank) in out {
         for (d, got) in dots.iter_mut().zip(rank?) {
             if let Some(got) = got {
                 *d = got;

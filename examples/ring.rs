@@ -144,7 +144,7 @@ fn main() {
     let v = variant.clone();
     let outcomes = launch(ranks, move |ctx| ring(ctx, loops, &v)).expect("a clean shutdown");
     // In-process: every rank's outcome; under mpirun: this process's rank only.
-    for o in outcomes.iter().filter(|o| o.rank == o.size - 1) {
+    for o in outcomes.values().filter(|o| o.rank == o.size - 1) {
         let (size, last) = (o.size, o.token);
         eprintln!("[{}] token = {last} == {loops} * {size} ?", size - 1);
         assert_eq!(last, loops * size, "the token went astray");

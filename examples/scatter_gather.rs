@@ -162,7 +162,7 @@ pub(crate) fn run(ranks: u32, blocks: usize, bs: usize) -> Result<(), String> {
         checked
     })
     .map_err(|e| e.to_string())?;
-    out.into_iter().collect()
+    out.into_iter().try_for_each(|(_, r)| r)
 }
 
 fn main() {

@@ -249,7 +249,7 @@ fn get_data(ctx: &Context, n: u64) -> Outcome {
     let size = u64::from(ctx.size());
     let hs = owned_variables(ctx, n, |i| Rank((i % size) as u32))?;
     for h in &hs {
-        ctx.get_data_on_node_detached(h, Rank(0), || {})
+        ctx.get_data_on_node_detached(h, Rank(0))
             .map_err(|e| e.to_string())?;
     }
     ctx.mpi_wait_for_all().map_err(|e| e.to_string())?;
@@ -594,7 +594,7 @@ fn main() -> ExitCode {
     let mut ok = true;
     match out {
         Ok(results) => {
-            for r in results {
+            for (_, r) in results {
                 match r {
                     Ok(line) => println!("{line}"),
                     Err(e) => {

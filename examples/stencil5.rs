@@ -456,7 +456,7 @@ pub(crate) fn distributed_with(
     // Cache-aware, as the sweeps' reads: a copy the root holds is not sent again, which
     // is what makes the check guard the pruning rule (see `involved`).
     for h in &grid {
-        ctx.get_data_on_node_detached(h, root, || {})?;
+        ctx.get_data_on_node_detached(h, root)?;
     }
     ctx.mpi_wait_for_all()?;
     let values: Vec<f64> = if ctx.rank() == root {
@@ -575,7 +575,7 @@ fn main() -> ExitCode {
     let out: Vec<Outcome> = match launch(p.ranks, move |ctx| {
         (ctx.rank(), ctx.size(), distributed(ctx, &p, gpu.as_ref()))
     }) {
-        Ok(out) => out,
+        Ok(out) => out.into_values(),
         Err(e) => {
             let e: String = e.to_string().chars().take(2000).collect();
             eprintln!("stencil5: FAILED: the cluster did not shut down cleanly: {e}");

@@ -33,10 +33,11 @@ pub use starling_core as core;
 pub use starling_std::{
     Acquired, AnyHandle, Buffers, Built, BuiltTask, ClusterConfig, Codelet, Comm, CommError,
     Context, DataError, DataMut, DataRef, DeviceLayer, DeviceTask, DriverMode, Handle, HostRef,
-    InProcess, InsertBuilder, InsertError, Inserted, Interface, PostBuild, RankConfig, RankRunner,
-    RecvOpts, Request, RuntimeConfig, SendOpts, ShutdownError, StartError, Tables, TaskBuilder,
-    TaskTag, TransferDirection, TransferError, Transport, data, device, interfaces, rank, run_fake,
-    run_local, run_local_with, serial, sim, trace, transport,
+    InProcess, InsertBuilder, InsertError, Inserted, Interface, Leftover, PostBuild, RankConfig,
+    RankRunner, RecvOpts, Request, RuntimeConfig, SendOpts, ShutdownError, StartError, Tables,
+    TagChoice, TaskBuilder, TaskError, TaskHandle, TaskTag, TransferDirection, TransferError,
+    Transport, data, device, interfaces, rank, run_fake, run_local, run_local_with, serial, sim,
+    trace, transport,
 };
 pub use starling_std::{
     Arch, Bus, Calibrate, ModelError, Models, PerfModel, SchedPolicy, SchedStats, WorkerStats,
@@ -44,13 +45,93 @@ pub use starling_std::{
 };
 pub use starling_std::{Divergence, agreement, hang, ms};
 
+/// What a custom node-selection policy ([`Context::register_policy`]) is written with: its
+/// type, a `fn(Rank, u32, &[PolicyAccess]) -> Rank` — a plain function or a closure that
+/// captures nothing — its registered id, and what it sees of each access (mode, owner,
+/// tag, size, and whether the datum is known here).
+pub use starling_core::insert::Access as PolicyAccess;
+pub use starling_core::select::{PolicyFn, PolicyId};
+
 pub mod comm_matrix;
 pub mod trace_merge;
 
 #[cfg(feature = "mpi")]
 pub use starling_mpi as mpi;
 
-/// Runs `f` as an SPMD program on every rank of a job, and returns each rank's value.
+/// What [`launch`] returns: the value of each rank that ran in this process, with its
+/// rank, in rank order — every rank of the in-process cluster, or this process's rank
+/// under `mpirun`. The same shape both ways, so one check runs on either:
+/// `for (rank, value) in &launched { … }` checks every rank in-process and this rank
+/// under MPI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launched<T> {
+    values: Vec<(core::Rank, T)>,
+}
+
+impl<T> Launched<T> {
+    /// The values of `ranks` `0..n`, in rank order (the in-process cluster's).
+    fn all(values: Vec<T>) -> Self {
+        Self {
+            values: (0..).map(core::Rank).zip(values).collect(),
+        }
+    }
+
+    /// The value of `rank`, if it ran in this process.
+    pub fn get(&self, rank: core::Rank) -> Option<&T> {
+        self.values
+            .iter()
+            .find_map(|(r, v)| (*r == rank).then_some(v))
+    }
+
+    /// The ranks and their values, in rank order.
+    pub fn iter(&self) -> impl Iterator<Item = (core::Rank, &T)> {
+        self.values.iter().map(|(r, v)| (*r, v))
+    }
+
+    /// The values, in rank order.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.values.iter().map(|(_, v)| v)
+    }
+
+    /// The values, in rank order, without their ranks.
+    pub fn into_values(self) -> Vec<T> {
+        self.values.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// How many ranks ran in this process: all of them in-process, 1 under `mpirun`.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether no rank ran here (never, for a value of [`launch`]).
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
+impl<T> IntoIterator for Launched<T> {
+    type Item = (core::Rank, T);
+    type IntoIter = std::vec::IntoIter<(core::Rank, T)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.values.into_iter()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Launched<T> {
+    type Item = (core::Rank, &'a T);
+    type IntoIter = ::core::iter::Map<
+        ::core::slice::Iter<'a, (core::Rank, T)>,
+        fn(&'a (core::Rank, T)) -> (core::Rank, &'a T),
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.values.iter().map(|(r, v)| (*r, v))
+    }
+}
+
+/// Runs `f` as an SPMD program on every rank of a job, and returns each rank's value with
+/// its rank ([`Launched`]).
 ///
 /// * Built with the `mpi` feature and started by `mpirun`/`mpiexec` (the launcher's
 ///   `OMPI_COMM_WORLD_SIZE` or `PMI_SIZE` is set): this process is one rank of the MPI
@@ -61,11 +142,13 @@ pub use starling_mpi as mpi;
 /// * Otherwise: [`run_local`]`(ranks, f)`, `ranks` ranks held in this process; the
 ///   result holds every rank's value, in rank order.
 ///
-/// So one program runs both ways:
+/// So one program, and one check of its results, runs both ways:
 ///
 /// ```
 /// let values = starling::launch(2, |ctx| ctx.rank().0 * 10)?;
-/// assert_eq!(values, vec![0, 10]); // in-process; under mpirun: vec![10 * this rank]
+/// for (rank, value) in &values {
+///     assert_eq!(*value, rank.0 * 10); // every rank in-process; this rank under mpirun
+/// }
 /// # Ok::<(), starling::ShutdownError>(())
 /// ```
 ///
@@ -86,7 +169,7 @@ pub use starling_mpi as mpi;
 /// second call in one process: the first call's shutdown finalized MPI, which cannot be
 /// initialised again, so a program calls `launch` once under `mpirun` (running several
 /// phases inside `f`).
-pub fn launch<R, F>(ranks: u32, f: F) -> Result<Vec<R>, ShutdownError>
+pub fn launch<R, F>(ranks: u32, f: F) -> Result<Launched<R>, ShutdownError>
 where
     R: Send + 'static,
     F: Fn(&Context) -> R + Send + Sync + 'static,
@@ -95,7 +178,7 @@ where
     if mpi::under_mpirun() {
         return launch_mpi(mpi::MpiConfig::from_env(), f);
     }
-    run_local(ranks, f)
+    run_local(ranks, f).map(Launched::all)
 }
 
 /// [`launch`] with a configuration: the in-process cluster's [`ClusterConfig`], whose
@@ -108,8 +191,11 @@ where
 ///     stats: true,
 ///     ..starling::ClusterConfig::from_env()
 /// };
-/// let sent = starling::launch_with(2, config, |ctx| ctx.comm_amounts())?;
-/// assert_eq!(sent.len(), 2); // in-process: both ranks; under mpirun: this rank only
+/// let sent = starling::launch_with(2, config, |ctx| ctx.comm_amounts().expect("stats are on"))?;
+/// for (_rank, amounts) in &sent {
+///     assert_eq!(amounts.len(), 2); // one entry per rank of the world
+/// }
+/// assert!(sent.len() == 2 || starling::under_mpirun()); // in-process: both ranks
 /// # Ok::<(), starling::ShutdownError>(())
 /// ```
 ///
@@ -119,7 +205,11 @@ where
 /// # Panics
 /// As [`launch`]. In-process, it runs [`run_local_with`], which does not read the fake
 /// rank variables that [`run_local`] honours.
-pub fn launch_with<R, F>(ranks: u32, config: ClusterConfig, f: F) -> Result<Vec<R>, ShutdownError>
+pub fn launch_with<R, F>(
+    ranks: u32,
+    config: ClusterConfig,
+    f: F,
+) -> Result<Launched<R>, ShutdownError>
 where
     R: Send + 'static,
     F: Fn(&Context) -> R + Send + Sync + 'static,
@@ -128,7 +218,7 @@ where
     if mpi::under_mpirun() {
         return launch_mpi(mpi_config(&config), f);
     }
-    run_local_with(ranks, config, f)
+    run_local_with(ranks, config, f).map(Launched::all)
 }
 
 /// The MPI settings of a rank launched with `config`: the environment's
@@ -153,14 +243,17 @@ fn init_mpi(config: mpi::MpiConfig) -> mpi::MpiRank {
 
 /// This process's rank of an `mpirun` job: `f` on it, then its shutdown.
 #[cfg(feature = "mpi")]
-fn launch_mpi<R, F>(config: mpi::MpiConfig, f: F) -> Result<Vec<R>, ShutdownError>
+fn launch_mpi<R, F>(config: mpi::MpiConfig, f: F) -> Result<Launched<R>, ShutdownError>
 where
     F: Fn(&Context) -> R,
 {
     let rank = init_mpi(config);
+    let me = rank.context().rank();
     let value = f(rank.context());
     rank.shutdown()?;
-    Ok(vec![value])
+    Ok(Launched {
+        values: vec![(me, value)],
+    })
 }
 
 /// Runs a master-slave job ([`ms`]): the master rank ([`ms::MsConfig::master`]) runs the

@@ -16,7 +16,7 @@ use starling::core::{AccessMode, DataId, Owner, Rank, Tag};
 use starling::interfaces::{Variable, Vector};
 use starling::{
     AnyHandle, ClusterConfig, Codelet, CommError, Context, DataError, Handle, InsertError,
-    RuntimeConfig, ShutdownError, TransferDirection, TransferError, run_local_with,
+    Leftover, RuntimeConfig, ShutdownError, TransferDirection, TransferError, run_local_with,
 };
 
 fn config(watchdog: Option<Duration>) -> ClusterConfig {
@@ -117,15 +117,34 @@ fn a_task_whose_input_transfer_failed_does_not_run_nor_do_the_tasks_after_it() {
     assert_eq!(failure.tag, Tag(1));
     assert_eq!(failure.direction, TransferDirection::Recv);
     assert!(
-        err.leftovers
-            .iter()
-            .any(|l| l.contains("rank 1: transfer failed") && l.contains("from rank 0")),
+        err.leftovers.iter().any(|l| matches!(
+            l,
+            Leftover::TransferFailed { rank: Rank(1), error } if error == failure
+        )),
         "{err}"
     );
     assert!(
-        err.leftovers
-            .iter()
-            .any(|l| l.contains("rank 1: ") && l.contains("task(s) did not run")),
+        err.leftovers.iter().any(|l| {
+            let l = l.to_string();
+            l.contains("rank 1: transfer failed") && l.contains("from rank 0")
+        }),
+        "{err}"
+    );
+    assert!(
+        err.leftovers.iter().any(|l| matches!(
+            l,
+            Leftover::TasksSkipped {
+                rank: Rank(1),
+                count: 1..
+            }
+        )),
+        "{err}"
+    );
+    assert!(
+        err.leftovers.iter().any(|l| {
+            let l = l.to_string();
+            l.contains("rank 1: ") && l.contains("task(s) did not run")
+        }),
         "{err}"
     );
 }

@@ -4,7 +4,7 @@
 use core::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use starling::core::select::PolicyId;
+use starling::PolicyId;
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::{Variable, Vector};
 use starling::{
@@ -196,7 +196,11 @@ fn the_cache_halves_the_traffic_and_a_flush_frees_the_copy() {
                 ctx.insert(&touch).rw(&h0).r(&h1).submit().unwrap();
             }
             ctx.wait_for_all();
-            (ctx.comm_amounts(), cached, after_flush)
+            (
+                ctx.comm_amounts().expect("statistics are on"),
+                cached,
+                after_flush,
+            )
         })
     };
     let with = bytes(true);
@@ -442,7 +446,7 @@ fn migration_and_distributed_copy() {
         ctx.insert(&inc).rw(&a).submit().unwrap(); // 6 on rank 0
         ctx.migrate(&a, Rank(1)).unwrap();
         ctx.insert(&inc).rw(&a).submit().unwrap(); // 7, now on rank 1
-        ctx.data_cpy(&b, &a, || {}).unwrap(); // b = 7 on rank 2
+        ctx.data_cpy(&b, &a).unwrap(); // b = 7 on rank 2
         ctx.wait_for_all();
         let owner = ctx.data_owner(&a);
         let v = match ctx.rank().0 {
@@ -500,7 +504,7 @@ fn fake_rank_2_of_1024_completes_with_zero_messages() {
             n += usize::from(ins.executed_here);
         }
         ctx.wait_for_all();
-        (n, ctx.comm_amounts())
+        (n, ctx.comm_amounts().expect("statistics are on"))
     })
     .unwrap();
     assert_eq!(inserted, 1, "rank 2 runs the task of tile 2 only");
@@ -512,7 +516,7 @@ fn the_policy_registry_reports_its_limits_as_errors() {
     // `policy_register`, `policy_register_many`, `policy_register_toomany`,
     // `policy_unregister`.
     let out = run(2, |ctx| {
-        fn second_owner(_me: Rank, _n: u32, accesses: &[starling::core::insert::Access]) -> Rank {
+        fn second_owner(_me: Rank, _n: u32, accesses: &[starling::PolicyAccess]) -> Rank {
             accesses
                 .get(1)
                 .and_then(|a| a.owner.rank())
@@ -591,7 +595,7 @@ fn a_byte_budget_evicts_least_recently_used_copies_without_breaking_agreement() 
         ctx.wait_for_all();
         let cached = tiles.iter().filter(|t| ctx.cached_receive(t)).count();
         let sum = (ctx.rank() == Rank(0)).then(|| ctx.acquire(&acc, AccessMode::R).get().get());
-        (cached, sum, ctx.comm_amounts())
+        (cached, sum, ctx.comm_amounts().expect("statistics are on"))
     });
     let per_round: u64 = (0..8u64).map(|i| i * 1024).sum();
     assert_eq!(out[0].1, Some(2 * per_round));
@@ -644,7 +648,7 @@ fn the_manual_exchange_pair_equals_an_insert() {
             } else {
                 value(ctx, &x1)
             };
-            (v, ctx.comm_amounts())
+            (v, ctx.comm_amounts().expect("statistics are on"))
         })
     };
     let manual = run_one(true);

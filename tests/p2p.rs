@@ -8,8 +8,8 @@ use std::sync::Arc;
 use starling::core::{AccessMode, CommId, Rank, Tag};
 use starling::interfaces::{Block, Complex, Matrix, Variable, Vector};
 use starling::{
-    ClusterConfig, Codelet, CommError, Context, DataError, RecvOpts, RuntimeConfig, SendOpts,
-    TaskTag, run_local_with,
+    ClusterConfig, Codelet, CommError, Context, DataError, Leftover, RecvOpts, RuntimeConfig,
+    SendOpts, TaskTag, run_local_with,
 };
 
 fn config() -> ClusterConfig {
@@ -579,7 +579,7 @@ fn statistics_count_payload_bytes_per_peer() {
                 ctx.recv(&h, Rank(0), Tag(t)).unwrap();
             }
         }
-        ctx.comm_amounts()
+        ctx.comm_amounts().expect("statistics are on")
     })
     .unwrap();
     assert_eq!(out[0], vec![0, 12]);
@@ -694,7 +694,23 @@ fn shutdown_reports_orphan_messages_instead_of_aborting() {
     .unwrap_err();
     assert_eq!(err.leftovers.len(), 1, "{err}");
     assert!(
-        err.leftovers[0].contains("rank 0: message from rank 1 with tag 77 (4 bytes)"),
+        matches!(
+            err.leftovers[0],
+            Leftover::Orphan {
+                rank: Rank(0),
+                source: Rank(1),
+                tag: Tag(77),
+                bytes: 4,
+                refused: false,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.leftovers[0]
+            .to_string()
+            .contains("rank 0: message from rank 1 with tag 77 (4 bytes)"),
         "{err}"
     );
 }
@@ -729,7 +745,16 @@ fn shutdown_reports_requests_never_waited_on() {
     .unwrap_err();
     assert_eq!(err.leftovers.len(), 1, "{err}");
     assert!(
-        err.leftovers[0].contains("request never waited on: send of data 0 to rank 1 with tag 4"),
+        matches!(
+            &err.leftovers[0],
+            Leftover::Unwaited { rank: Rank(0), what } if what.starts_with("send of data 0 to rank 1 with tag 4")
+        ),
+        "{err}"
+    );
+    assert!(
+        err.leftovers[0]
+            .to_string()
+            .contains("request never waited on: send of data 0 to rank 1 with tag 4"),
         "{err}"
     );
 }
@@ -751,7 +776,16 @@ fn a_panicking_task_is_reported_at_shutdown_and_does_not_wedge_the_rank() {
     .unwrap_err();
     assert_eq!(err.leftovers.len(), 1, "{err}");
     assert!(
-        err.leftovers[0].contains("rank 0: task `boom` panicked: kernel failed"),
+        matches!(
+            &err.leftovers[0],
+            Leftover::TaskFailed { rank: Rank(0), what } if what.contains("panicked: kernel failed")
+        ),
+        "{err}"
+    );
+    assert!(
+        err.leftovers[0]
+            .to_string()
+            .contains("rank 0: task `boom` panicked: kernel failed"),
         "{err}"
     );
 }
@@ -772,7 +806,15 @@ fn a_panicking_request_callback_is_reported_and_the_rank_goes_on() {
     .unwrap_err();
     assert_eq!(err.leftovers.len(), 1, "{err}");
     assert!(
+        matches!(
+            &err.leftovers[0],
+            Leftover::CallbackPanicked { rank: Rank(0), what } if what == "send of data 0 to rank 1 with tag 1"
+        ),
+        "{err}"
+    );
+    assert!(
         err.leftovers[0]
+            .to_string()
             .contains("rank 0: the callback of the send of data 0 to rank 1 with tag 1 panicked"),
         "{err}"
     );

@@ -181,7 +181,7 @@ fn a_hostile_peer_cannot_make_a_rank_panic_or_lose_a_message() {
     ctx.wait_for_all();
     assert_eq!(
         runner.leftovers(),
-        Vec::<String>::new(),
+        Vec::<starling::Leftover>::new(),
         "nothing lost or left"
     );
     runner.stop();

@@ -9,9 +9,18 @@ use std::time::Instant;
 use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::Variable;
 use starling::{
-    ClusterConfig, Codelet, CommError, Context, Handle, InsertError, RuntimeConfig, Tables,
-    run_local_with,
+    ClusterConfig, Codelet, CommError, Context, Handle, InsertError, Leftover, RuntimeConfig,
+    Tables, run_local_with,
 };
+
+/// The leftovers' lines, as the report prints them.
+fn text_of(leftovers: &[Leftover]) -> String {
+    leftovers
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
 
 fn config() -> ClusterConfig {
     ClusterConfig {
@@ -220,7 +229,13 @@ fn a_divergence_found_at_a_barrier_is_reported_at_shutdown() {
     let err = shutdown.expect_err("the divergence is a leftover");
     assert_eq!(err.leftovers.len(), 2, "one line per rank: {err}");
     assert!(
-        err.leftovers[0].starts_with("rank 0: the ranks' task flows diverged at insert #1"),
+        matches!(&err.leftovers[0], Leftover::Note { rank: Rank(0), .. }),
+        "{err}"
+    );
+    assert!(
+        err.leftovers[0]
+            .to_string()
+            .starts_with("rank 0: the ranks' task flows diverged at insert #1"),
         "{err}"
     );
 }
@@ -272,12 +287,17 @@ fn a_receive_whose_send_is_missing_returns_the_explanation_instead_of_hanging() 
         "{explanation}"
     );
     let err = shutdown.expect_err("the watchdog's finding is returned");
+    assert!(matches!(err.leftovers[0], Leftover::Watchdog(_)), "{err}");
     assert!(
-        err.leftovers[0].starts_with("watchdog: nothing progressed for 0."),
+        err.leftovers[0]
+            .to_string()
+            .starts_with("watchdog: nothing progressed for 0."),
         "{err}"
     );
     assert!(
-        err.leftovers[1].starts_with("rank 0 waits for tag 17 from rank 1"),
+        err.leftovers[1]
+            .to_string()
+            .starts_with("rank 0 waits for tag 17 from rank 1"),
         "{err}"
     );
 }
@@ -298,9 +318,10 @@ fn two_ranks_waiting_for_each_other_are_named_as_a_deadlock() {
         assert!(matches!(o, Some(Err(CommError::Stalled { .. }))), "{o:?}");
     }
     let err = shutdown.expect_err("the watchdog's finding is returned");
-    let text = err.leftovers.join("\n");
+    let text = text_of(&err.leftovers);
     assert_eq!(
-        err.leftovers[1], "deadlock: rank 0 waits for rank 1, which waits for rank 0",
+        err.leftovers[1],
+        Leftover::Watchdog("deadlock: rank 0 waits for rank 1, which waits for rank 0".to_owned()),
         "{text}"
     );
     assert!(
@@ -321,7 +342,7 @@ fn a_send_with_the_wrong_tag_is_pointed_at() {
     });
     assert_eq!(out[1], Some(Ok(())));
     let err = shutdown.expect_err("the watchdog's finding is returned");
-    let text = err.leftovers.join("\n");
+    let text = text_of(&err.leftovers);
     assert!(
         text.contains(
             "rank 1 never sent it; it sent tag 18 (4 bytes) instead, which rank 0 never received"
@@ -365,7 +386,7 @@ fn rank_stuck_before_a_barrier(check: bool, what: &str) {
         "{out:?}"
     );
     let err = shutdown.expect_err("the watchdog's finding is returned");
-    let text = err.leftovers.join("\n");
+    let text = text_of(&err.leftovers);
     assert!(
         text.contains(&format!(
             "ranks 0, 1 wait in {what}; rank 2 never entered it (rank 2 waits for tag 1 from rank 0)"
@@ -513,7 +534,7 @@ fn a_message_refused_at_its_receiver_goes_in_ahead_of_receives_waiting_for_room(
         "its receive went in ahead and completed"
     );
     let err = shutdown.expect_err("the watchdog's finding is returned");
-    let text = err.leftovers.join("\n");
+    let text = text_of(&err.leftovers);
     // Only the never-sent receives are left; the message on tag 5 is not.
     assert!(!text.contains("tag 5 "), "{text}");
     assert!(!text.contains("deadlock"), "{text}");
@@ -554,12 +575,14 @@ fn a_hang_with_thousands_of_stuck_receives_is_summarised_and_listed_in_a_file() 
     let listed = err
         .leftovers
         .iter()
-        .position(|l| l.starts_with("the full list ("))
+        .position(|l| matches!(l, Leftover::Watchdog(t) if t.starts_with("the full list (")))
         .unwrap_or_else(|| panic!("{err}"));
     assert!(listed < 30, "{:#?}", &err.leftovers[..listed + 1]);
-    let head = err.leftovers[..=listed].join("\n");
+    let head = text_of(&err.leftovers[..=listed]);
     assert!(
-        err.leftovers[0].starts_with("watchdog: nothing progressed"),
+        err.leftovers[0]
+            .to_string()
+            .starts_with("watchdog: nothing progressed"),
         "{head}"
     );
     assert!(
@@ -568,6 +591,7 @@ fn a_hang_with_thousands_of_stuck_receives_is_summarised_and_listed_in_a_file() 
         "{head}"
     );
     let path = err.leftovers[listed]
+        .to_string()
         .split_once("findings): ")
         .map(|(_, p)| p.to_owned())
         .unwrap_or_else(|| panic!("{head}"));

@@ -3,6 +3,10 @@
 //! * `matcher/*`: one match (an envelope meets a posted receive) plus the re-post of that
 //!   receive, with 1, 64 and 4096 live keys — Starling's fixed-capacity [`Matcher`]
 //!   against a `HashMap<Key, VecDeque<_>>` matcher doing the same work.
+//! * `matcher_fill/*`: a message on a new key each time (a receive posted on a new key,
+//!   the envelope of the oldest one matched), as 100 000 outstanding messages of distinct
+//!   tags make, with key tables of 1024 holding 512, 960 and 1023 live keys: the cost of a
+//!   `heapless` index map as it fills (why a rank uses half of its key tables).
 //! * `planner/*`: the task-insert planner for a 5-access stencil task and a Cholesky
 //!   GEMM task — [`insert::plan`] against a straightforward `std` planner with hash-set
 //!   caches and `Vec` outputs.
@@ -120,5 +124,45 @@ fn matcher(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, matcher, planner::planner, framing::framing);
+/// A key of one source, as a run of tags from one peer makes.
+fn one_source_key(i: usize) -> Key {
+    Key::new(CommId::WORLD, Rank(0), Tag(i as i64))
+}
+
+fn matcher_fill(c: &mut Criterion) {
+    let mut group = c.benchmark_group("matcher_fill");
+    const BATCH: usize = 4096;
+    group.throughput(Throughput::Elements(BATCH as u64));
+    for live in [512usize, 960, 1023] {
+        let mut m: Box<Matcher<1024, 4096>> = Box::new(Matcher::new());
+        for i in 0..live {
+            m.push_recv(one_source_key(i), req(i)).expect("capacity");
+        }
+        // Keys oldest..next are posted.
+        let (mut oldest, mut next) = (0usize, live);
+        group.bench_with_input(BenchmarkId::new("starling", live), &live, |b, _| {
+            b.iter(|| {
+                for _ in 0..BATCH {
+                    m.push_recv(one_source_key(next), req(next % 4096))
+                        .expect("room");
+                    next += 1;
+                    let r = m
+                        .arrive(one_source_key(oldest), unexpected(oldest))
+                        .expect("room");
+                    oldest += 1;
+                    black_box(r);
+                }
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    matcher,
+    matcher_fill,
+    planner::planner,
+    framing::framing
+);
 criterion_main!(benches);

@@ -57,8 +57,43 @@
 use heapless::index_map::FnvIndexMap;
 
 use crate::error::{Full, Table};
-use crate::insert::CacheUpdate;
+
+mod budget;
+
 use crate::types::{DataId, Owner, Rank};
+pub use budget::Budget;
+
+/// A change to this rank's [`Cache`], listed by the [planner](crate::insert::plan);
+/// apply them in order with [`Cache::apply`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum CacheUpdate {
+    /// The current value of `data` is sent to `dest` (set on the owner).
+    SentSet {
+        /// The datum.
+        data: DataId,
+        /// The rank it is sent to.
+        dest: Rank,
+    },
+    /// This rank receives (or received) the current value of `data` (set on the executor).
+    ReceivedSet {
+        /// The datum.
+        data: DataId,
+    },
+    /// The task writes `data`: clear its sent and received flags, and drop the received copy
+    /// if one was recorded (after the task and its write-back). Listed on every rank that
+    /// knows the datum.
+    Invalidate {
+        /// The datum.
+        data: DataId,
+    },
+    /// The cache is disabled and the executor read `data`, which it does not own: drop the
+    /// copy it received for the task, once the task is done.
+    DropCopy {
+        /// The datum.
+        data: DataId,
+    },
+}
 
 /// What a [`Cache::flush`] asks of the adapter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -332,6 +367,16 @@ impl<const N: usize> Cache<N> {
             }
             None => false,
         }
+    }
+
+    /// The owner of `data` changed (the reference's `starpu_mpi_data_set_rank`): clears
+    /// both kinds of its flags on this rank, as every rank must at the same point of the
+    /// flow (see the rules in the [module docs](self)), but asks for no copy to be
+    /// dropped: no data moves, and the old owner may still send its value (a scatter).
+    /// The reference's `set_rank` does not clear them and lets the caches disagree.
+    pub fn on_owner_change(&mut self, data: DataId) {
+        self.clear_sent(data);
+        let _ = self.clear_received(data);
     }
 
     /// Clears both kinds of flags of `data` (the reference's `starpu_mpi_cache_flush`).

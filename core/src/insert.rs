@@ -90,58 +90,11 @@ use core::fmt;
 use heapless::Vec;
 
 use crate::cache::Cache;
+pub use crate::cache::CacheUpdate;
 use crate::error::Table;
 use crate::select::{Policies, PolicyId, SelectError};
+pub use crate::types::Access;
 use crate::types::{AccessMode, DataId, Owner, Priority, Rank, Tag};
-
-/// One datum accessed by a task, as this rank sees it (the reference's
-/// `struct starpu_data_descr` plus what the MPI layer knows of the handle).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct Access {
-    /// The datum.
-    pub data: DataId,
-    /// How the task accesses it.
-    pub mode: AccessMode,
-    /// Who owns it.
-    pub owner: Owner,
-    /// Its user tag: the tag its transfers use.
-    pub tag: Tag,
-    /// Its size in bytes, as scored by [`most_r_data`](crate::select::most_r_data).
-    pub size: u64,
-    /// Whether the datum is registered on this rank. `false` for a temporary datum that
-    /// exists only on some ranks (the reference's `NULL` handle); `owner`, `tag` and `size`
-    /// are then ignored. See the [module docs](self).
-    pub known: bool,
-}
-
-impl Access {
-    /// An access to a datum registered on this rank.
-    pub const fn new(data: DataId, mode: AccessMode, owner: Owner, tag: Tag, size: u64) -> Self {
-        Self {
-            data,
-            mode,
-            owner,
-            tag,
-            size,
-            known: true,
-        }
-    }
-
-    /// The owning rank if the datum is known here, owned by one rank and read by the task.
-    fn read_from(&self) -> Option<Rank> {
-        if self.known && self.mode.reads() {
-            self.owner.rank()
-        } else {
-            None
-        }
-    }
-
-    /// Whether the task writes the datum in W (or RW) mode and the datum is known here.
-    fn written_back(&self) -> bool {
-        self.known && self.mode.contains(AccessMode::W)
-    }
-}
 
 /// Where a task runs, as requested by the application.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -213,38 +166,6 @@ pub struct Transfer {
     pub sync: bool,
     /// The task's priority.
     pub priority: Priority,
-}
-
-/// A change to this rank's [`Cache`], listed by the planner; apply them in order with
-/// [`Cache::apply`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum CacheUpdate {
-    /// The current value of `data` is sent to `dest` (set on the owner).
-    SentSet {
-        /// The datum.
-        data: DataId,
-        /// The rank it is sent to.
-        dest: Rank,
-    },
-    /// This rank receives (or received) the current value of `data` (set on the executor).
-    ReceivedSet {
-        /// The datum.
-        data: DataId,
-    },
-    /// The task writes `data`: clear its sent and received flags, and drop the received copy
-    /// if one was recorded (after the task and its write-back). Listed on every rank that
-    /// knows the datum.
-    Invalidate {
-        /// The datum.
-        data: DataId,
-    },
-    /// The cache is disabled and the executor read `data`, which it does not own: drop the
-    /// copy it received for the task, once the task is done.
-    DropCopy {
-        /// The datum.
-        data: DataId,
-    },
 }
 
 /// What one rank does for one task: the result of [`plan`].

@@ -42,6 +42,7 @@
 //! | [`digest`] | canonical 64-bit digests of task inserts, for the graph-agreement check |
 //! | [`select`] | node-selection policies (most-R-data, registered policies) |
 //! | [`insert`] | the task-insert planner |
+//! | [`reduce`] | inter-node reductions of the insert flow: members, the tree's steps per rank, when to initialise and when to wrap up |
 //! | [`stats`] | payload bytes and messages per peer |
 //! | [`framing`] | the protocol's messages as checked frames on a byte stream; the sans-IO [`framing::Decoder`] |
 //! | `link` | (feature `embedded-hal`) the engine driven over an `embedded-hal-nb` serial port to one peer |
@@ -98,6 +99,7 @@ pub mod lists;
 pub mod matcher;
 #[cfg(any(test, feature = "model"))]
 pub mod model;
+pub mod reduce;
 pub mod request;
 pub mod select;
 pub mod stats;

@@ -25,7 +25,7 @@
 use core::fmt;
 
 use crate::error::{Full, Table};
-use crate::insert::Access;
+use crate::types::Access;
 use crate::types::{AccessMode, Rank};
 
 /// A node-selection policy: given this rank, the number of ranks and the task's accesses

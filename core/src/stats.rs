@@ -18,6 +18,8 @@
 //!   [`Full`] with [`Table::Stats`] and the rank handed back.
 //! - Counters saturate at `u64::MAX` instead of wrapping.
 //! - [`reset`](Stats::reset) clears every counter and keeps the enabled bit.
+//! - [`was_enabled`](Stats::was_enabled) says whether the table was ever enabled: a
+//!   table never enabled has counted nothing, and its zeros are no measurement.
 //!
 //! The core reads no clock: the adapter measures the elapsed time and passes it to
 //! [`report`](Stats::report), whose [`Report`] prints the reference's line format.
@@ -89,6 +91,8 @@ impl PeerStats {
 #[derive(Clone, Debug)]
 pub struct Stats<const PEERS: usize> {
     enabled: bool,
+    /// Enabled at least once.
+    was_enabled: bool,
     /// One row per peer seen, sorted by rank.
     peers: Vec<(Rank, PeerStats), PEERS>,
     total: PeerStats,
@@ -105,6 +109,7 @@ impl<const PEERS: usize> Stats<PEERS> {
     pub const fn new() -> Self {
         Self {
             enabled: false,
+            was_enabled: false,
             peers: Vec::new(),
             total: PeerStats::ZERO,
         }
@@ -113,6 +118,7 @@ impl<const PEERS: usize> Stats<PEERS> {
     /// Starts counting (`starpu_mpi_comm_stats_enable`).
     pub fn enable(&mut self) {
         self.enabled = true;
+        self.was_enabled = true;
     }
 
     /// Stops counting, keeping what was counted (`starpu_mpi_comm_stats_disable`).
@@ -124,6 +130,13 @@ impl<const PEERS: usize> Stats<PEERS> {
     #[inline]
     pub const fn is_enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// Whether the table was ever enabled (and so may hold counts): `false` means its
+    /// zeros measure nothing.
+    #[inline]
+    pub const fn was_enabled(&self) -> bool {
+        self.was_enabled
     }
 
     /// Counts a payload of `bytes` sent to `dest`; a no-op while disabled.

@@ -217,3 +217,52 @@ mod tests {
         assert_eq!(MsgId(u32::MAX).next(), MsgId(0));
     }
 }
+
+/// One datum accessed by a task, as this rank sees it (the reference's
+/// `struct starpu_data_descr` plus what the MPI layer knows of the handle).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Access {
+    /// The datum.
+    pub data: DataId,
+    /// How the task accesses it.
+    pub mode: AccessMode,
+    /// Who owns it.
+    pub owner: Owner,
+    /// Its user tag: the tag its transfers use.
+    pub tag: Tag,
+    /// Its size in bytes, as scored by [`most_r_data`](crate::select::most_r_data).
+    pub size: u64,
+    /// Whether the datum is registered on this rank. `false` for a temporary datum that
+    /// exists only on some ranks (the reference's `NULL` handle); `owner`, `tag` and `size`
+    /// are then ignored. See the [planner's docs](crate::insert).
+    pub known: bool,
+}
+
+impl Access {
+    /// An access to a datum registered on this rank.
+    pub const fn new(data: DataId, mode: AccessMode, owner: Owner, tag: Tag, size: u64) -> Self {
+        Self {
+            data,
+            mode,
+            owner,
+            tag,
+            size,
+            known: true,
+        }
+    }
+
+    /// The owning rank if the datum is known here, owned by one rank and read by the task.
+    pub(crate) fn read_from(&self) -> Option<Rank> {
+        if self.known && self.mode.reads() {
+            self.owner.rank()
+        } else {
+            None
+        }
+    }
+
+    /// Whether the task writes the datum in W (or RW) mode and the datum is known here.
+    pub(crate) fn written_back(&self) -> bool {
+        self.known && self.mode.contains(AccessMode::W)
+    }
+}

@@ -89,7 +89,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::Group;
 use starling_core::Rank;
 use starling_std::hang::Watchdog;
-use starling_std::{Context, RankConfig, RankRunner, ShutdownError, StartError};
+use starling_std::{Context, Leftover, RankConfig, RankRunner, ShutdownError, StartError};
 
 pub use bind::{Bindings, GetBind};
 pub use transport::MpiTransport;
@@ -594,8 +594,8 @@ impl MpiRank {
         }
         let leftovers = runner.leftovers();
         let failures = runner.failures();
-        if self.config.rank.stats || self.config.stats_dir.is_some() {
-            let report = runner.stats_report();
+        // Statistics on from the start, or switched on at run time by the application.
+        if let Some(report) = runner.stats_report() {
             eprint!("{report}");
             if let Some(dir) = &self.config.stats_dir {
                 let path = dir.join(format!("rank{}.txt", rank.0));
@@ -622,10 +622,10 @@ impl MpiRank {
     }
 
     /// Stops `runner` without finalizing MPI (its peers may be hung: `mpirun` ends the
-    /// job once this process exits); the error to return: `first`, then what the rank
-    /// left behind.
+    /// job once this process exits); the error to return: the watchdog's lines `first`,
+    /// then what the rank left behind.
     fn give_up(&self, runner: RankRunner, first: Vec<String>) -> ShutdownError {
-        let mut leftovers = first;
+        let mut leftovers: Vec<_> = first.into_iter().map(Leftover::Watchdog).collect();
         leftovers.extend(runner.leftovers());
         let failures = runner.failures();
         self.abandon.store(true, Ordering::SeqCst);

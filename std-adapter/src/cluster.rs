@@ -8,7 +8,7 @@ use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB};
 
 use crate::agreement::Board;
 use crate::context::Context;
-use crate::error::{ShutdownError, TransferError};
+use crate::error::{Leftover, ShutdownError, TransferError};
 use crate::hang::{self, Probe, RankReport, Watchdog};
 use crate::progress::{self, InboxTx, Input};
 use crate::rank::{DriverMode, Inbox, RankConfig, RankRunner, Tables};
@@ -444,7 +444,12 @@ where
         w.stop();
     }
     // What the watchdog found comes first.
-    leftovers.splice(0..0, core::mem::take(&mut *lock(&quiesce.fired)));
+    leftovers.splice(
+        0..0,
+        core::mem::take(&mut *lock(&quiesce.fired))
+            .into_iter()
+            .map(Leftover::Watchdog),
+    );
     if let Some(p) = panic {
         std::panic::resume_unwind(p);
     }
@@ -462,7 +467,7 @@ fn rank_main<R, F>(
     config: &ClusterConfig,
     quiesce: &Quiesce,
     f: &F,
-) -> (Option<R>, Vec<String>, Vec<(Rank, TransferError)>)
+) -> (Option<R>, Vec<Leftover>, Vec<(Rank, TransferError)>)
 where
     F: Fn(&Context) -> R,
 {
@@ -497,10 +502,7 @@ where
             outstanding = v.outstanding;
             true
         });
-        leftovers.push(format!(
-            "rank {}: {outstanding} task(s) or request(s) could never complete",
-            rank.0
-        ));
+        leftovers.push(Leftover::Incomplete { rank, outstanding });
     }
     // Why they could not: every rank reports, one rank merges (below).
     let explain = quiesce.any_stuck.load(Ordering::SeqCst) && lock(&quiesce.fired).is_empty();
@@ -509,8 +511,8 @@ where
         let report = runner.probe().report();
         lock(&quiesce.reports).push(report);
     }
-    if config.stats || config.stats_dir.is_some() {
-        let report = runner.stats_report();
+    // Statistics on from the start, or switched on at run time by the application.
+    if let Some(report) = runner.stats_report() {
         eprint!("{report}");
         if let Some(dir) = &config.stats_dir {
             let path = dir.join(format!("rank{}.txt", rank.0));
@@ -529,7 +531,7 @@ where
     if explain && rank.0 == 0 {
         let reports = lock(&quiesce.reports);
         let why = hang::explain_and_keep(quiesce.ranks, &reports, &hang::hang_dir());
-        leftovers.splice(0..0, why.into_iter().map(|w| format!("why: {w}")));
+        leftovers.splice(0..0, why.into_iter().map(Leftover::Why));
     }
     runner.stop();
     match outcome {

@@ -30,9 +30,6 @@ use crate::error::CommError;
 use crate::interfaces::Vector;
 use crate::sync::{Arc, Ordering};
 
-/// The first id of a split or duplicated [`Comm`].
-pub(crate) const FIRST_SPLIT_ID: u32 = 1 << 14;
-
 /// The communicator on which members agree on a split, and meet in [`Comm::barrier`]: no
 /// application message travels on it.
 const INTERNAL: CommId = CommId(u16::MAX);

@@ -7,13 +7,13 @@ use starling_core::engine::{RecvArgs, SendArgs};
 use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
-use crate::error::{CommError, TransferDirection, TransferError};
+use crate::error::{CommError, Noted, TaskError, TransferDirection, TransferError};
 use crate::pool::BufferPool;
 use crate::progress::{Command, Done, Drive, Driven, DriverGuard, Payload};
 use crate::sync::{
     Arc, AtomicBool, AtomicU32, AtomicUsize, Condvar, Mutex, Ordering, lock, thread,
 };
-use crate::task::{Access, Codelet, NodeId, Runtime, TaskTag};
+use crate::task::{Access, Codelet, NodeId, Outcome, Runtime, TaskTag};
 use crate::trace::{self, Recorder};
 
 /// Sends a command to this rank's progression thread.
@@ -34,7 +34,7 @@ pub struct Context {
     /// Tags of live handles, both ways (unique per rank).
     tags: Mutex<(HashMap<Tag, DataId>, HashMap<DataId, Tag>)>,
     pedantic_isend: bool,
-    pub(crate) reports: Arc<Mutex<Vec<String>>>,
+    pub(crate) reports: Arc<Mutex<Vec<Noted>>>,
     pub(crate) tag_base: i32,
     /// The insert-task utility's state: registrations, cache, policies.
     pub(crate) dist: Mutex<crate::distributed::DistState>,
@@ -139,7 +139,7 @@ struct ReqInner {
     finished: AtomicBool,
     waited: AtomicBool,
     what: ReqWhat,
-    reports: Arc<Mutex<Vec<String>>>,
+    reports: Arc<Mutex<Vec<Noted>>>,
     driver: Option<Arc<dyn Drive>>,
     /// The rank's timeline trace, when tracing (waits are recorded).
     timeline: Option<Arc<Recorder>>,
@@ -237,6 +237,43 @@ impl Request {
         }
     }
 
+    /// Blocks until every request of `requests` completed (`starpu_mpi_wait_all`); each
+    /// is waited on, even after one failed.
+    ///
+    /// # Errors
+    /// The first failure, in the order of `requests` (the others completed all the same).
+    pub fn wait_all(requests: impl IntoIterator<Item = Self>) -> Result<(), CommError> {
+        let mut first = Ok(());
+        for r in requests {
+            let outcome = r.wait();
+            if first.is_ok() {
+                first = outcome;
+            }
+        }
+        first
+    }
+
+    /// Whether every request of `requests` completed (`starpu_mpi_test_all`): `None` while
+    /// one has not; once all have, their outcome — `Ok`, or the first failure in the order
+    /// of `requests` — and then every one of them counts as waited. Testing moves
+    /// communication on, as [`Request::test`] does.
+    pub fn test_all(requests: &[Self]) -> Option<Result<(), CommError>> {
+        // Looked at without marking any as waited: a request counts as waited only once
+        // the whole array is done, as the reference's flag is all-or-nothing.
+        if let Some(driver) = requests.first().and_then(|r| r.inner.driver.as_ref()) {
+            let _driving = driver.enter();
+            driver.try_drive();
+        }
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for r in requests {
+            outcomes.push(lock(&r.inner.result).clone()?);
+        }
+        for r in requests {
+            r.inner.waited.store(true, Ordering::SeqCst);
+        }
+        Some(outcomes.into_iter().collect())
+    }
+
     /// The outcome if the request completed (then it counts as waited), `None` if not yet.
     /// Testing again, or waiting, after a completed test returns the same outcome.
     pub fn test(&self) -> Option<Result<(), CommError>> {
@@ -256,7 +293,7 @@ impl Request {
 impl Drop for Request {
     fn drop(&mut self) {
         if !self.inner.waited.load(Ordering::SeqCst) {
-            lock(&self.inner.reports).push(format!("request never waited on: {}", self.inner.what));
+            lock(&self.inner.reports).push(Noted::Unwaited(self.inner.what.to_string()));
         }
     }
 }
@@ -330,7 +367,7 @@ fn drive_until<'a>(
 /// `reports`. (The hand-off the loom models of `sync/handoffs.rs` check.)
 pub(crate) fn request_pair(
     what: ReqWhat,
-    reports: Arc<Mutex<Vec<String>>>,
+    reports: Arc<Mutex<Vec<Noted>>>,
     driver: Option<Arc<dyn Drive>>,
     timeline: Option<Arc<Recorder>>,
 ) -> (Request, Done) {
@@ -490,15 +527,73 @@ impl TaskBuilder<'_> {
         self
     }
 
-    /// Submits the task.
-    pub fn submit(self) {
-        self.ctx.runtime.submit_task(
+    /// Submits the task, and returns a handle to wait for it alone
+    /// ([`TaskHandle::wait`], the reference's `starpu_task_wait`). Dropping the handle
+    /// changes nothing: the task runs all the same, and [`Context::wait_for_all`] waits
+    /// for it.
+    pub fn submit(self) -> TaskHandle {
+        let outcome = self.ctx.runtime.submit_task(
             self.codelet,
             self.accesses,
             self.priority,
             self.callback,
             self.tag,
         );
+        TaskHandle::new(self.ctx, outcome)
+    }
+}
+
+/// A submitted task, to wait for it alone ([`TaskBuilder::submit`]; the reference's
+/// `starpu_task_wait` on a task submitted with `detach = 0`). Cheap: two shared pointers;
+/// clone it to wait from several places. Dropping it detaches nothing and waits for
+/// nothing.
+#[derive(Clone)]
+pub struct TaskHandle {
+    runtime: Runtime,
+    outcome: Outcome,
+}
+
+impl core::fmt::Debug for TaskHandle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TaskHandle")
+            .field("outcome", &*lock(&self.outcome))
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskHandle {
+    /// The handle of a task of `ctx`'s runtime whose outcome is `outcome`.
+    pub(crate) fn new(ctx: &Context, outcome: Outcome) -> Self {
+        Self {
+            runtime: ctx.runtime.clone(),
+            outcome,
+        }
+    }
+
+    /// Blocks until the task completed: it ran (its kernel and its callback), or it
+    /// will never run.
+    ///
+    /// # Errors
+    /// [`TaskError::Upstream`]: the task did not run, because a value it reads depends on
+    /// a failed transfer ([`Context::try_wait_for_all`] reports the same failure);
+    /// [`TaskError::Failed`]: its kernel or callback panicked. Either way the task is
+    /// complete, and shutdown reports the failure too.
+    ///
+    /// Call it from the application's thread, as `starpu_task_wait` is: from inside a
+    /// task or a callback it can wait for a task that needs the very worker it holds (on
+    /// a rank with one worker, it waits forever).
+    pub fn wait(&self) -> Result<(), TaskError> {
+        self.runtime.wait_outcome(&self.outcome)
+    }
+
+    /// The task's outcome if it completed, `None` while it has not (without waiting).
+    pub fn test(&self) -> Option<Result<(), TaskError>> {
+        lock(&self.outcome).clone()
+    }
+
+    /// Whether the task completed (ran, failed or was skipped).
+    pub fn is_done(&self) -> bool {
+        lock(&self.outcome).is_some()
     }
 }
 
@@ -555,7 +650,7 @@ impl Context {
             in_place_min,
             blocking_in_place_min,
             device_min,
-            next_split: AtomicU32::new(crate::comm::FIRST_SPLIT_ID),
+            next_split: AtomicU32::new(crate::tags::FIRST_SPLIT_ID),
             tracker: Arc::new(crate::hang::Tracker::new()),
         }
     }
@@ -609,8 +704,23 @@ impl Context {
     /// Gives `h` a tag, unique among this rank's live handles.
     ///
     /// # Errors
-    /// [`CommError::TagInUse`] when another live handle has `tag`.
+    /// [`CommError::TagInUse`] when another live handle has `tag`;
+    /// [`CommError::AutoTagRange`] for a tag among the automatic ones
+    /// ([`crate::tags::AUTO_TAGS`]), which only registrations with
+    /// [`crate::TagChoice::Auto`] get.
     pub fn set_tag<I: Interface>(&self, h: &Handle<I>, tag: Tag) -> Result<(), CommError> {
+        if crate::tags::AUTO_TAGS.contains(&tag.0) {
+            return Err(CommError::AutoTagRange { tag });
+        }
+        self.set_tag_unchecked(h, tag)
+    }
+
+    /// [`Context::set_tag`] for any tag (an automatic one included).
+    pub(crate) fn set_tag_unchecked<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        tag: Tag,
+    ) -> Result<(), CommError> {
         let mut guard = lock(&self.tags);
         let (by_tag, by_data) = &mut *guard;
         match by_tag.get(&tag) {
@@ -816,10 +926,20 @@ impl Context {
         Ok(())
     }
 
-    /// Refuses the tags the runtime keeps for itself ([`crate::agreement::RESERVED_TAGS`]).
+    /// Refuses the tags the runtime keeps for itself ([`crate::tags::RESERVED_TAGS`]).
     pub(crate) fn check_user_tag(&self, tag: Tag) -> Result<(), CommError> {
-        if crate::agreement::RESERVED_TAGS.contains(&tag.0) {
+        if crate::tags::RESERVED_TAGS.contains(&tag.0) {
             return Err(CommError::ReservedTag { tag });
+        }
+        Ok(())
+    }
+
+    /// Refuses, for an explicit registration, the reserved tags and the automatic ones
+    /// ([`crate::tags::AUTO_TAGS`]).
+    pub(crate) fn check_explicit_tag(&self, tag: Tag) -> Result<(), CommError> {
+        self.check_user_tag(tag)?;
+        if crate::tags::AUTO_TAGS.contains(&tag.0) {
+            return Err(CommError::AutoTagRange { tag });
         }
         Ok(())
     }
@@ -1115,7 +1235,7 @@ impl Context {
         Box::new(move |result| {
             if std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| callback(result))).is_err()
             {
-                lock(&panics).push(format!("the callback of the {what} panicked"));
+                lock(&panics).push(Noted::CallbackPanicked(what));
             }
         })
     }
@@ -1494,12 +1614,38 @@ impl Context {
     }
 
     /// Payload bytes this rank sent to each peer, indexed by rank
-    /// (`starpu_mpi_comm_amounts_retrieve`; counted while statistics are enabled).
-    pub fn comm_amounts(&self) -> Vec<u64> {
+    /// (`starpu_mpi_comm_amounts_retrieve` / `starpu_mpi_comm_stats_retrieve`): what was
+    /// counted while statistics were on, kept when they are switched off
+    /// ([`Context::set_comm_stats`]), so a region between an enable and a disable can be
+    /// read after it.
+    ///
+    /// `None` when statistics were never on for this rank (neither at start-up,
+    /// [`crate::ClusterConfig::stats`] / `STARLING_MPI_STATS`, nor at run time): then
+    /// nothing was counted, and a row of zeros would be no measurement.
+    pub fn comm_amounts(&self) -> Option<Vec<u64>> {
         let (tx, rx) = mpsc::channel();
         (self.commands)(Command::Amounts(Box::new(move |v| {
             let _ = tx.send(v);
         })));
         rx.recv().unwrap_or_default()
+    }
+
+    /// Switches this rank's communication statistics on or off at run time
+    /// (`starpu_mpi_comm_stats_enable` / `starpu_mpi_comm_stats_disable`), around a
+    /// region of interest; what was counted is kept either way. Payload bytes are counted
+    /// when a message is handed to the transport, so a transfer of the task flow counts
+    /// if statistics are on when it leaves, which may be after the insert that planned
+    /// it: call [`Context::wait_for_all`] before switching them off to count a region
+    /// whole. Returns once the switch is made (later sends see it). A rank whose
+    /// statistics were on at any time prints its report at shutdown.
+    pub fn set_comm_stats(&self, on: bool) {
+        let (tx, rx) = mpsc::channel();
+        (self.commands)(Command::SetStats(
+            on,
+            Box::new(move |()| {
+                let _ = tx.send(());
+            }),
+        ));
+        let _ = rx.recv();
     }
 }

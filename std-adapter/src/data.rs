@@ -18,8 +18,8 @@ use core::ops::{Deref, DerefMut};
 use starling_core::DataId;
 
 #[cfg(not(loom))]
-use crate::transport::LentData;
-use crate::transport::{RecvBuffer, SendBuffer};
+use crate::buffer::LentData;
+use crate::buffer::{RecvBuffer, SendBuffer};
 
 use crate::sync::{
     Arc, DataLock, DataReadGuard, DataWriteGuard, Mutex, data_lock, data_read, data_write,
@@ -44,6 +44,14 @@ pub enum DataError {
     /// its span), or a user-defined interface could not parse its packed form.
     #[error("malformed data: {0}")]
     Malformed(&'static str),
+    /// The bytes that arrived are the handle's size but not a valid packed form of its
+    /// interface: a header announcing another shape, or a sparse matrix whose row
+    /// pointers do not start at its first entry, decrease, or do not end at its number of
+    /// entries, or whose column index is out of range. Nothing was copied. The sender is
+    /// at fault (its data, or a registration of another shape), not this rank: register
+    /// the datum with one shape on every rank, and check the sender's data.
+    #[error("invalid payload: {0}")]
+    InvalidPayload(&'static str),
 }
 
 /// How a kind of data is laid out and moved between ranks.
@@ -62,7 +70,9 @@ pub trait Interface: Send + Sync + 'static {
     /// # Errors
     /// [`DataError::SizeMismatch`] when `bytes` is not the size this data accepts (the
     /// built-in interfaces accept exactly their own packed size);
-    /// [`DataError::Malformed`] when a user-defined form cannot be parsed. On error the
+    /// [`DataError::Malformed`] when a user-defined form cannot be parsed;
+    /// [`DataError::InvalidPayload`] when bytes of the right size are not a valid packed
+    /// form (a sparse matrix of another shape or with an invalid pattern). On error the
     /// data must be left unchanged.
     fn unpack(&mut self, bytes: &[u8]) -> Result<(), DataError>;
 

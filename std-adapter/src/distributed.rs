@@ -14,14 +14,14 @@
 //! Replicated decisions (the cache, flushes, owner changes, policies, reductions) must be
 //! made by every rank at the same point of the flow; see `docs/protocol.md` §10–12.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
-use starling_core::cache::Cache;
+use starling_core::cache::{Budget, Cache};
 use starling_core::insert::{self, Access, Direction, Execute, Executor, Options, Plan};
 use starling_core::select::{Policies, PolicyFn, PolicyId, SelectError};
-use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag};
+use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag, reduce};
 
-use crate::context::{Context, RecvOpts, SendOpts};
+use crate::context::{Context, RecvOpts, SendOpts, TaskHandle};
 use crate::data::{AnyCell, Handle, Interface};
 use crate::error::{CommError, TransferError};
 use crate::sync::{Arc, lock};
@@ -96,16 +96,6 @@ struct Redux {
     initialised: bool,
 }
 
-/// Least-recently-used received copies of one (owner, reader) pair, for the byte budget.
-#[derive(Default)]
-struct PairLru {
-    bytes: u64,
-    /// Recency stamp → datum.
-    order: BTreeMap<u64, DataId>,
-    /// Datum → (stamp, size).
-    entries: HashMap<DataId, (u64, u64)>,
-}
-
 /// The insert-task utility's per-rank state.
 pub(crate) struct DistState {
     cache: Box<Cache<CACHE_CAPACITY>>,
@@ -117,22 +107,47 @@ pub(crate) struct DistState {
     cells: HashMap<DataId, Arc<dyn AnyCell>>,
     redux: HashMap<DataId, Redux>,
     cache_stats: bool,
-    /// Byte budget per (owner, reader) pair for received copies; `None`: unbounded.
-    budget: Option<u64>,
-    lru: HashMap<(Rank, Rank), PairLru>,
-    stamp: u64,
+    /// The byte budget of cached copies per (owner, reader) pair (the core's
+    /// [`Budget`]: its evictions); `None`: unbounded.
+    budget: Option<Box<CopyBudget>>,
     /// A full cache was reported already (once per rank is enough).
     cache_full: bool,
     /// The graph-agreement check's side of this rank.
     pub(crate) agreement: crate::agreement::Agreement,
+    /// The next automatic tag ([`crate::tags::AUTO_TAGS`]); past its end: none left.
+    pub(crate) next_auto_tag: i64,
+}
+
+/// The tag a registration gives its datum ([`Context::mpi_register`],
+/// [`Context::register_owned`]): one the application chose, or the next automatic one.
+/// A [`Tag`] converts into it, so `ctx.mpi_register(&h, Tag(7), owner)` reads as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TagChoice {
+    /// The next tag of [`crate::tags::AUTO_TAGS`], in this rank's registration
+    /// order: every rank that registers its data in the same order gives each datum the
+    /// same tag, with no tag to invent. Read it back with [`Context::data_tag`]. While the
+    /// graph-agreement check is on, each such registration is part of the checked flow
+    /// (its interface, tag and owner): ranks that register in different orders are told
+    /// so at the next check instead of exchanging the wrong data.
+    Auto,
+    /// This tag (outside [`crate::tags::AUTO_TAGS`] and
+    /// [`crate::tags::RESERVED_TAGS`]).
+    Given(Tag),
+}
+
+impl From<Tag> for TagChoice {
+    fn from(tag: Tag) -> Self {
+        Self::Given(tag)
+    }
 }
 
 impl DistState {
     /// The state as the environment sets it: `STARLING_MPI_CACHE=0` disables the cache,
     /// `STARLING_MPI_CACHE_STATS=1` prints cache events, `STARLING_MPI_CACHE_BUDGET=bytes`
     /// bounds the received copies kept per peer. In a world of `size` ranks the cache
-    /// keeps at most `CACHE_CAPACITY / (size − 1)` entries per (owner, reader) pair, so
-    /// that no table ever fills: a full pair stops caching on both of its ranks alike.
+    /// keeps at most `CACHE_CAPACITY / 2 / (size − 1)` entries per (owner, reader) pair,
+    /// so that no table is ever more than half full: a full pair stops caching on both of
+    /// its ranks alike.
     pub(crate) fn from_env(size: u32) -> Self {
         let mut cache = new_cache();
         cache.set_pair_limit(pair_limit(size));
@@ -150,20 +165,23 @@ impl DistState {
             cache_stats: env_flag("STARLING_MPI_CACHE_STATS"),
             budget: std::env::var("STARLING_MPI_CACHE_BUDGET")
                 .ok()
-                .and_then(|v| v.parse().ok()),
-            lru: HashMap::new(),
-            stamp: 0,
+                .and_then(|v| v.parse().ok())
+                .map(new_budget),
             cache_full: false,
             agreement: crate::agreement::Agreement::new(cfg!(debug_assertions)),
+            next_auto_tag: *crate::tags::AUTO_TAGS.start(),
         }
     }
 }
 
-/// The cache entries one (owner, reader) pair may hold in a world of `size` ranks: the
-/// tables' capacity shared by the peers of a rank, so that neither the owner's sent set nor
-/// the reader's received set can fill (the same on every rank).
+/// The cache entries one (owner, reader) pair may hold in a world of `size` ranks: half
+/// the tables' capacity shared by the peers of a rank, so that neither the owner's sent
+/// set nor the reader's received set is ever more than half full (the same on every
+/// rank).
 fn pair_limit(size: u32) -> usize {
-    CACHE_CAPACITY / (size.max(2) as usize - 1)
+    // Half the capacity: the cache's tables are `heapless` index maps, whose probe
+    // sequences grow without bound as they fill (see `progress::MATCH_KEYS`).
+    CACHE_CAPACITY / 2 / (size.max(2) as usize - 1)
 }
 
 /// A new, empty cache on the heap. Built on a thread with a large stack: `Box::new` of a
@@ -175,6 +193,22 @@ fn new_cache() -> Box<Cache<CACHE_CAPACITY>> {
         .ok()
         .and_then(|t| t.join().ok())
         .expect("building the communication cache")
+}
+
+/// The byte budget's tables: twice the cache's capacity (its sent and received sets:
+/// every counted copy has a flag, so they never fill) and the pairs of up to 2 048 ranks.
+type CopyBudget = Budget<{ 2 * CACHE_CAPACITY }, 4096>;
+
+/// A budget of `bytes` per pair on the heap, built as [`new_cache`] builds the cache.
+fn new_budget(bytes: u64) -> Box<CopyBudget> {
+    let mut b = std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(|| Box::new(CopyBudget::new()))
+        .ok()
+        .and_then(|t| t.join().ok())
+        .expect("building the cache's byte budget");
+    b.set_limit(Some(bytes));
+    b
 }
 
 /// One access of an insert being built: a handle this rank knows, or none (temporary data
@@ -200,7 +234,6 @@ pub struct InsertBuilder<'a> {
     target: Target,
     policy: Option<PolicyId>,
     priority: i32,
-    ssend: bool,
     callback: Option<Box<dyn FnOnce() + Send>>,
     /// Keep the copies this insert fetches even with the cache off, and never evict them
     /// for the byte budget (a get-data-on-node or a migration: the copy is the point; the
@@ -218,7 +251,7 @@ impl core::fmt::Debug for InsertBuilder<'_> {
 }
 
 /// What an insert did on this rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Inserted {
     /// The rank that executes the task (`None`: every rank, for per-node data; or this
     /// rank took no part because a written temporary datum is unknown here).
@@ -227,10 +260,18 @@ pub struct Inserted {
     pub executed_here: bool,
     /// Transfers this rank posted for the task (before and after it).
     pub transfers: usize,
+    /// The task, to wait for it alone ([`TaskHandle::wait`]): `Some` on the rank that runs
+    /// it once [`InsertBuilder::submit`] submitted it, as the reference returns the task
+    /// only where it executes; `None` on the other ranks, and from
+    /// [`InsertBuilder::build`] and [`InsertBuilder::exchange_before`] (the application
+    /// submits the task itself: [`BuiltTask::submit`] returns its handle).
+    pub task: Option<TaskHandle>,
 }
 
 impl<'a> InsertBuilder<'a> {
     /// Adds an access to `h` with `mode` (R, W, RW, SCRATCH, REDUX, COMMUTE, SSEND).
+    /// `mode | AccessMode::SSEND` is how an insert asks for a synchronous send of that
+    /// datum (`STARPU_SSEND`; the only spelling).
     #[must_use]
     pub fn access<I: Interface>(mut self, h: &Handle<I>, mode: AccessMode) -> Self {
         self.items.push(Item {
@@ -283,10 +324,15 @@ impl<'a> InsertBuilder<'a> {
         self.access(h, AccessMode::SCRATCH)
     }
 
-    /// Runs the task on `rank` (the reference's `STARPU_EXECUTE_ON_NODE`).
+    /// Runs the task on `rank` (the reference's `STARPU_EXECUTE_ON_NODE`). `None` changes
+    /// nothing — the written data, an [`InsertBuilder::on_data`] or the policy decide — as
+    /// the reference ignores `STARPU_EXECUTE_ON_NODE, -1`, so a computed `Option<Rank>`
+    /// needs no `if`. A [`Rank`] converts into `Some`: `.on_node(Rank(1))`.
     #[must_use]
-    pub fn on_node(mut self, rank: Rank) -> Self {
-        self.target = Target::Node(rank);
+    pub fn on_node(mut self, rank: impl Into<Option<Rank>>) -> Self {
+        if let Some(r) = rank.into() {
+            self.target = Target::Node(r);
+        }
         self
     }
 
@@ -312,13 +358,6 @@ impl<'a> InsertBuilder<'a> {
         self
     }
 
-    /// Sends this task's data with synchronous sends (`STARPU_SSEND`).
-    #[must_use]
-    pub fn ssend(mut self) -> Self {
-        self.ssend = true;
-        self
-    }
-
     /// Runs `f` after the task, on the executor.
     #[must_use]
     pub fn callback(mut self, f: impl FnOnce() + Send + 'static) -> Self {
@@ -334,11 +373,10 @@ impl<'a> InsertBuilder<'a> {
     /// [`InsertError::NotRegistered`] (a rank-local registration bug).
     pub fn submit(self) -> Result<Inserted, InsertError> {
         let (built, post) = self.build()?;
-        if let Some(task) = built.task {
-            task.submit();
-        }
+        let mut inserted = built.inserted;
+        inserted.task = built.task.map(BuiltTask::submit);
         post.finish();
-        Ok(built.inserted)
+        Ok(inserted)
     }
 
     /// For a task the application builds itself: performs the transfers before it on
@@ -404,7 +442,9 @@ impl<'a> InsertBuilder<'a> {
             execute,
             policy: self.policy,
             priority: Priority(self.priority),
-            ssend: self.ssend,
+            // One spelling of a synchronous send: `AccessMode::SSEND` on the datum's
+            // access (`STARPU_SSEND`), which the planner reads per transfer.
+            ssend: false,
         };
         // Sizes only matter when a policy chooses the executor: compute them then (it
         // may allocate a lazily registered copy).
@@ -417,15 +457,13 @@ impl<'a> InsertBuilder<'a> {
         }
         // A pending reduction is wrapped up before the datum is read without REDUX.
         for (a, item) in accesses.iter().zip(&self.items) {
-            if a.known && a.mode.reads() && !a.mode.contains(AccessMode::REDUX) {
-                if let Some(cell) = &item.cell {
-                    if dist
-                        .redux
-                        .get(&cell.id())
-                        .is_some_and(|r| !r.contributors.is_empty())
-                    {
-                        collective::reduce(ctx, dist, cell, 2)?;
-                    }
+            if let Some(cell) = &item.cell {
+                let pending = dist
+                    .redux
+                    .get(&cell.id())
+                    .is_some_and(|r| !r.contributors.is_empty());
+                if reduce::wraps_up(a, pending) {
+                    collective::reduce(ctx, dist, cell, 2)?;
                 }
             }
         }
@@ -440,7 +478,7 @@ impl<'a> InsertBuilder<'a> {
         )?;
         if dist.agreement.enabled {
             dist.agreement.record(
-                &self.codelet,
+                self.codelet.name(),
                 accesses.iter().zip(&self.items).map(|(a, i)| {
                     let datum = (!i.temporary).then_some((a.tag, a.owner));
                     (datum, a.mode)
@@ -475,7 +513,7 @@ impl<'a> InsertBuilder<'a> {
             };
             if let Some(r) = dist.redux.get_mut(&cell.id()) {
                 r.contributors.insert(x);
-                if x == me && a.owner != Owner::Rank(me) && !r.initialised {
+                if reduce::needs_init(me, x, a.owner, r.initialised) {
                     r.initialised = true;
                     let init = r.init.clone();
                     ctx.runtime.submit_task(
@@ -527,24 +565,9 @@ impl<'a> InsertBuilder<'a> {
             .collect();
         transfers += after.len();
         let updates: Vec<_> = plan.cache.iter().copied().collect();
-        // Recency of received copies, for the byte budget.
-        if dist.budget.is_some() {
-            if let Some(x) = executor {
-                for a in accesses.iter().filter(|a| a.known && a.mode.reads()) {
-                    if let Owner::Rank(o) = a.owner {
-                        if o != x && (me == o || me == x) {
-                            dist.stamp += 1;
-                            let stamp = dist.stamp;
-                            let lru = dist.lru.entry((o, x)).or_default();
-                            if let Some(e) = lru.entries.get_mut(&a.data) {
-                                lru.order.remove(&e.0);
-                                e.0 = stamp;
-                                lru.order.insert(stamp, a.data);
-                            }
-                        }
-                    }
-                }
-            }
+        // Recency of the cached copies the task reads, for the byte budget.
+        if let (Some(b), Some(x)) = (dist.budget.as_deref_mut(), executor) {
+            b.touch_reads(me, x, &accesses);
         }
         dist.accesses = accesses;
         Ok((
@@ -554,6 +577,7 @@ impl<'a> InsertBuilder<'a> {
                     executor,
                     executed_here: execute_here,
                     transfers,
+                    task: None,
                 },
             },
             PostBuild {
@@ -639,15 +663,16 @@ impl BuiltTask<'_> {
         self
     }
 
-    /// Submits the task.
-    pub fn submit(self) {
-        self.ctx.runtime.submit_task(
+    /// Submits the task, and returns a handle to wait for it alone ([`TaskHandle::wait`]).
+    pub fn submit(self) -> TaskHandle {
+        let outcome = self.ctx.runtime.submit_task(
             self.codelet,
             self.accesses,
             self.priority,
             self.callback,
             None,
         );
+        TaskHandle::new(self.ctx, outcome)
     }
 }
 
@@ -724,40 +749,50 @@ fn apply_update(
             // alike). Report it: the cache must be sized for the flow.
             if !dist.cache_full {
                 dist.cache_full = true;
-                lock(&ctx.reports).push(format!(
+                lock(&ctx.reports).push(crate::error::Noted::Other(format!(
                     "the communication cache ({CACHE_CAPACITY} entries per table) was full at \
                      {data}: ranks may disagree from there on; flush data after their last use \
                      or set a byte budget"
-                ));
+                )));
             }
             false
         }
     };
-    let owner = dist.info.get(&data).map(|i| i.owner);
-    match *u {
-        insert::CacheUpdate::ReceivedSet { .. } => {
+    if let insert::CacheUpdate::ReceivedSet { .. } = u {
+        if dist.cache_stats {
+            let size = cell.as_ref().map_or(0, |c| c.packed_size());
+            let from = match from {
+                Some(r) => format!("rank {}", r.0),
+                None => "its owner".to_owned(),
+            };
+            eprintln!(
+                "[starling_mpi_cache][{}] + {size} bytes of {data} from {from}",
+                me.0
+            );
+        }
+    }
+    if let Some(budget) = dist.budget.as_deref_mut() {
+        // The copy's size, when the insert lets its copies be evicted.
+        let size = cell.filter(|_| evictable).map(|c| c.packed_size() as u64);
+        let mut evicted = Vec::new();
+        let counted = budget.on_update(me, u, from, size, &mut dist.cache, |victim| {
+            evicted.push(victim)
+        });
+        if counted.is_err() && !dist.cache_full {
+            dist.cache_full = true;
+            lock(&ctx.reports).push(crate::error::Noted::Other(format!(
+                "the cache's byte budget had no room to count {data}: it is kept until \
+                 its value changes"
+            )));
+        }
+        for victim in evicted {
             if dist.cache_stats {
-                let size = cell.as_ref().map_or(0, |c| c.packed_size());
-                let from = match owner {
-                    Some(Owner::Rank(r)) => format!("rank {}", r.0),
-                    _ => "its owner".to_owned(),
-                };
-                eprintln!(
-                    "[starling_mpi_cache][{}] + {size} bytes of {data} from {from}",
-                    me.0
-                );
+                eprintln!("[starling_mpi_cache][{}] - {victim} (evicted)", me.0);
             }
-            if let (Some(Owner::Rank(o)), Some(c), true) = (owner, cell, evictable) {
-                track(ctx, dist, o, me, data, c.packed_size() as u64);
+            if let Some(c) = dist.cells.get(&victim) {
+                release_after_pending(ctx, Arc::clone(c));
             }
         }
-        insert::CacheUpdate::SentSet { dest, .. } => {
-            if let (Some(c), true) = (cell, evictable) {
-                track(ctx, dist, me, dest, data, c.packed_size() as u64);
-            }
-        }
-        insert::CacheUpdate::Invalidate { .. } => forget_lru(dist, data),
-        insert::CacheUpdate::DropCopy { .. } => {}
     }
     if drop_copy {
         if dist.cache_stats {
@@ -765,50 +800,6 @@ fn apply_update(
         }
         if let Some(c) = cell {
             release_after_pending(ctx, Arc::clone(c));
-        }
-    }
-}
-
-/// Records a received copy of `data` (owner `o`, reader `x`) for the byte budget and
-/// evicts the least recently used copies of that pair beyond it. Both ranks of the pair
-/// see the same flow and make the same decision: no message is needed.
-fn track(ctx: &Context, dist: &mut DistState, o: Rank, x: Rank, data: DataId, size: u64) {
-    let Some(budget) = dist.budget else {
-        return;
-    };
-    dist.stamp += 1;
-    let stamp = dist.stamp;
-    let lru = dist.lru.entry((o, x)).or_default();
-    if let Some((old, old_size)) = lru.entries.insert(data, (stamp, size)) {
-        lru.order.remove(&old);
-        lru.bytes -= old_size;
-    }
-    lru.order.insert(stamp, data);
-    lru.bytes += size;
-    let mut evicted = Vec::new();
-    while lru.bytes > budget {
-        let Some((&s, &victim)) = lru.order.iter().next() else {
-            break;
-        };
-        if victim == data {
-            break; // never evict the copy just made: the task needs it
-        }
-        lru.order.remove(&s);
-        if let Some((_, sz)) = lru.entries.remove(&victim) {
-            lru.bytes -= sz;
-        }
-        evicted.push(victim);
-    }
-    for victim in evicted {
-        if ctx.rank == o {
-            dist.cache.clear_sent_to(victim, x);
-        } else if dist.cache.clear_received(victim) {
-            if dist.cache_stats {
-                eprintln!("[starling_mpi_cache][{}] - {victim} (evicted)", ctx.rank.0);
-            }
-            if let Some(c) = dist.cells.get(&victim) {
-                release_after_pending(ctx, Arc::clone(c));
-            }
         }
     }
 }
@@ -828,11 +819,8 @@ pub(crate) fn forget(ctx: &Context, data: DataId) {
 
 /// Forgets `data` in the byte budget's bookkeeping (its copies are no longer cached).
 fn forget_lru(dist: &mut DistState, data: DataId) {
-    for lru in dist.lru.values_mut() {
-        if let Some((stamp, size)) = lru.entries.remove(&data) {
-            lru.order.remove(&stamp);
-            lru.bytes -= size;
-        }
+    if let Some(b) = dist.budget.as_deref_mut() {
+        b.forget(data);
     }
 }
 
@@ -857,16 +845,20 @@ impl Context {
     /// Gives `h` a tag and an owner for the insert-task utility, on the world
     /// communicator (`starpu_mpi_data_register`). Every rank registers every datum it
     /// uses, with the same tag and owner; `Owner::PerNode` gives every rank its own
-    /// instance (`STARPU_MPI_PER_NODE`).
+    /// instance (`STARPU_MPI_PER_NODE`). The tag is a [`Tag`], or [`TagChoice::Auto`]: the
+    /// next automatic tag in registration order ([`crate::tags::AUTO_TAGS`]).
     ///
     /// # Errors
     /// [`CommError::TagInUse`] when another live handle of this rank has `tag`;
     /// [`CommError::RankOutOfRange`] for an owner outside the world;
-    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself.
+    /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself;
+    /// [`CommError::AutoTagRange`] for an explicit tag among the automatic ones;
+    /// [`CommError::AutoTagsExhausted`] when no automatic tag is left. Nothing is
+    /// registered then, and no automatic tag is used up.
     pub fn mpi_register<I: Interface>(
         &self,
         h: &Handle<I>,
-        tag: Tag,
+        tag: impl Into<TagChoice>,
         owner: Owner,
     ) -> Result<(), InsertError> {
         self.mpi_register_comm(h, tag, owner, CommId::WORLD)
@@ -879,15 +871,43 @@ impl Context {
     pub fn mpi_register_comm<I: Interface>(
         &self,
         h: &Handle<I>,
-        tag: Tag,
+        tag: impl Into<TagChoice>,
         owner: Owner,
         comm: CommId,
     ) -> Result<(), InsertError> {
         if let Owner::Rank(r) = owner {
             self.check_rank(r)?;
         }
-        self.check_user_tag(tag)?;
-        self.set_tag(h, tag)?;
+        let tag = match tag.into() {
+            TagChoice::Given(tag) => {
+                self.check_explicit_tag(tag)?;
+                self.set_tag_unchecked(h, tag)?;
+                tag
+            }
+            TagChoice::Auto => {
+                // Under the registry's lock from choosing the tag to recording it: two
+                // threads of a rank registering at once still get distinct tags (their
+                // order is theirs to keep the same on every rank).
+                let mut dist = lock(&self.dist);
+                let tag = Tag(dist.next_auto_tag);
+                if !crate::tags::AUTO_TAGS.contains(&tag.0) {
+                    return Err(CommError::AutoTagsExhausted.into());
+                }
+                // Never in use: no explicit registration can take an automatic tag.
+                self.set_tag_unchecked(h, tag)?;
+                dist.next_auto_tag += 1;
+                if dist.agreement.enabled {
+                    let name = crate::agreement::registration_name(h.erased().interface_name());
+                    dist.agreement.record(
+                        &name,
+                        core::iter::once((Some((tag, owner)), AccessMode::W)),
+                        &Options::default(),
+                        None,
+                    );
+                }
+                tag
+            }
+        };
         let mut dist = lock(&self.dist);
         dist.info.insert(h.id(), MpiInfo { tag, owner, comm });
         dist.cells.insert(h.id(), h.erased());
@@ -902,7 +922,7 @@ impl Context {
     /// As for [`Context::mpi_register`].
     pub fn register_owned<I: Interface>(
         &self,
-        tag: Tag,
+        tag: impl Into<TagChoice>,
         owner: Owner,
         init: impl FnOnce() -> I + Send + 'static,
     ) -> Result<Handle<I>, InsertError> {
@@ -951,11 +971,7 @@ impl Context {
             .get_mut(&h.id())
             .ok_or_else(|| InsertError::NotRegistered(h.id()))?;
         info.owner = owner;
-        // Forget what was sent and received of the datum (the flags would disagree
-        // between the old owner's readers and the new owner), but keep every local copy:
-        // no data moves, and the old owner may still send its value (a scatter).
-        dist.cache.clear_sent(h.id());
-        let _ = dist.cache.clear_received(h.id());
+        dist.cache.on_owner_change(h.id());
         forget_lru(dist, h.id());
         Ok(())
     }
@@ -972,7 +988,6 @@ impl Context {
             target: Target::Auto,
             policy: None,
             priority: 0,
-            ssend: false,
             callback: None,
             keep_copies: false,
         }
@@ -1028,7 +1043,9 @@ impl Context {
         let dist = &mut *dist;
         let mut dropped = Vec::new();
         dist.cache.flush_all(|d| dropped.push(d));
-        dist.lru.clear();
+        if let Some(b) = dist.budget.as_deref_mut() {
+            b.clear();
+        }
         for d in dropped {
             if let Some(c) = dist.cells.get(&d) {
                 release_after_pending(self, Arc::clone(c));
@@ -1050,8 +1067,8 @@ impl Context {
 
     /// Bounds the cache entries per (owner, reader) pair: past `entries`, a new value
     /// read by the pair is not cached, on both ranks alike (the next read transfers it
-    /// again). By default the cache's capacity shared by a rank's peers, so that no
-    /// table fills; smaller, it saves memory (or tests the bound). Every rank must set the
+    /// again). By default half the cache's capacity shared by a rank's peers, so that no
+    /// table is more than half full; smaller, it saves memory (or tests the bound). Every rank must set the
     /// same bound at the same point of the flow; it applies to entries made from then on.
     pub fn set_cache_pair_limit(&self, entries: usize) {
         lock(&self.dist).cache.set_pair_limit(entries);
@@ -1063,9 +1080,10 @@ impl Context {
     /// Every rank must set the same budget at the same point of the flow.
     pub fn set_cache_budget(&self, bytes: Option<u64>) {
         let mut dist = lock(&self.dist);
-        dist.budget = bytes;
-        if bytes.is_none() {
-            dist.lru.clear();
+        match (bytes, dist.budget.as_deref_mut()) {
+            (None, _) => dist.budget = None,
+            (Some(n), Some(b)) => b.set_limit(Some(n)),
+            (Some(n), None) => dist.budget = Some(new_budget(n)),
         }
     }
 

@@ -1,7 +1,8 @@
 //! The runtime's errors.
 
 use starling_core::engine::{RequestError, SubmitError};
-use starling_core::{DataId, Rank, Tag};
+use starling_core::request::{Kind as RequestKind, State as RequestState};
+use starling_core::{CommId, DataId, Rank, Tag};
 
 use crate::data::DataError;
 
@@ -38,13 +39,26 @@ pub enum CommError {
         tag: Tag,
     },
     /// The tag is one the runtime keeps for its own messages (the negative tags
-    /// `i64::MIN ..= i64::MIN + 15`, [`crate::agreement::RESERVED_TAGS`]). Nothing was
+    /// `i64::MIN ..= i64::MIN + 15`, [`crate::tags::RESERVED_TAGS`]). Nothing was
     /// submitted: use another tag.
     #[error("{tag} is reserved for the runtime's own messages")]
     ReservedTag {
         /// The tag.
         tag: Tag,
     },
+    /// An explicit tag among the automatic ones ([`crate::tags::AUTO_TAGS`]), which
+    /// only registrations with [`crate::TagChoice::Auto`] get. Nothing was registered:
+    /// choose a tag outside the range, or let the runtime choose.
+    #[error("{tag} is in the automatic tag range: use another tag, or TagChoice::Auto")]
+    AutoTagRange {
+        /// The tag.
+        tag: Tag,
+    },
+    /// Every automatic tag of this run was handed out ([`crate::tags::AUTO_TAGS`]:
+    /// 2^61 of them, never reused). Nothing was registered: give the datum an
+    /// explicit tag.
+    #[error("no automatic tag is left: register with an explicit tag")]
+    AutoTagsExhausted,
     /// The watchdog gave up: nothing progressed for its timeout while this request was
     /// pending ([`crate::hang`]). The request was abandoned (its handle is released with
     /// its old value), and so is every later one of the rank: the job is failing. The
@@ -59,6 +73,27 @@ pub enum CommError {
     /// a peer never receives a stale value. Fix the failure named.
     #[error("not sent, the value depends on a failed transfer: {0}")]
     Upstream(Box<TransferError>),
+}
+
+/// A task waited on with [`crate::TaskHandle::wait`] did not complete normally.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TaskError {
+    /// The task did not run (nor its callback): a value it reads depends on a transfer
+    /// that failed (the first such failure is named). What it writes is poisoned in turn;
+    /// [`crate::Context::try_wait_for_all`] and shutdown report the same failure.
+    #[error("the task did not run, an input depends on a failed transfer: {0}")]
+    Upstream(Box<TransferError>),
+    /// The task's kernel or callback panicked, or its data could not be brought back from
+    /// a device: the task completed all the same (its successors ran), and shutdown
+    /// reports it too.
+    #[error("task `{codelet}` {what}")]
+    Failed {
+        /// The task's codelet.
+        codelet: String,
+        /// What went wrong (`panicked: …`, `did not run: …`).
+        what: String,
+    },
 }
 
 /// Which way a failed transfer went.
@@ -120,6 +155,260 @@ impl From<SubmitError> for CommError {
     }
 }
 
+/// One thing a rank left behind at shutdown (an item of [`ShutdownError::leftovers`]).
+///
+/// Its `Display` is the line the report prints, naming its rank (`rank 1: …`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Leftover {
+    /// A message arrived and no receive ever took it ("did you forget to post a receive
+    /// corresponding to a send?").
+    Orphan {
+        /// The rank that holds it.
+        rank: Rank,
+        /// The rank that sent it.
+        source: Rank,
+        /// Its communicator.
+        comm: CommId,
+        /// Its user tag.
+        tag: Tag,
+        /// Its payload size in bytes.
+        bytes: u64,
+        /// Its envelope waited outside the engine, refused for a full table, until the
+        /// end.
+        refused: bool,
+    },
+    /// A request that never completed (a receive whose message never came, a send never
+    /// received), with where it stopped: its explanation.
+    NeverCompleted {
+        /// The rank of the request.
+        rank: Rank,
+        /// Send or receive.
+        kind: RequestKind,
+        /// Its communicator.
+        comm: CommId,
+        /// Destination (send) or source (receive).
+        peer: Rank,
+        /// Its user tag.
+        tag: Tag,
+        /// Payload size (send) or buffer size (receive).
+        bytes: u64,
+        /// Where it stopped (`awaiting envelope`: nothing matching ever arrived).
+        state: RequestState,
+    },
+    /// A request that completed in the engine but whose [`crate::Request`] was never
+    /// waited on.
+    NotRetired {
+        /// The rank of the request.
+        rank: Rank,
+        /// Send or receive.
+        kind: RequestKind,
+        /// Destination (send) or source (receive).
+        peer: Rank,
+        /// Its user tag.
+        tag: Tag,
+    },
+    /// A send or receive that waited for room in the engine's tables until the end: it
+    /// never reached the engine.
+    NeverAdmitted {
+        /// The rank of the request.
+        rank: Rank,
+        /// Send or receive.
+        kind: RequestKind,
+        /// Its communicator.
+        comm: CommId,
+        /// Destination (send) or source (receive).
+        peer: Rank,
+        /// Its user tag.
+        tag: Tag,
+    },
+    /// A [`crate::Request`] dropped without `wait` or a completed `test`.
+    Unwaited {
+        /// The rank of the request.
+        rank: Rank,
+        /// The request (`isend of tag 3 to rank 1`).
+        what: String,
+    },
+    /// The completion callback of a detached request panicked.
+    CallbackPanicked {
+        /// The rank of the request.
+        rank: Rank,
+        /// The request.
+        what: String,
+    },
+    /// A task failed: its kernel or callback panicked, or its data could not be brought
+    /// back from a device.
+    TaskFailed {
+        /// The rank of the task.
+        rank: Rank,
+        /// What happened (`task `gemm` panicked: …`).
+        what: String,
+    },
+    /// A transfer that the task flow depended on failed (also in
+    /// [`ShutdownError::failures`]).
+    TransferFailed {
+        /// The rank of the transfer.
+        rank: Rank,
+        /// The failure.
+        error: TransferError,
+    },
+    /// Tasks that did not run because they read data whose transfer failed.
+    TasksSkipped {
+        /// The rank of the tasks.
+        rank: Rank,
+        /// How many.
+        count: u64,
+    },
+    /// Tasks or requests still pending when nothing moved any more at shutdown.
+    Incomplete {
+        /// The rank.
+        rank: Rank,
+        /// How many.
+        outstanding: usize,
+    },
+    /// Something else the rank reported during the run (a full communication cache, a
+    /// graph-agreement divergence).
+    Note {
+        /// The rank.
+        rank: Rank,
+        /// The report.
+        text: String,
+    },
+    /// A line of the watchdog that gave up on the job ([`crate::hang`]): its heading,
+    /// then the hang explanation.
+    Watchdog(String),
+    /// A line of the hang explanation of what could never complete at shutdown
+    /// ([`crate::hang`]), printed `why: …`.
+    Why(String),
+}
+
+impl Leftover {
+    /// The rank it names; `None` for the job-wide watchdog and explanation lines.
+    pub fn rank(&self) -> Option<Rank> {
+        match self {
+            Self::Orphan { rank, .. }
+            | Self::NeverCompleted { rank, .. }
+            | Self::NotRetired { rank, .. }
+            | Self::NeverAdmitted { rank, .. }
+            | Self::Unwaited { rank, .. }
+            | Self::CallbackPanicked { rank, .. }
+            | Self::TaskFailed { rank, .. }
+            | Self::TransferFailed { rank, .. }
+            | Self::TasksSkipped { rank, .. }
+            | Self::Incomplete { rank, .. }
+            | Self::Note { rank, .. } => Some(*rank),
+            Self::Watchdog(_) | Self::Why(_) => None,
+        }
+    }
+}
+
+impl core::fmt::Display for Leftover {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Orphan {
+                rank,
+                source,
+                tag,
+                bytes,
+                refused,
+                ..
+            } => {
+                write!(
+                    f,
+                    "rank {}: message from rank {} with tag {} ({bytes} bytes) was never received",
+                    rank.0, source.0, tag.0
+                )?;
+                if *refused {
+                    f.write_str(
+                        " (it arrived; its engine refused it for a full table and it waited \
+                         outside, for its receive)",
+                    )?;
+                }
+                Ok(())
+            }
+            Self::NeverCompleted {
+                rank,
+                kind,
+                peer,
+                tag,
+                state,
+                ..
+            } => write!(
+                f,
+                "rank {}: {kind:?} with rank {} and tag {} never completed ({state})",
+                rank.0, peer.0, tag.0
+            ),
+            Self::NotRetired {
+                rank,
+                kind,
+                peer,
+                tag,
+            } => write!(
+                f,
+                "rank {}: {kind:?} with rank {} and tag {} was never waited on",
+                rank.0, peer.0, tag.0
+            ),
+            Self::NeverAdmitted {
+                rank,
+                kind,
+                peer,
+                tag,
+                ..
+            } => write!(
+                f,
+                "rank {}: {kind:?} with rank {} and tag {} never reached the engine (it \
+                 waited for room in the engine's tables)",
+                rank.0, peer.0, tag.0
+            ),
+            Self::Unwaited { rank, what } => {
+                write!(f, "rank {}: request never waited on: {what}", rank.0)
+            }
+            Self::CallbackPanicked { rank, what } => {
+                write!(f, "rank {}: the callback of the {what} panicked", rank.0)
+            }
+            Self::TaskFailed { rank, what } => write!(f, "rank {}: {what}", rank.0),
+            Self::TransferFailed { rank, error } => {
+                write!(f, "rank {}: transfer failed: {error}", rank.0)
+            }
+            Self::TasksSkipped { rank, count } => write!(
+                f,
+                "rank {}: {count} task(s) did not run: they read data whose transfer failed",
+                rank.0
+            ),
+            Self::Incomplete { rank, outstanding } => write!(
+                f,
+                "rank {}: {outstanding} task(s) or request(s) could never complete",
+                rank.0
+            ),
+            Self::Note { rank, text } => write!(f, "rank {}: {text}", rank.0),
+            Self::Watchdog(line) => f.write_str(line),
+            Self::Why(line) => write!(f, "why: {line}"),
+        }
+    }
+}
+
+/// What a rank reported during its run, kept for its leftovers at shutdown.
+#[derive(Clone, Debug)]
+pub(crate) enum Noted {
+    /// A request dropped without being waited on.
+    Unwaited(String),
+    /// A detached request's callback panicked.
+    CallbackPanicked(String),
+    /// Anything else, in words.
+    Other(String),
+}
+
+impl Noted {
+    /// The leftover of rank `rank` that it becomes.
+    pub(crate) fn leftover(self, rank: Rank) -> Leftover {
+        match self {
+            Self::Unwaited(what) => Leftover::Unwaited { rank, what },
+            Self::CallbackPanicked(what) => Leftover::CallbackPanicked { rank, what },
+            Self::Other(text) => Leftover::Note { rank, text },
+        }
+    }
+}
+
 /// What a rank left behind at shutdown; [`crate::run_local`] returns these as an error
 /// instead of hanging or aborting.
 ///
@@ -128,24 +417,32 @@ impl From<SubmitError> for CommError {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("shutdown left {} item(s): {}", leftovers.len(), shown(leftovers))]
 pub struct ShutdownError {
-    /// One line per leftover, naming its rank: orphan messages (source, tag, size), receives that never
-    /// completed, requests never waited on, transfers that failed.
-    pub leftovers: Vec<String>,
+    /// What was left, each naming its rank: orphan messages (source, tag, size), requests
+    /// that never completed (with where they stopped) or were never waited on, failed
+    /// tasks and transfers ([`Leftover`]; each prints as one line).
+    pub leftovers: Vec<Leftover>,
     /// The transfers the task flow depended on that failed, with their rank, in the order
     /// of the ranks (each also has a line in `leftovers`).
     pub failures: Vec<(Rank, TransferError)>,
 }
 
 /// The leftovers as [`ShutdownError`]'s text shows them.
-fn shown(leftovers: &[String]) -> String {
+fn shown(leftovers: &[Leftover]) -> String {
     let n = leftovers.len();
+    let join = |items: &[Leftover]| {
+        items
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
     if n <= ShutdownError::SHOWN {
-        return leftovers.join("; ");
+        return join(leftovers);
     }
     let head = ShutdownError::SHOWN - 1;
     format!(
         "{}; … {} more …; {}",
-        leftovers[..head].join("; "),
+        join(&leftovers[..head]),
         n - head - 1,
         leftovers[n - 1]
     )
@@ -156,7 +453,7 @@ impl ShutdownError {
     pub const SHOWN: usize = 24;
 
     /// A report of `leftovers` with no failed transfer.
-    pub fn new(leftovers: Vec<String>) -> Self {
+    pub fn new(leftovers: Vec<Leftover>) -> Self {
         Self {
             leftovers,
             failures: Vec::new(),

@@ -11,32 +11,52 @@
 //! | [`Vector<T>`] | `len` elements | their bytes | always |
 //! | [`Matrix<T>`] | `nx × ny`, column-major, leading dimension `ld` | the `nx*ny` elements, column by column | when [dense](Matrix::is_dense) |
 //! | [`Block<T>`] | `nx × ny × nz`, strides `ldy`, `ldz` | the `nx*ny*nz` elements, `x` fastest, then `y`, then `z` | when [dense](Block::is_dense) |
+//! | [`Ndim<T>`] | `nn[0] × nn[1] × …`, a stride `ldn[k]` per dimension | the elements, dimension 0 fastest | when [dense](Ndim::is_dense) |
+//! | [`Csr<T>`] | `nrow × ncol` sparse, `nnz` entries in compressed rows | a header, the row pointers, the column indices, the values | never |
+//! | [`Bcsr<T>`] | the same by dense `r × c` blocks | as [`Csr`] | never |
 //! | [`Complex`] | two `Vec<f64>` of one length | `u64` LE count, the reals, the imaginaries (all LE) | never |
 //!
 //! # Rules every built-in follows
 //!
 //! - **Byte order.** The built-ins' packed form is the elements' bytes as they lie in
 //!   memory (native byte order), as in the reference: ranks are assumed to share one
-//!   architecture. [`Complex`] shows an explicitly little-endian form.
+//!   architecture. [`Complex`] shows an explicitly little-endian form; the sparse
+//!   matrices' header and indices are little-endian too, their values native.
 //! - **Same shape on both sides.** As in the reference, a receive goes into a handle
 //!   registered with the sender's shape. [`Interface::unpack`] of a built-in accepts
 //!   exactly its own [`Interface::packed_size`] bytes; anything else is
 //!   [`DataError::SizeMismatch`] `{ expected: packed_size, got }` and the data is left
 //!   unchanged (no partial copy, no resize).
 //! - **Padding is never touched.** The gaps of a strided [`Matrix`] (`ld − nx` elements
-//!   after each column) or [`Block`] (after each row and each plane), and any storage past
-//!   the last element, are never read into the packed form and never written by
-//!   `unpack`. They may hold anything, including another datum's elements.
+//!   after each column), [`Block`] (after each row and each plane) or [`Ndim`] (after
+//!   each run along a dimension), and any storage past the last element, are never read
+//!   into the packed form and never written by `unpack`. They may hold anything,
+//!   including another datum's elements.
 //! - **The fast path is the packed form.** When [`Interface::as_bytes`] is `Some`, it is
 //!   byte for byte what [`Interface::pack`] appends, and [`Interface::as_bytes_mut`] is
 //!   the same run, writable.
 //!
 //! # Shape errors
 //!
-//! The constructors that take a shape ([`Matrix::new`], [`Block::new`], [`Complex::new`])
-//! check it and return [`DataError::Malformed`] with a message naming the rule broken;
-//! they never panic. Element accessors (`get`, `set`) panic on an index out of range,
-//! like slice indexing.
+//! The constructors that take a shape ([`Matrix::new`], [`Block::new`], [`Ndim::new`],
+//! [`Csr::new`], [`Bcsr::new`], [`Complex::new`]) check it and return
+//! [`DataError::Malformed`] with a message naming the rule broken; they never panic.
+//! Element accessors (`get`, `set`) panic on an index out of range, like slice indexing.
+//!
+//! The sparse matrices ([`Csr`], [`Bcsr`]) carry their pattern in their packed form: a
+//! receive replaces the receiver's pattern by the sender's, and checks it first. Bytes
+//! of the right size whose pattern is not valid are [`DataError::InvalidPayload`] (see
+//! [Sparse matrices](#sparse-matrices) below).
+//!
+//! # Sparse matrices
+//!
+//! Their packed form is six little-endian `u64`s — `nrow`, `ncol`, `nnz`, `firstentry`,
+//! `r`, `c` (1 and 1 for a [`Csr`]) — then the `nrow + 1` row pointers and the `nnz`
+//! column indices as little-endian `u32`s, then the values in native byte order. A
+//! receive goes into a matrix of the sender's `nrow`, `ncol`, `nnz`, `r` and `c`; it
+//! takes the sender's pattern, values and `firstentry`, after checking that the row
+//! pointers start at `firstentry`, never decrease and end at `firstentry + nnz`, and that
+//! every column index is below `ncol`.
 
 use core::mem::size_of;
 use core::ops::Range;
@@ -44,6 +64,12 @@ use core::ops::Range;
 use bytemuck::Pod;
 
 use crate::data::{DataError, InPlace, Interface};
+
+mod ndim;
+mod sparse;
+
+pub use ndim::Ndim;
+pub use sparse::{Bcsr, Csr};
 
 /// The refusal of a packed form of `got` bytes by data whose packed form is `expected`.
 fn size_mismatch(expected: usize, got: usize) -> Result<(), DataError> {

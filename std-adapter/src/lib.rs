@@ -40,6 +40,7 @@
 
 mod admission;
 pub mod agreement;
+mod buffer;
 mod cluster;
 pub mod comm;
 mod context;
@@ -61,6 +62,7 @@ pub mod sched;
 pub mod serial;
 pub mod sim;
 mod sync;
+pub mod tags;
 mod task;
 pub mod trace;
 pub mod transport;
@@ -68,11 +70,15 @@ pub mod transport;
 pub use agreement::Divergence;
 pub use cluster::{ClusterConfig, run_fake, run_local, run_local_with};
 pub use comm::Comm;
-pub use context::{Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, TaskBuilder};
+pub use context::{
+    Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, TaskBuilder, TaskHandle,
+};
 pub use data::{DataError, DataMut, DataRef, Handle, Interface};
 pub use device::{DeviceImpl, DeviceLayer, DeviceTask, HostRef};
-pub use distributed::{Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild};
-pub use error::{CommError, ShutdownError, TransferDirection, TransferError};
+pub use distributed::{
+    Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild, TagChoice,
+};
+pub use error::{CommError, Leftover, ShutdownError, TaskError, TransferDirection, TransferError};
 pub use perfmodel::{Arch, Bus, Calibrate, ModelError, Models, PerfModel};
 pub use rank::{DriverMode, RankConfig, RankRunner, StartError, Tables};
 pub use sched::{SchedPolicy, SchedStats, WorkerStats};

@@ -65,7 +65,7 @@ use starling_core::{CommId, Rank, Tag};
 use crate::context::{Context, RecvOpts, SendOpts};
 use crate::data::{AnyCell, Cell, DataError, Interface, blob, temporary_id};
 use crate::error::{CommError, ShutdownError};
-use crate::interfaces::{Block, Complex, Matrix, Variable, Vector};
+use crate::interfaces::{Bcsr, Block, Complex, Csr, Matrix, Ndim, Variable, Vector};
 use crate::progress::Done;
 use crate::sync::Arc;
 use crate::task::{Buffers, Codelet, Kernel};
@@ -334,6 +334,74 @@ impl<T: bytemuck::Pod + Send + Sync> Remote for Block<T> {
     }
 }
 
+impl<T: bytemuck::Pod + Send + Sync> Remote for Ndim<T> {
+    /// The number of dimensions, then the sizes (a slave's copy is dense).
+    fn write_shape(&self, out: &mut Vec<u8>) {
+        put_dims(out, &[self.ndim()]);
+        put_dims(out, self.nn());
+    }
+
+    fn from_shape(shape: &[u8]) -> Result<Self, DataError> {
+        let (count, sizes) = shape
+            .split_first_chunk::<8>()
+            .ok_or(DataError::Malformed("shape: wrong length"))?;
+        let ndim = u64::from_le_bytes(*count);
+        if u64::try_from(sizes.len()).ok() != ndim.checked_mul(8) {
+            return Err(DataError::Malformed("shape: wrong length"));
+        }
+        let mut nn = Vec::with_capacity(sizes.len() / 8);
+        for chunk in sizes.chunks_exact(8) {
+            let [d] = dims(chunk)?;
+            nn.push(d);
+        }
+        elements::<T>(&nn)?;
+        Ok(Self::zeros(&nn))
+    }
+}
+
+/// A sparse matrix's `ncol` from a shape (a `u32` on the sender).
+fn ncol(d: usize) -> Result<u32, DataError> {
+    u32::try_from(d).map_err(|_| DataError::Malformed("shape: ncol is not a u32"))
+}
+
+impl<T: bytemuck::Pod + Send + Sync> Remote for Csr<T> {
+    /// `nrow`, `ncol`, `nnz` (a slave's copy has a placeholder pattern, which the packed
+    /// form replaces).
+    fn write_shape(&self, out: &mut Vec<u8>) {
+        put_dims(out, &[self.nrow(), self.ncol() as usize, self.nnz()]);
+    }
+
+    fn from_shape(shape: &[u8]) -> Result<Self, DataError> {
+        let [nrow, ncol_, nnz] = dims(shape)?;
+        elements::<(T, u32)>(&[nnz])?;
+        elements::<u32>(&[nrow, 1])?;
+        Self::zeros(nrow, ncol(ncol_)?, nnz)
+    }
+}
+
+impl<T: bytemuck::Pod + Send + Sync> Remote for Bcsr<T> {
+    /// `nrow`, `ncol`, `nnz`, `r`, `c` (as for [`Csr`]).
+    fn write_shape(&self, out: &mut Vec<u8>) {
+        put_dims(
+            out,
+            &[
+                self.nrow(),
+                self.ncol() as usize,
+                self.nnz(),
+                self.r(),
+                self.c(),
+            ],
+        );
+    }
+
+    fn from_shape(shape: &[u8]) -> Result<Self, DataError> {
+        let [nrow, ncol_, nnz, r, c] = dims(shape)?;
+        elements::<T>(&[nnz, r, c])?;
+        elements::<u32>(&[nrow, 1])?;
+        Self::zeros(nrow, ncol(ncol_)?, nnz, r, c)
+    }
+}
+
 impl Remote for Complex {
     fn write_shape(&self, out: &mut Vec<u8>) {
         put_dims(out, &[self.len()]);
@@ -423,14 +491,18 @@ macro_rules! builtins {
                 .interface::<Variable<$t>>()
                 .interface::<Vector<$t>>()
                 .interface::<Matrix<$t>>()
-                .interface::<Block<$t>>();
+                .interface::<Block<$t>>()
+                .interface::<Ndim<$t>>()
+                .interface::<Csr<$t>>()
+                .interface::<Bcsr<$t>>();
         )*
     };
 }
 
 impl Registry {
     /// A registry with no codelet and every built-in interface (variables, vectors,
-    /// matrices and blocks of every primitive number type, and [`Complex`]).
+    /// matrices, blocks, N-dimensional arrays and CSR / BCSR matrices of every primitive
+    /// number type, and [`Complex`]).
     pub fn new() -> Self {
         let mut reg = Self {
             codelets: HashMap::new(),

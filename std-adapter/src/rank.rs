@@ -13,10 +13,12 @@ use std::sync::mpsc;
 use std::thread;
 
 use starling_core::Rank;
-use starling_core::engine::Leftover;
+use starling_core::engine::Leftover as EngineLeftover;
 use starling_core::tags::{DEFAULT_BASE, TagSpace};
 
 use crate::context::{CommandSink, Context, Progression};
+use crate::error::Leftover;
+pub use crate::progress::config::{DriverMode, Tables};
 use crate::progress::{self, Command, Drive, InboxTx, Input, ProgressConfig};
 use crate::sync::{Arc, InboxReceiver, InboxSender, Ordering, inbox, lock};
 use crate::task::{Runtime, RuntimeConfig, Workers, env_flag};
@@ -93,86 +95,6 @@ pub struct RankConfig {
     /// The sizes of the protocol engine's tables ([`Tables`]): what does not fit waits
     /// in the progression thread, in order, and goes in when room frees.
     pub tables: Tables,
-}
-
-/// The sizes of a rank's protocol-engine tables, at most the engine's capacities (4096
-/// requests, 1024 match keys; larger values mean those). Smaller tables change no
-/// result, only how much waits outside the engine: tests run with
-/// [`Tables::TINY`] to overflow them at every step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tables {
-    /// Live requests (sends, receives, early-message buffers), shared out by the core's
-    /// `engine::Budget` (at least 4).
-    pub requests: usize,
-    /// Distinct (communicator, source, tag) keys in each of the matcher's tables (at
-    /// least 1).
-    pub match_keys: usize,
-}
-
-impl Tables {
-    /// The engine's full capacities: 4096 requests, 1024 match keys.
-    pub const DEFAULT: Self = Self {
-        requests: 4096,
-        match_keys: 1024,
-    };
-
-    /// The smallest tables: 4 requests, 2 match keys.
-    pub const TINY: Self = Self {
-        requests: 4,
-        match_keys: 2,
-    };
-
-    /// Reads `requests,match_keys` (`STARLING_ENGINE_TABLES`); `None` when malformed.
-    pub fn parse(text: &str) -> Option<Self> {
-        let (r, k) = text.split_once(',')?;
-        Some(Self {
-            requests: r.trim().parse().ok()?,
-            match_keys: k.trim().parse().ok()?,
-        })
-    }
-}
-
-impl Default for Tables {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
-
-/// Driver mode (the reference's `STARPU_MPI_DRIVER_CALL_FREQUENCY` and
-/// `STARPU_MPI_DRIVER_TASK_FREQUENCY`): the progression thread runs tasks between its
-/// polls and the rank starts one worker thread fewer (none with one worker), so no core
-/// is spent on a thread that only polls.
-///
-/// Every `call_frequency` polls that moved nothing, the thread runs up to
-/// `task_frequency` ready tasks. Unlike the reference it also runs them whenever the
-/// transport is idle, rather than sleeping while tasks wait (the reference's thread
-/// sleeps when no request is pending, which deadlocks the token ring with one CPU), and a
-/// `task_frequency` of 0 counts as 1 (the reference's default 0 runs no task at all).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DriverMode {
-    /// Idle polls between two task runs (at least 1).
-    pub call_frequency: u32,
-    /// The most tasks run each time (at least 1).
-    pub task_frequency: u32,
-}
-
-impl DriverMode {
-    /// Driver mode from `STARLING_MPI_DRIVER_CALL_FREQUENCY` (on when > 0) and
-    /// `STARLING_MPI_DRIVER_TASK_FREQUENCY` (default 1); `None` when off.
-    pub fn from_env() -> Option<Self> {
-        let number = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.trim().parse::<u32>().ok())
-        };
-        let call_frequency = number("STARLING_MPI_DRIVER_CALL_FREQUENCY").filter(|&n| n > 0)?;
-        Some(Self {
-            call_frequency,
-            task_frequency: number("STARLING_MPI_DRIVER_TASK_FREQUENCY")
-                .unwrap_or(1)
-                .max(1),
-        })
-    }
 }
 
 impl Default for RankConfig {
@@ -533,49 +455,64 @@ impl RankRunner {
         )
     }
 
-    /// What the rank leaves behind, one line each: messages never received, requests
-    /// never completed or never waited on, panicking tasks and callbacks. Ask after every
-    /// rank finished its work (after a barrier), or orphans may still be in flight.
-    pub fn leftovers(&self) -> Vec<String> {
+    /// What the rank leaves behind, one [`Leftover`] each: messages never received,
+    /// requests never completed or never waited on, panicking tasks and callbacks, failed
+    /// transfers. Ask after every rank finished its work (after a barrier), or orphans
+    /// may still be in flight.
+    pub fn leftovers(&self) -> Vec<Leftover> {
         let rank = self.ctx.rank();
         let held = ask(&self.ctx, Command::Leftovers);
-        let mut out: Vec<String> = held.engine.iter().map(|l| describe(rank, l)).collect();
-        out.extend(held.refused.iter().map(|l| {
-            format!(
-                "{} (it arrived; its engine refused it for a full table and it waited \
-                 outside, for its receive)",
-                describe(rank, l)
-            )
+        let mut out: Vec<Leftover> = held.engine.iter().map(|l| typed(rank, l)).collect();
+        out.extend(held.refused.iter().map(|l| match typed(rank, l) {
+            Leftover::Orphan {
+                rank,
+                source,
+                comm,
+                tag,
+                bytes,
+                ..
+            } => Leftover::Orphan {
+                rank,
+                source,
+                comm,
+                tag,
+                bytes,
+                refused: true,
+            },
+            other => other,
         }));
-        out.extend(held.queued.iter().map(|(kind, _, peer, tag)| {
-            format!(
-                "rank {}: {kind:?} with rank {} and tag {} never reached the engine (it \
-                 waited for room in the engine's tables)",
-                rank.0, peer.0, tag.0
-            )
-        }));
+        out.extend(
+            held.queued
+                .iter()
+                .map(|&(kind, comm, peer, tag)| Leftover::NeverAdmitted {
+                    rank,
+                    kind,
+                    comm,
+                    peer,
+                    tag,
+                }),
+        );
         out.extend(
             lock(&self.ctx.reports)
                 .drain(..)
-                .map(|w| format!("rank {}: {w}", rank.0)),
+                .map(|noted| noted.leftover(rank)),
         );
         out.extend(
             self.runtime
                 .take_panics()
                 .into_iter()
-                .map(|p| format!("rank {}: {p}", rank.0)),
+                .map(|what| Leftover::TaskFailed { rank, what }),
         );
         let (failures, skipped) = self.runtime.failures();
-        out.extend(
-            failures
-                .iter()
-                .map(|f| format!("rank {}: transfer failed: {f}", rank.0)),
-        );
+        out.extend(failures.iter().map(|f| Leftover::TransferFailed {
+            rank,
+            error: (**f).clone(),
+        }));
         if skipped > 0 {
-            out.push(format!(
-                "rank {}: {skipped} task(s) did not run: they read data whose transfer failed",
-                rank.0
-            ));
+            out.push(Leftover::TasksSkipped {
+                rank,
+                count: skipped,
+            });
         }
         out
     }
@@ -620,8 +557,10 @@ impl RankRunner {
         }
     }
 
-    /// The rank's communication statistics in the reference's line format.
-    pub fn stats_report(&self) -> String {
+    /// The rank's communication statistics in the reference's line format; `None` when
+    /// statistics were never on (at start-up, [`RankConfig::stats`], or at run time,
+    /// [`Context::set_comm_stats`](crate::Context::set_comm_stats)).
+    pub fn stats_report(&self) -> Option<String> {
         ask(&self.ctx, Command::Report)
     }
 
@@ -663,27 +602,41 @@ fn ask<T: Send + Default + 'static>(
     rx.recv().unwrap_or_default()
 }
 
-fn describe(rank: Rank, l: &Leftover) -> String {
-    match l {
-        Leftover::Orphan(o) => format!(
-            "rank {}: message from rank {} with tag {} ({} bytes) was never received",
-            rank.0, o.source.0, o.tag.0, o.size
-        ),
-        Leftover::Pending {
+/// The engine's leftover `l` of rank `rank`, as the runtime reports it.
+fn typed(rank: Rank, l: &EngineLeftover) -> Leftover {
+    match *l {
+        EngineLeftover::Orphan(o) => Leftover::Orphan {
+            rank,
+            source: o.source,
+            comm: o.comm,
+            tag: o.tag,
+            bytes: o.size,
+            refused: false,
+        },
+        EngineLeftover::Pending {
+            kind,
+            comm,
+            peer,
+            tag,
+            size,
+            state,
+            ..
+        } => Leftover::NeverCompleted {
+            rank,
+            kind,
+            comm,
+            peer,
+            tag,
+            bytes: size,
+            state,
+        },
+        EngineLeftover::NotRetired {
+            kind, peer, tag, ..
+        } => Leftover::NotRetired {
+            rank,
             kind,
             peer,
             tag,
-            state,
-            ..
-        } => format!(
-            "rank {}: {kind:?} with rank {} and tag {} never completed ({state})",
-            rank.0, peer.0, tag.0
-        ),
-        Leftover::NotRetired {
-            kind, peer, tag, ..
-        } => format!(
-            "rank {}: {kind:?} with rank {} and tag {} was never waited on",
-            rank.0, peer.0, tag.0
-        ),
+        },
     }
 }

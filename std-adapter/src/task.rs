@@ -23,7 +23,7 @@ use starling_core::{AccessMode, DataId};
 
 use crate::data::{AnyCell, Cell, DataMut, DataRef, Interface};
 use crate::device::{DeviceImpl, DeviceTask, Layers};
-use crate::error::TransferError;
+use crate::error::{TaskError, TransferError};
 use crate::id_hash::IdMap;
 use crate::perfmodel::{Arch, Calibrate, PerfModel, Store};
 use crate::sched::{SchedPolicy, Scheduler, Target};
@@ -288,6 +288,10 @@ enum Work {
 /// Why a node is poisoned: the first failed transfer that its input depends on.
 pub(crate) type Poison = Arc<TransferError>;
 
+/// A task's outcome, set once when it completes (under the runtime's state lock), read by
+/// its [`crate::TaskHandle`].
+pub(crate) type Outcome = Arc<Mutex<Option<Result<(), TaskError>>>>;
+
 struct Node {
     deps: usize,
     successors: Vec<NodeId>,
@@ -302,6 +306,8 @@ struct Node {
     /// A hook that asks the device layers itself how to read its data (a send: a device
     /// value or main memory), instead of main memory being brought up to date before it.
     own_host: bool,
+    /// A task's outcome, for its handle: set when the node completes.
+    outcome: Option<Outcome>,
     /// Where the scheduler placed the task once ready, and the duration it expects there.
     placed: Target,
     expected: Option<f64>,
@@ -662,7 +668,8 @@ impl Runtime {
         (st.tasks_done, st.tasks_submitted)
     }
 
-    /// Submits a task.
+    /// Submits a task; its outcome is set once it completes: `Ok` when it ran,
+    /// [`TaskError`] when it did not run (a failed transfer upstream) or failed.
     pub(crate) fn submit_task(
         &self,
         codelet: Codelet,
@@ -670,7 +677,7 @@ impl Runtime {
         priority: i32,
         callback: Option<Callback>,
         tag: Option<TaskTag>,
-    ) {
+    ) -> Outcome {
         if let Some(device) = codelet.device() {
             if self.shared.layers.attach(&device.layer) {
                 self.measure_bus(&device.layer);
@@ -681,7 +688,28 @@ impl Runtime {
             callback,
             tag,
         };
-        self.submit(work, accesses, priority, 0, false);
+        let outcome = Outcome::default();
+        self.submit_node(
+            work,
+            accesses,
+            priority,
+            0,
+            false,
+            Some(Arc::clone(&outcome)),
+        );
+        outcome
+    }
+
+    /// Blocks until `outcome` (of [`Runtime::submit_task`]) is set, and returns it.
+    pub(crate) fn wait_outcome(&self, outcome: &Outcome) -> Result<(), TaskError> {
+        let _wait = trace::wait(self.tracer(), "task_wait");
+        let mut st = self.state();
+        loop {
+            if let Some(r) = lock(outcome).clone() {
+                return r;
+            }
+            st = self.wait_progress(st);
+        }
     }
 
     /// Submits a hook node: `hook` runs once the accesses' dependencies are met (on the
@@ -717,6 +745,19 @@ impl Runtime {
         priority: i32,
         requests: usize,
         own_host: bool,
+    ) {
+        self.submit_node(work, accesses, priority, requests, own_host, None);
+    }
+
+    /// [`Runtime::submit`], with the outcome a task's handle reads.
+    fn submit_node(
+        &self,
+        work: Work,
+        accesses: Vec<Access>,
+        priority: i32,
+        requests: usize,
+        own_host: bool,
+        outcome: Option<Outcome>,
     ) {
         let mut st = self.state();
         let id = st.next_id;
@@ -783,6 +824,7 @@ impl Runtime {
                 work: Some(work),
                 poison,
                 own_host,
+                outcome,
                 placed: Target::Any,
                 expected: None,
                 begin: 0.0,
@@ -957,6 +999,14 @@ impl Runtime {
         let Some(node) = st.nodes.remove(&id) else {
             return;
         };
+        if let Some(outcome) = &node.outcome {
+            // Set under the state lock, before `notify_progress`: a waiter cannot miss it.
+            // A failure already set (by `finish_task`) stays.
+            lock(outcome).get_or_insert_with(|| match &node.poison {
+                Some(p) => Err(TaskError::Upstream(Box::new((**p).clone()))),
+                None => Ok(()),
+            });
+        }
         for a in &node.accesses {
             if let Some(hd) = st.handles.get_mut(&a.cell.id()) {
                 if hd.last_writer == Some(id) {
@@ -1354,7 +1404,14 @@ impl Runtime {
         measured: Option<f64>,
     ) -> Option<DeviceEnd> {
         if let Some(what) = failure {
-            self.state().panics.push(format!("task `{name}` {what}"));
+            let mut st = self.state();
+            if let Some(outcome) = st.nodes.get(&id).and_then(|n| n.outcome.as_ref()) {
+                *lock(outcome) = Some(Err(TaskError::Failed {
+                    codelet: name.to_owned(),
+                    what: what.clone(),
+                }));
+            }
+            st.panics.push(format!("task `{name}` {what}"));
         }
         if let Some(t) = tag {
             self.unlock_tag(t);

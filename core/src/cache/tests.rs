@@ -28,6 +28,21 @@ fn new_cache_is_enabled_and_empty() {
 }
 
 #[test]
+fn an_owner_change_clears_every_flag_of_the_datum_only() {
+    let mut c = Cache::<8>::new();
+    c.set_sent(D0, Rank(1)).unwrap();
+    c.set_sent(D0, Rank(2)).unwrap();
+    c.set_received(D0).unwrap();
+    c.set_sent(D1, Rank(1)).unwrap();
+    c.set_received(D1).unwrap();
+    c.on_owner_change(D0);
+    assert!(!c.cached_send(D0, Rank(1)) && !c.cached_send(D0, Rank(2)));
+    assert!(!c.cached_receive(D0));
+    assert!(c.cached_send(D1, Rank(1)) && c.cached_receive(D1));
+    assert_eq!((c.len_sent(), c.len_received()), (1, 1));
+}
+
+#[test]
 fn set_sent_returns_the_previous_flag_per_destination() {
     let mut c = Cache::<8>::new();
     assert_eq!(c.set_sent(D0, Rank(1)), Ok(false));

@@ -116,6 +116,23 @@ fn disable_stops_counting_and_keeps_counts() {
 }
 
 #[test]
+fn was_enabled_tells_a_never_enabled_table_from_one_enabled_then_disabled() {
+    let mut s = Stats::<4>::new();
+    assert!(!s.was_enabled());
+    s.enable();
+    s.record_send(Rank(1), 8).unwrap();
+    s.disable();
+    assert!(!s.is_enabled());
+    assert!(
+        s.was_enabled(),
+        "disabling keeps the counts, and says they are counts"
+    );
+    s.reset();
+    assert!(s.was_enabled());
+    assert_eq!(s.sent_to(Rank(1)), 0);
+}
+
+#[test]
 fn counters_saturate_instead_of_wrapping() {
     let mut s = enabled::<2>();
     s.record_send(Rank(0), u64::MAX).unwrap();

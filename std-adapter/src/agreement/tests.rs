@@ -1,4 +1,7 @@
 use super::*;
+use crate::interfaces::Variable;
+use crate::task::Codelet;
+use starling_core::Rank;
 
 fn ring(count: u64, agreed: u64, items: &[(u64, u64, &str)]) -> RankRing {
     // Running digests chained from the insert digests, as the ranks compute them.
@@ -87,7 +90,7 @@ fn a_ring_message_reads_back_and_garbage_does_not_panic() {
     let cl = Codelet::empty("gemm");
     for i in 0..3 {
         a.record(
-            &cl,
+            cl.name(),
             [
                 (Some((Tag(i), Owner::Rank(Rank(1)))), AccessMode::RW),
                 (None, AccessMode::R),
@@ -125,7 +128,7 @@ fn the_ring_keeps_the_last_inserts_only() {
     let cl = Codelet::empty("t");
     for i in 0..(RING as i64 + 10) {
         a.record(
-            &cl,
+            cl.name(),
             [(Some((Tag(i), Owner::Rank(Rank(0)))), AccessMode::W)].into_iter(),
             &Options::default(),
             Some(Executor::Rank(Rank(0))),
@@ -144,7 +147,7 @@ fn an_auto_executor_next_to_temporary_data_is_not_recorded() {
     let digest = |executor| {
         let mut a = Agreement::new(true);
         a.record(
-            &Codelet::empty("t"),
+            "t",
             [(None, AccessMode::W)].into_iter(),
             &Options::default(),
             executor,
@@ -158,7 +161,6 @@ fn an_auto_executor_next_to_temporary_data_is_not_recorded() {
 /// taken away, so the ranks exchange on the reserved tags, with synchronous sends.
 #[test]
 fn the_point_to_point_exchange_agrees_then_finds_a_divergence_and_leaves_nothing_behind() {
-    use crate::interfaces::Variable;
     use crate::{ClusterConfig, RuntimeConfig, run_local_with};
     let config = ClusterConfig {
         runtime: RuntimeConfig {
@@ -219,7 +221,7 @@ fn an_insert_with_many_accesses_is_described_with_the_first_ones() {
         .map(|i| (Some((Tag(i), Owner::PerNode)), AccessMode::R))
         .collect();
     a.record(
-        &Codelet::empty("wide"),
+        "wide",
         accesses.iter().copied(),
         &Options::default(),
         Some(Executor::PerNode),
@@ -231,5 +233,42 @@ fn an_insert_with_many_accesses_is_described_with_the_first_ones() {
             .ends_with("tag 7 R per node, … 2 more) on every rank"),
         "{}",
         r.items[0].3
+    );
+}
+
+#[test]
+fn the_last_automatic_tag_is_handed_out_then_registrations_are_refused() {
+    let out = crate::run_local(1, |ctx| {
+        lock(&ctx.dist).next_auto_tag = *AUTO_TAGS.end();
+        let last = ctx.register_owned(crate::TagChoice::Auto, Owner::Rank(Rank(0)), || {
+            Variable::new(0u32)
+        });
+        let last = last.map(|h| ctx.data_tag(&h));
+        let none = ctx
+            .register_owned(crate::TagChoice::Auto, Owner::Rank(Rank(0)), || {
+                Variable::new(0u32)
+            })
+            .map(|_| ());
+        // Still refused, and an explicit tag outside the range still works.
+        let again = ctx
+            .register_owned(crate::TagChoice::Auto, Owner::Rank(Rank(0)), || {
+                Variable::new(0u32)
+            })
+            .map(|_| ());
+        let explicit = ctx
+            .register_owned(Tag(3), Owner::Rank(Rank(0)), || Variable::new(0u32))
+            .map(|h| ctx.data_tag(&h));
+        (last, none, again, explicit)
+    })
+    .unwrap();
+    let exhausted = Err(crate::InsertError::Comm(CommError::AutoTagsExhausted));
+    assert_eq!(
+        out[0],
+        (
+            Ok(Some(Tag(*AUTO_TAGS.end()))),
+            exhausted.clone(),
+            exhausted,
+            Ok(Some(Tag(3)))
+        )
     );
 }

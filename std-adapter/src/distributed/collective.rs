@@ -3,10 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use starling_core::{AccessMode, Owner, Rank};
+use starling_core::{AccessMode, Owner, Rank, reduce};
 
 use super::{DistState, InsertError, Redux, release_after_pending};
-use crate::context::{Context, RecvOpts, SendOpts};
+use crate::context::{Context, RecvOpts, SendOpts, TaskHandle};
 use crate::data::{AnyCell, Handle, Interface};
 use crate::sync::{Arc, lock};
 use crate::task::{Access as TaskAccess, Codelet};
@@ -27,61 +27,59 @@ pub(super) fn reduce(
     let Some(r) = dist.redux.get_mut(&id) else {
         return Err(InsertError::NoReduction(id));
     };
-    let mut members: Vec<Rank> = r.contributors.iter().copied().collect();
+    let mut members = vec![Rank(0); r.contributors.len() + 1];
+    let n = reduce::members(r.contributors.iter().copied(), owner, &mut members)
+        .ok_or(InsertError::NoReduction(id))?;
+    members.truncate(n);
     r.contributors.clear();
     let was_initialised = core::mem::take(&mut r.initialised);
     let combine = r.combine.clone();
-    if !members.contains(&owner) {
-        members.push(owner);
-        members.sort_unstable();
-    }
     let me = ctx.rank;
-    let arity = if arity < 2 { members.len() } else { arity };
-    while members.len() > 1 {
-        let mut next = Vec::new();
-        for group in members.chunks(arity) {
-            let reducer = if group.contains(&owner) {
-                owner
-            } else {
-                group[0]
-            };
-            next.push(reducer);
-            for &m in group.iter().filter(|m| **m != reducer) {
-                if me == reducer {
-                    let tmp = cell.same_shape().ok_or(InsertError::NoReduction(id))?;
-                    if !ctx.fake.load(core::sync::atomic::Ordering::Relaxed) {
-                        ctx.post_flow_recv_for(
-                            Arc::clone(&tmp),
-                            id,
-                            m,
-                            info.tag,
-                            RecvOpts {
-                                comm: info.comm,
-                                ..RecvOpts::default()
-                            },
-                            Box::new(|_| {}),
-                        )?;
-                    }
-                    ctx.runtime.submit_task(
-                        combine.clone(),
-                        vec![
-                            TaskAccess {
-                                cell: Arc::clone(cell),
-                                mode: AccessMode::RW,
-                            },
-                            TaskAccess {
-                                cell: tmp,
-                                mode: AccessMode::R,
-                            },
-                        ],
-                        0,
-                        None,
-                        None,
-                    );
-                } else if me == m && !ctx.fake.load(core::sync::atomic::Ordering::Relaxed) {
+    let fake = ctx.fake.load(core::sync::atomic::Ordering::Relaxed);
+    let mut planned = Vec::new();
+    reduce::steps(me, owner, &mut members, arity, was_initialised, |s| {
+        planned.push(s)
+    })
+    .map_err(|_| InsertError::NoReduction(id))?;
+    for step in planned {
+        match step {
+            reduce::Step::Combine { from } => {
+                let tmp = cell.same_shape().ok_or(InsertError::NoReduction(id))?;
+                if !fake {
+                    ctx.post_flow_recv_for(
+                        Arc::clone(&tmp),
+                        id,
+                        from,
+                        info.tag,
+                        RecvOpts {
+                            comm: info.comm,
+                            ..RecvOpts::default()
+                        },
+                        Box::new(|_| {}),
+                    )?;
+                }
+                ctx.runtime.submit_task(
+                    combine.clone(),
+                    vec![
+                        TaskAccess {
+                            cell: Arc::clone(cell),
+                            mode: AccessMode::RW,
+                        },
+                        TaskAccess {
+                            cell: tmp,
+                            mode: AccessMode::R,
+                        },
+                    ],
+                    0,
+                    None,
+                    None,
+                );
+            }
+            reduce::Step::Send { to } => {
+                if !fake {
                     ctx.post_flow_send(
                         Arc::clone(cell),
-                        reducer,
+                        to,
                         info.tag,
                         SendOpts {
                             comm: info.comm,
@@ -91,13 +89,11 @@ pub(super) fn reduce(
                     )?;
                 }
             }
+            // Non-owners' contributions are consumed: their copies are stale now.
+            reduce::Step::DropCopy => release_after_pending(ctx, Arc::clone(cell)),
         }
-        members = next;
     }
-    // Non-owners' contributions are consumed: their copies are stale now.
-    if me != owner && was_initialised {
-        release_after_pending(ctx, Arc::clone(cell));
-    }
+    // The value changed: like a write, on every rank.
     let _ = dist.cache.clear_received(id);
     dist.cache.clear_sent(id);
     Ok(())
@@ -208,12 +204,32 @@ impl Context {
         Ok(())
     }
 
-    /// Brings the current value of `h` to `node` without waiting; `callback` runs on
-    /// `node` once it arrived (`starpu_mpi_get_data_on_node_detached`).
+    /// Brings the current value of `h` to `node` without waiting
+    /// (`starpu_mpi_get_data_on_node_detached` with no callback). On `node`, the handle of
+    /// the step that completes once the value arrived: wait on it, or ignore it; `None`
+    /// on the other ranks. [`Context::get_data_on_node_detached_cb`] runs a callback
+    /// there instead.
     ///
     /// # Errors
     /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
     pub fn get_data_on_node_detached<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        node: Rank,
+    ) -> Result<Option<TaskHandle>, InsertError> {
+        self.fetch("get_data_on_node")
+            .r(h)
+            .on_node(node)
+            .submit()
+            .map(|i| i.task)
+    }
+
+    /// [`Context::get_data_on_node_detached`] with `callback`, run on `node` once the
+    /// value arrived (`starpu_mpi_get_data_on_node_detached` with a callback).
+    ///
+    /// # Errors
+    /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
+    pub fn get_data_on_node_detached_cb<I: Interface>(
         &self,
         h: &Handle<I>,
         node: Rank,
@@ -263,9 +279,11 @@ impl Context {
     }
 
     /// Copies the value of `src` into `dst`, which may have another owner: the owner of
-    /// `src` sends it to the owner of `dst` (`starpu_mpi_data_cpy`). It is an insert, so
-    /// it is cache-aware; the value travels with `src`'s tag (the reference uses `dst`'s).
-    /// Every rank calls it; `callback` runs on `dst`'s owner when the copy is done.
+    /// `src` sends it to the owner of `dst` (`starpu_mpi_data_cpy` with no callback). It is
+    /// an insert, so it is cache-aware; the value travels with `src`'s tag (the reference
+    /// uses `dst`'s). Every rank calls it. On `dst`'s owner, the handle of the copy (wait
+    /// on it, or ignore it); `None` on the other ranks. [`Context::data_cpy_cb`] runs a
+    /// callback there instead.
     ///
     /// # Errors
     /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
@@ -273,13 +291,27 @@ impl Context {
         &self,
         dst: &Handle<I>,
         src: &Handle<I>,
+    ) -> Result<Option<TaskHandle>, InsertError> {
+        Ok(self
+            .insert(&copy_codelet::<I>())
+            .w(dst)
+            .r(src)
+            .submit()?
+            .task)
+    }
+
+    /// [`Context::data_cpy`] with `callback`, run on `dst`'s owner when the copy is done
+    /// (`starpu_mpi_data_cpy` with a callback).
+    ///
+    /// # Errors
+    /// As for [`InsertBuilder::submit`](super::InsertBuilder::submit).
+    pub fn data_cpy_cb<I: Interface + Clone>(
+        &self,
+        dst: &Handle<I>,
+        src: &Handle<I>,
         callback: impl FnOnce() + Send + 'static,
     ) -> Result<(), InsertError> {
-        let copy = Codelet::new("data_cpy", |b| {
-            let value = b.r::<I>(1).clone();
-            *b.w::<I>(0) = value;
-        });
-        self.insert(&copy)
+        self.insert(&copy_codelet::<I>())
             .w(dst)
             .r(src)
             .callback(callback)
@@ -412,4 +444,12 @@ fn countdown(n: usize, f: Box<dyn FnOnce() + Send>) -> Arc<dyn Fn(bool) + Send +
         run(&slot, true);
     }
     Arc::new(move |ok| run(&slot, ok))
+}
+
+/// The codelet of [`Context::data_cpy`]: buffer 0 (W) becomes a copy of buffer 1 (R).
+fn copy_codelet<I: Interface + Clone>() -> Codelet {
+    Codelet::new("data_cpy", |b| {
+        let value = b.r::<I>(1).clone();
+        *b.w::<I>(0) = value;
+    })
 }

@@ -7,7 +7,7 @@ use crate::data::{AnyCell, Cell};
 
 /// Packs `data`, checking the length against `packed_size` and the fast path (when
 /// present) against the packed form.
-fn packed<I: Interface>(data: &I) -> Vec<u8> {
+pub(super) fn packed<I: Interface>(data: &I) -> Vec<u8> {
     let mut out = Vec::new();
     data.pack(&mut out);
     assert_eq!(out.len(), data.packed_size());
@@ -19,7 +19,9 @@ fn packed<I: Interface>(data: &I) -> Vec<u8> {
 
 /// `unpack` of one byte too many and (when possible) one too few is refused as a size
 /// mismatch, through the interface and through the runtime's cell, and changes nothing.
-fn assert_wrong_sizes_refused<I: Interface + Clone + PartialEq + core::fmt::Debug>(data: I) {
+pub(super) fn assert_wrong_sizes_refused<I: Interface + Clone + PartialEq + core::fmt::Debug>(
+    data: I,
+) {
     let good = packed(&data);
     let expected = data.packed_size();
     let mut sizes = vec![good.len() + 1];
@@ -46,7 +48,7 @@ fn assert_wrong_sizes_refused<I: Interface + Clone + PartialEq + core::fmt::Debu
 
 /// Moves `src` into `dst` through the runtime's cell (fast path where present) and
 /// returns `dst`.
-fn transfer<I: Interface>(src: I, dst: I) -> I {
+pub(super) fn transfer<I: Interface>(src: I, dst: I) -> I {
     let from = Cell::new(DataId(1), src);
     let to = Cell::new(DataId(2), dst);
     let mut bytes = Vec::new();
@@ -438,7 +440,7 @@ fn any_block() -> impl Strategy<Value = Block<i32>> {
 }
 
 /// Whether storage offsets, listed in packed order, are exactly `0, 1, 2, …`.
-fn contiguous(offsets: &[usize]) -> bool {
+pub(super) fn contiguous(offsets: &[usize]) -> bool {
     offsets.iter().enumerate().all(|(k, &at)| k == at)
 }
 

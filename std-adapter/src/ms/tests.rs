@@ -328,3 +328,64 @@ fn unregistering_while_a_copy_is_written_back_waits_for_it() {
         assert_eq!(got, (3, 2, 5));
     }
 }
+
+/// `write_shape` then `from_shape` gives a copy that the packed form fills (its layout
+/// may differ: a strided `Ndim` becomes dense, a sparse pattern a placeholder).
+fn rebuilt<I: super::Remote + core::fmt::Debug>(data: &I) -> I {
+    let mut shape = Vec::new();
+    data.write_shape(&mut shape);
+    let mut copy = I::from_shape(&shape).expect("a shape write_shape wrote");
+    let mut packed = Vec::new();
+    data.pack(&mut packed);
+    copy.unpack(&packed).expect("the same packed form");
+    copy
+}
+
+#[test]
+fn ndim_and_sparse_shapes_rebuild_copies_that_take_the_packed_form() {
+    use crate::interfaces::{Bcsr, Csr, Ndim};
+    let a = Ndim::new(vec![2, 3], vec![1, 4], (0..12_i32).collect()).unwrap();
+    let b = rebuilt(&a);
+    assert!(b.is_dense());
+    assert_eq!((b.get(&[1, 2]), b.nn()), (9, &[2, 3][..]));
+    assert_eq!(rebuilt(&Ndim::<u8>::zeros(&[])).len(), 1);
+    let c = Csr::new(3, vec![1.5_f32, 2.5], vec![2, 0], vec![1, 2, 2, 3], 1).unwrap();
+    assert_eq!(rebuilt(&c), c);
+    let d = Bcsr::new(1, 2, 2, vec![1_u64, 2, 3, 4], vec![1, 0], vec![0, 2], 0).unwrap();
+    assert_eq!(rebuilt(&d), d);
+}
+
+#[test]
+fn ndim_and_sparse_shapes_from_a_peer_are_checked() {
+    use super::Remote;
+    use crate::data::DataError;
+    use crate::interfaces::{Bcsr, Csr, Ndim};
+    let le = |xs: &[u64]| -> Vec<u8> { xs.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let malformed = |r: Result<(), DataError>| matches!(r, Err(DataError::Malformed(_)));
+    // An Ndim announcing more sizes than it carries, or an element count that overflows.
+    assert!(malformed(Ndim::<u8>::from_shape(&le(&[3, 2, 2])).map(drop)));
+    assert!(malformed(
+        Ndim::<u8>::from_shape(&le(&[u64::MAX, 2])).map(drop)
+    ));
+    assert!(malformed(
+        Ndim::<u64>::from_shape(&le(&[2, u64::MAX, 4])).map(drop)
+    ));
+    assert!(malformed(Ndim::<u8>::from_shape(&[1, 2, 3]).map(drop)));
+    // Entries without rows, ncol past a u32, a block of no row, sizes that overflow.
+    assert!(malformed(Csr::<f64>::from_shape(&le(&[0, 2, 1])).map(drop)));
+    assert!(malformed(
+        Csr::<f64>::from_shape(&le(&[1, 1 << 32, 1])).map(drop)
+    ));
+    assert!(malformed(
+        Csr::<f64>::from_shape(&le(&[1, 1, u64::MAX])).map(drop)
+    ));
+    assert!(malformed(
+        Bcsr::<f64>::from_shape(&le(&[1, 1, 1, 0, 2])).map(drop)
+    ));
+    assert!(malformed(
+        Bcsr::<f64>::from_shape(&le(&[1, 1, 1, u64::MAX, 2])).map(drop)
+    ));
+    assert!(malformed(
+        Bcsr::<f64>::from_shape(&le(&[1, 1, 1])).map(drop)
+    ));
+}

@@ -21,8 +21,9 @@ use loom::sync::mpsc;
 use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB, TagSpace};
 use starling_core::{CommId, PhysTag, Rank, ReqId, Tag};
 
-use super::{Command, Drive, Driver, InboxTx, Input, ProgressConfig, Shared, run, start};
-use crate::rank::DriverMode;
+use super::driver::Driver;
+use super::{Command, Drive, InboxTx, Input, ProgressConfig, Shared, run, start};
+use crate::progress::config::DriverMode;
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering, inbox, lock, thread};
 use crate::task::{Codelet, Runtime, RuntimeConfig};
 use crate::transport::{Completion, Deliver, InProcess, InProcessWire, Transport};
@@ -119,7 +120,7 @@ fn config(driver: Option<DriverMode>) -> ProgressConfig {
         timeline: None,
         multiple_send: true,
         eager_limit: crate::RankConfig::DEFAULT_EAGER_LIMIT,
-        tables: crate::rank::Tables::DEFAULT,
+        tables: crate::progress::config::Tables::DEFAULT,
     }
 }
 

@@ -1,0 +1,87 @@
+//! What leaves for a send: its envelope (eager payload inline), then its payload, in
+//! priority order under the in-flight cap.
+
+use super::*;
+
+impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, PEERS> {
+    pub(super) fn alloc_msg(&mut self) -> MsgId {
+        let m = self.next_msg;
+        self.next_msg = m.next();
+        m
+    }
+
+    pub(super) fn envelope_transmit(
+        &self,
+        dest: Rank,
+        env: Envelope,
+        inline: Option<ReqId>,
+    ) -> Transmit {
+        Transmit::Envelope {
+            dest,
+            comm: env.comm,
+            tag: self.config.tags.envelope(),
+            header: env.encode(),
+            inline,
+        }
+    }
+
+    /// Takes the highest-priority ready send, within the in-flight cap, and emits its
+    /// envelope.
+    pub(super) fn next_send(&mut self) -> Option<Transmit> {
+        let cap = self.config.max_inflight_sends;
+        if cap != 0 && self.inflight_sends >= cap {
+            return None;
+        }
+        let req = self.ready.pop()?;
+        let r = *self.requests.get(req)?;
+        let msg = self.alloc_msg();
+        if let Some(rm) = self.requests.get_mut(req) {
+            rm.msg = Some(msg);
+            rm.msg_size = r.size;
+        }
+        let mut env = Envelope {
+            kind: EnvKind::Data,
+            comm: r.comm,
+            tag: r.tag,
+            size: r.size,
+            msg,
+        };
+        if r.sync {
+            env.kind = EnvKind::SyncData;
+            if self.sync_sends.insert(r.comm, r.peer, msg, req).is_err() {
+                // Unreachable by construction (one entry per live request, same
+                // capacity); keep the send ready rather than lose it.
+                let _ = self.ready.push(req, r.priority);
+                return None;
+            }
+            self.step(req, Step::EnvelopeSent);
+            return Some(self.envelope_transmit(r.peer, env, None));
+        }
+        self.inflight_sends += 1;
+        self.step(req, Step::Posted);
+        if r.size <= u64::from(self.config.eager_limit) {
+            env.kind = EnvKind::Eager;
+            return Some(self.envelope_transmit(r.peer, env, Some(req)));
+        }
+        // The payload follows right after its envelope.
+        let _ = self.payloads.push_back(req);
+        Some(self.envelope_transmit(r.peer, env, None))
+    }
+
+    pub(super) fn payload_transmit(&self, req: ReqId) -> Option<Transmit> {
+        let r = *self.requests.get(req)?;
+        let msg = r.msg?;
+        let tag = if r.sync {
+            self.config.tags.sync(msg)
+        } else {
+            self.config.tags.data(msg)
+        };
+        Some(Transmit::Payload {
+            req,
+            dest: r.peer,
+            comm: r.comm,
+            tag,
+            size: r.size,
+        })
+    }
+}
