@@ -58,6 +58,19 @@ example "cholesky 1 16384 2048" "$bin/cholesky" 1 16384 2048 --gpu --no-check
 example "cholesky 2 16384 2048" "$bin/cholesky" 2 16384 2048 --gpu --no-check
 example "cholesky (CUDA 13 API) 1 1024 256" "$bin/cholesky-cuda13" 1 1024 256 --gpu
 
+# Issue 21: the GPU and the CPU workers together (`dmda`, models in a fresh folder: the
+# first run calibrates them) against the GPU alone (`prio`: every task on the device).
+# Targets: at n = 8192, dmda ≥ 1.2× the GPU alone; at n = 16384 (32768 where the bundle
+# has the time), dmda ≥ the GPU alone.
+models=$(mktemp -d)
+for n in "8192 1024" "16384 2048"; do
+    example "cholesky 1 $n gpu alone" "$bin/cholesky" 1 $n --gpu --no-check
+    for run in calibrate measure; do
+        example "cholesky 1 $n dmda ($run)" env STARLING_SCHED=dmda STARLING_HOME="$models" \
+            "$bin/cholesky" 1 $n --gpu --no-check
+    done
+done
+
 # A CUDA install with only the versioned library files (pip wheels, a runtime-only
 # install): the loader sees links named libX.so.N only, no loader cache. The CUDA 13 API
 # build must run; the CUDA 12 one must stop, naming the library it cannot load.

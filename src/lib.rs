@@ -11,6 +11,8 @@
 //!   N ranks held in this process — the embedded default, no MPI needed;
 //! * [`partition`]: a registered handle cut by a filter into children that are handles of
 //!   their own (`starpu_data_partition` / `starpu_data_unpartition`);
+//! * [`sched`] and [`perfmodel`]: the scheduling policies (`prio`, `ws`, `dmda`) and the
+//!   performance models `dmda` places tasks on CPU workers and devices with;
 //! * [`serial`]: the protocol over `std` byte streams (a socket pair, TCP) — a
 //!   [`Transport`] for ranks, and the adapters that run the core's embedded link (the code
 //!   a board runs, `core::link`) in a thread;
@@ -38,6 +40,10 @@ pub use starling_std::{
     TagChoice, TaskBuilder, TaskError, TaskHandle, TaskTag, TransferDirection, TransferError,
     Transport, data, device, interfaces, rank, run_fake, run_local, run_local_with, serial, sim,
     trace, transport,
+};
+pub use starling_std::{
+    Arch, Bus, Calibrate, ModelError, Models, PerfModel, SchedPolicy, SchedStats, WorkerStats,
+    perfmodel, sched,
 };
 pub use starling_std::{Divergence, agreement, hang, ms};
 pub use starling_std::{FilterError, PartitionError, partition};

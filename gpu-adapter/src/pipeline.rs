@@ -24,8 +24,13 @@
 //!   bytes or more), or pinned by the application ([`Layer::pin`], the reference's
 //!   `starpu_memory_pin`), has its host storage page-locked: its copies are asynchronous
 //!   and run at the bus's speed. It is unpinned when the handle is unregistered.
-//! - **Where tasks run.** [`Policy::PreferDevice`] queues every task on a device;
-//!   [`Policy::Eager`] gives a task back to the CPU when its device's window is full. A
+//! - **Where tasks run.** Under the runtime's `prio` and `ws` schedulers the layer
+//!   decides: [`Policy::PreferDevice`] queues every task on a device;
+//!   [`Policy::Eager`] gives a task back to the CPU when its device's window is full.
+//!   Under `dmda` (`STARLING_SCHED=dmda`) the runtime's scheduler places each task on a
+//!   CPU worker or here from the performance models, and the layer queues every task it
+//!   is given ([`DeviceTask::placed`]); [`Layer::measure_bus`](DeviceLayer::measure_bus)
+//!   gives the scheduler the link's latency and bandwidth. A
 //!   task that fails on the device fails (reported at shutdown, never a wrong result),
 //!   unless [`PipelineConfig::fallback`] asks to run its CPU implementation instead.
 //!   [`Layer::stats`] counts tasks on each side and the bytes each way.
@@ -43,14 +48,17 @@ use std::thread::JoinHandle;
 use starling_core::AccessMode;
 use starling_core::coherence::{MemNode, Replicas};
 use starling_std::interfaces::{Block, Matrix, Variable, Vector};
-use starling_std::{Buffers, Codelet, DeviceImpl, DeviceLayer, DeviceTask, HostRef};
+use starling_std::{Buffers, Bus, Codelet, DeviceImpl, DeviceLayer, DeviceTask, HostRef};
+use std::time::Instant;
 
 use crate::GpuError;
 use crate::backend::{Backend, DeviceBuf, Shape};
 use crate::replicas::MAX_NODES;
 
 /// How tasks whose codelet has a device implementation choose between the CPU and a
-/// device.
+/// device, under the runtime's `prio` and `ws` schedulers. Under `dmda`
+/// (`starling_std::SchedPolicy::Dmda`) the scheduler chooses from the performance models
+/// and the policy is not used: every task it places on a device is queued there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Policy {
@@ -964,7 +972,9 @@ impl<B: Backend> DeviceLayer for Layer<B> {
         }
         let dev = s.pick_device(&st, &task.buffers());
         let d = &st.devs[dev];
+        // A task the scheduler placed here (`dmda`) is queued whatever the policy.
         if s.config.policy == Policy::Eager
+            && !task.placed()
             && task.has_cpu()
             && d.inflight.len() + d.queue.len() >= s.config.window
         {
@@ -986,6 +996,45 @@ impl<B: Backend> DeviceLayer for Layer<B> {
 
     fn to_host(&self, data: &Buffers<'_>) -> Result<(), String> {
         self.shared.to_host(data).map_err(|e| e.to_string())
+    }
+
+    /// Times copies of 8 bytes and of 4 MiB from pageable host memory to device 0 and
+    /// back (the best of three each): the latency is the small copy's time, the bandwidth
+    /// the large copy's bytes over the rest of its time.
+    fn measure_bus(&self) -> Option<(Bus, Bus)> {
+        let b = &self.shared.backend;
+        const LARGE: usize = 1 << 19;
+        let mut host = vec![0.0f64; LARGE];
+        let mut time = |len: usize, up: bool| -> Option<f64> {
+            let mut best = f64::INFINITY;
+            let mut buf = b.alloc(0, len).ok()?;
+            for _ in 0..3 {
+                let t0 = Instant::now();
+                let ev = b.upload(0, &host[..len], false, &mut buf).ok()?;
+                while !b.done(&ev).ok()? {
+                    std::thread::yield_now();
+                }
+                let up_time = t0.elapsed().as_secs_f64();
+                let t = if up {
+                    up_time
+                } else {
+                    let t0 = Instant::now();
+                    b.download(0, &buf, &mut host[..len]).ok()?;
+                    t0.elapsed().as_secs_f64()
+                };
+                best = best.min(t);
+            }
+            Some(best)
+        };
+        let mut link = |up: bool| -> Option<Bus> {
+            let latency = time(1, up)?;
+            let large = time(LARGE, up)?;
+            Some(Bus {
+                latency,
+                bandwidth: (LARGE * 8) as f64 / (large - latency).max(1e-9),
+            })
+        };
+        Some((link(true)?, link(false)?))
     }
 
     fn forget(&self, uid: u64) {

@@ -36,7 +36,8 @@ pub struct GpuConfig {
     /// How many devices to use (the first ones); `None`: every device. `Some(0)` disables
     /// the GPU ([`GpuError::Disabled`]).
     pub devices: Option<usize>,
-    /// CPU or device, per task.
+    /// CPU or device, per task, under the `prio` and `ws` schedulers (`dmda` chooses
+    /// from the performance models instead: [`Policy`]).
     pub policy: Policy,
     /// Bytes of data the pipeline keeps on each device; `None`: three quarters of the
     /// device's free memory when it is opened.

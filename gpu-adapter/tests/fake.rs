@@ -487,3 +487,171 @@ fn a_large_device_value_goes_to_another_rank_of_the_process_without_main_memory(
         1
     );
 }
+
+/// The `dmda` scheduler with the fake device: models saved under a fresh folder, one rank
+/// of `workers` CPU workers.
+mod dmda {
+    use std::path::{Path, PathBuf};
+    use std::sync::mpsc;
+
+    use starling_std::interfaces::Vector;
+    use starling_std::perfmodel::{CALIBRATION_SAMPLES, Footprint, History, machine_file};
+    use starling_std::{Arch, Kernel, Models, RuntimeConfig, SchedPolicy};
+
+    use super::*;
+
+    fn fresh_dir(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("starling-fake-dmda-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    /// Calibrated histories of `name` on data of `sizes`: `mean` seconds per arch.
+    fn preload(home: &Path, name: &str, sizes: &[usize], means: &[(Arch, f64)]) {
+        let mut m = Models::default();
+        let fp = Footprint::of(sizes.iter().copied());
+        let cm = m.codelets.entry(name.to_owned()).or_default();
+        for &(arch, mean) in means {
+            let h = History {
+                bytes: fp.bytes,
+                count: CALIBRATION_SAMPLES,
+                mean,
+                m2: 0.0,
+            };
+            cm.history.insert((arch, fp.hash), h);
+        }
+        m.save(&machine_file(home)).unwrap();
+    }
+
+    fn config(workers: usize, home: &Path) -> ClusterConfig {
+        ClusterConfig {
+            runtime: RuntimeConfig {
+                workers,
+                sched: SchedPolicy::Dmda,
+                model_home: Some(home.to_path_buf()),
+                ..RuntimeConfig::default()
+            },
+            ..ClusterConfig::default()
+        }
+    }
+
+    /// A codelet doubling the last access (a `Vector<f64>`), on the CPU and the device.
+    fn double(gpu: &Arc<FakeGpu>) -> Codelet {
+        let cpu: Arc<Kernel> = Arc::new(|b| {
+            let last = b.len() - 1;
+            for x in b.w::<Vector<f64>>(last).as_mut_slice() {
+                *x *= 2.0;
+            }
+        });
+        gpu.codelet("double", Some(cpu), |d| {
+            let last = d.len() - 1;
+            for x in d[last].data.iter_mut() {
+                *x *= 2.0;
+            }
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn a_chain_goes_where_the_models_say_it_finishes_first() {
+        // (device s, CPU s): the device 20× faster, then 20× slower.
+        for (device, cpu, on_device) in [(1e-3, 20e-3, true), (20e-3, 1e-3, false)] {
+            let home = fresh_dir(if on_device { "dev" } else { "cpu" });
+            preload(
+                &home,
+                "double",
+                &[128],
+                &[(Arch::Device, device), (Arch::Cpu, cpu)],
+            );
+            let gpu = Fake::open(FakeConfig::default()).unwrap();
+            let codelet = double(&gpu);
+            let traced = ClusterConfig {
+                trace_file: Some(home.join("trace/")),
+                ..config(2, &home)
+            };
+            let out = run_local_with(1, traced, move |ctx| {
+                let v = ctx.register(Vector::from_vec(vec![1.0; 16]));
+                for _ in 0..8 {
+                    ctx.task(&codelet).rw(&v).submit();
+                }
+                ctx.wait_for_all();
+                (ctx.sched_stats(), ctx.unregister(v).into_vec())
+            })
+            .expect("a clean run");
+            let (stats, values) = &out[0];
+            assert_eq!(*values, vec![256.0; 16]);
+            let cpu_tasks: u64 = stats.workers.iter().map(|w| w.tasks).sum();
+            let device_tasks = stats.devices.first().map_or(0, |d| d.tasks);
+            let trace = std::fs::read_to_string(home.join("trace/rank0.json")).unwrap();
+            if on_device {
+                assert_eq!((device_tasks, cpu_tasks), (8, 0), "{stats:?}");
+                assert_eq!(gpu.stats().device_tasks, 8);
+                // The trace shows the device's tasks on a track of their own, with the
+                // expected time.
+                assert!(trace.contains("\"name\":\"device 0\""), "{trace}");
+                let on_track = trace.matches("\"device\":0,\"measured_us\":").count();
+                assert_eq!(on_track, 8, "{trace}");
+                assert_eq!(trace.matches("\"expected_us\":1000.000").count(), 8);
+                // The link to the fake device was measured at the first start and saved:
+                // its copies take at least the fake's 10 µs latency.
+                let saved = Models::load(&machine_file(&home)).unwrap();
+                for link in [(0, 1), (1, 0)] {
+                    let bus = saved.bus[&link];
+                    assert!(
+                        bus.latency >= 10e-6 && bus.bandwidth > 0.0,
+                        "{link:?}: {bus:?}"
+                    );
+                }
+            } else {
+                assert_eq!((device_tasks, cpu_tasks), (0, 8), "{stats:?}");
+                assert_eq!(gpu.stats().device_tasks, 0);
+            }
+            let _ = std::fs::remove_dir_all(&home);
+        }
+    }
+
+    #[test]
+    fn a_batch_is_shared_by_the_device_and_the_cpus_in_proportion_to_their_speeds() {
+        let home = fresh_dir("batch");
+        // The device runs a task in 2 ms, each of 2 CPU workers in 4 ms: the device
+        // should take half of the batch, each CPU worker a quarter.
+        preload(
+            &home,
+            "double",
+            &[8, 128],
+            &[(Arch::Device, 2e-3), (Arch::Cpu, 4e-3)],
+        );
+        let gpu = Fake::open(FakeConfig::default()).unwrap();
+        let codelet = double(&gpu);
+        let out = run_local_with(1, config(2, &home), move |ctx| {
+            let g = ctx.register(Variable::new(0.0f64));
+            let (tx, rx) = mpsc::channel::<()>();
+            let rx = Mutex::new(rx);
+            let gate = Codelet::new("gate", move |_| {
+                let _ = rx.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            });
+            ctx.task(&gate).w(&g).submit();
+            let vs: Vec<_> = (0..40)
+                .map(|_| ctx.register(Vector::from_vec(vec![1.0; 16])))
+                .collect();
+            for v in &vs {
+                ctx.task(&codelet).r(&g).rw(v).submit();
+            }
+            tx.send(()).unwrap();
+            ctx.wait_for_all();
+            for v in vs {
+                assert_eq!(ctx.unregister(v).into_vec(), vec![2.0; 16]);
+            }
+            ctx.sched_stats()
+        })
+        .expect("a clean run");
+        let stats = &out[0];
+        let device = stats.devices[0].tasks as f64;
+        let cpu = stats.workers.iter().map(|w| w.tasks).sum::<u64>() as f64 - 1.0; // the gate
+        assert_eq!(device + cpu, 40.0, "{stats:?}");
+        assert!((device / 40.0 - 0.5).abs() <= 0.15 * 0.5, "{stats:?}");
+        assert_eq!(gpu.stats().device_tasks, device as u64);
+        let _ = std::fs::remove_dir_all(&home);
+    }
+}

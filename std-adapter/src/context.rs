@@ -904,6 +904,12 @@ impl Context {
         self.runtime.wait_for_all();
     }
 
+    /// This rank's scheduler statistics so far: the policy, tasks and busy time per
+    /// worker and device, the models' mean error ([`crate::sched`]).
+    pub fn sched_stats(&self) -> crate::sched::SchedStats {
+        self.runtime.sched_stats()
+    }
+
     /// [`Context::wait_for_all`], then says whether a transfer that the task flow
     /// depends on failed on this rank (a receive or send of the insert flow, a collective,
     /// a reduction, a migration, a `get_data_*`): the tasks that read what it carried did

@@ -309,6 +309,8 @@ pub(crate) struct Cell<I> {
     /// Changes to a fresh number whenever write access is granted (see
     /// [`Buffers::version`](crate::task::Buffers::version)).
     version: core::sync::atomic::AtomicU64,
+    /// [`AnyCell::size_hint`].
+    size: core::sync::atomic::AtomicUsize,
 }
 
 /// Handle uids and versions: one process-wide sequence, so a number is never reused.
@@ -323,6 +325,7 @@ fn next_stamp() -> u64 {
 impl<I: Interface> Cell<I> {
     pub(crate) fn new(id: DataId, data: I) -> Self {
         Self {
+            size: core::sync::atomic::AtomicUsize::new(data.packed_size()),
             id,
             data: data_lock(Slot {
                 value: Some(data),
@@ -337,6 +340,7 @@ impl<I: Interface> Cell<I> {
 
     pub(crate) fn lazy(id: DataId, init: impl FnOnce() -> I + Send + 'static) -> Self {
         Self {
+            size: core::sync::atomic::AtomicUsize::new(0),
             id,
             data: data_lock(Slot {
                 value: None,
@@ -487,8 +491,12 @@ impl<I> DerefMut for DataMut<'_, I> {
 pub(crate) trait AnyCell: Send + Sync {
     /// The handle's id.
     fn id(&self) -> DataId;
-    /// Bytes of the packed form.
+    /// Bytes of the packed form (reads the data).
     fn packed_size(&self) -> usize;
+    /// Bytes of the packed form as last seen (at registration or the last
+    /// [`AnyCell::packed_size`]), without reading the data; 0 when never seen (a lazy
+    /// handle). For the performance models' footprints.
+    fn size_hint(&self) -> usize;
     /// Appends the packed form to `out` (a recycled buffer: no new allocation when it has
     /// room).
     fn pack_into(&self, out: &mut Vec<u8>);
@@ -584,7 +592,13 @@ impl<I: Interface> AnyCell for Cell<I> {
     }
 
     fn packed_size(&self) -> usize {
-        self.read().packed_size()
+        let size = self.read().packed_size();
+        self.size.store(size, core::sync::atomic::Ordering::Relaxed);
+        size
+    }
+
+    fn size_hint(&self) -> usize {
+        self.size.load(core::sync::atomic::Ordering::Relaxed)
     }
 
     fn pack_into(&self, out: &mut Vec<u8>) {

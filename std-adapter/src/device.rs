@@ -97,6 +97,15 @@ pub trait DeviceLayer: Send + Sync {
         let _ = value;
         Err("not a value of this device layer".to_owned())
     }
+
+    /// Measures the link between main memory and this layer's (first) device: the
+    /// latency and bandwidth of a copy to the device and of one back, for the `dmda`
+    /// scheduler's transfer model ([`crate::perfmodel::Bus`]). Called once, when the
+    /// layer is first attached to a runtime that uses the models and has no saved link
+    /// for it. `None` (the default): not measured; copies are expected to cost nothing.
+    fn measure_bus(&self) -> Option<(crate::perfmodel::Bus, crate::perfmodel::Bus)> {
+        None
+    }
 }
 
 /// A handle's value on a device, travelling in place of its bytes between ranks of one
@@ -190,6 +199,8 @@ pub struct DeviceTask {
     pub(crate) accesses: Vec<Access>,
     pub(crate) priority: i32,
     pub(crate) finish: Option<Finish>,
+    /// The scheduler chose the device for this task (`dmda`).
+    pub(crate) placed: bool,
 }
 
 impl fmt::Debug for DeviceTask {
@@ -222,6 +233,13 @@ impl DeviceTask {
     pub fn kernel<K: Any + Send + Sync>(&self) -> Option<Arc<K>> {
         let device = self.codelet.device()?;
         Arc::clone(&device.kernel).downcast::<K>().ok()
+    }
+
+    /// Whether the scheduler placed this task on the device (the `dmda` policy, from the
+    /// performance models): the layer queues it, whatever its own CPU-or-device policy
+    /// would do. `false`: the layer decides (the `prio` and `ws` policies).
+    pub fn placed(&self) -> bool {
+        self.placed
     }
 
     /// Whether the codelet has a CPU implementation to fall back on.
@@ -276,13 +294,22 @@ pub(crate) struct Layers {
 }
 
 impl Layers {
-    /// Attaches `layer` (once).
-    pub(crate) fn attach(&self, layer: &Arc<dyn DeviceLayer>) {
+    /// Attaches `layer` (once); whether it was not attached before.
+    pub(crate) fn attach(&self, layer: &Arc<dyn DeviceLayer>) -> bool {
         let mut ls = crate::sync::lock(&self.layers);
-        if !ls.iter().any(|l| Arc::ptr_eq(l, layer)) {
-            ls.push(Arc::clone(layer));
-            self.any.store(true, core::sync::atomic::Ordering::Release);
+        if ls.iter().any(|l| Arc::ptr_eq(l, layer)) {
+            return false;
         }
+        ls.push(Arc::clone(layer));
+        self.any.store(true, core::sync::atomic::Ordering::Release);
+        true
+    }
+
+    /// The attachment number of `layer` (its device slot for the scheduler), if attached.
+    pub(crate) fn index_of(&self, layer: &Arc<dyn DeviceLayer>) -> Option<usize> {
+        crate::sync::lock(&self.layers)
+            .iter()
+            .position(|l| Arc::ptr_eq(l, layer))
     }
 
     /// Whether any layer is attached (cheap: the host-access path asks nothing else

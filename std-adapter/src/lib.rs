@@ -29,6 +29,11 @@
 //! and waits that Perfetto or `chrome://tracing` opens (`STARLING_TRACE`), and
 //! `STARLING_PROGRESS=1` shows tasks done / submitted on stderr while a run goes.
 //!
+//! Which worker runs each ready task is the scheduler's choice ([`sched`]:
+//! `STARLING_SCHED=prio`, the default, `ws` or `dmda`); `dmda` places tasks on CPU
+//! workers and device layers from measured performance models ([`perfmodel`], saved per
+//! machine under `STARLING_HOME`).
+//!
 //! [`sim`] is a different tool: a seeded, deterministic, single-threaded cluster of bare
 //! engines, for protocol tests that replay from a seed.
 //!
@@ -51,10 +56,12 @@ pub mod interfaces;
 mod meter;
 pub mod ms;
 pub mod partition;
+pub mod perfmodel;
 mod pool;
 mod progress;
 pub mod rank;
 mod ready;
+pub mod sched;
 pub mod serial;
 pub mod sim;
 mod sync;
@@ -76,6 +83,8 @@ pub use distributed::{
     Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild, TagChoice,
 };
 pub use error::{CommError, Leftover, ShutdownError, TaskError, TransferDirection, TransferError};
+pub use perfmodel::{Arch, Bus, Calibrate, ModelError, Models, PerfModel};
 pub use rank::{DriverMode, RankConfig, RankRunner, StartError, Tables};
+pub use sched::{SchedPolicy, SchedStats, WorkerStats};
 pub use task::{Buffers, Codelet, Kernel, RuntimeConfig, TaskTag, WorkerStart};
 pub use transport::{InProcess, Transport};

@@ -25,9 +25,11 @@ use crate::data::{AnyCell, Cell, DataMut, DataRef, Interface};
 use crate::device::{DeviceImpl, DeviceTask, Layers};
 use crate::error::{TaskError, TransferError};
 use crate::id_hash::IdMap;
-use crate::ready::ReadyQueue;
+use crate::perfmodel::{Arch, Calibrate, PerfModel, Store};
+use crate::sched::{SchedPolicy, Scheduler, Target};
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering, lock};
 use crate::trace::{self, Recorder, WorkerTrace};
+use placement::{CURRENT, DeviceEnd};
 
 /// A task's CPU implementation.
 pub type Kernel = dyn Fn(&mut Buffers<'_>) + Send + Sync;
@@ -40,6 +42,8 @@ pub struct Codelet {
     /// Behind an `Arc`: a codelet is cloned into every insert being built, which moves at
     /// every call of its chain, so it stays small (40 bytes) and cheap to clone.
     device: Option<Arc<DeviceImpl>>,
+    /// A regression model's formula; `None`: history-based.
+    model: Option<PerfModel>,
 }
 
 impl fmt::Debug for Codelet {
@@ -57,6 +61,7 @@ impl Codelet {
             name: Arc::from(name),
             kernel: Some(Arc::new(kernel)),
             device: None,
+            model: None,
         }
     }
 
@@ -68,7 +73,22 @@ impl Codelet {
             name: Arc::from(name),
             kernel: cpu,
             device: Some(Arc::new(device)),
+            model: None,
         }
+    }
+
+    /// The codelet with performance model `model` (the reference's `cl.model`). Without
+    /// one, a codelet with an implementation has a history-based model
+    /// ([`PerfModel::history`]), used by the `dmda` scheduler and kept under its name
+    /// ([`crate::perfmodel`]).
+    pub fn with_model(mut self, model: PerfModel) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    /// The codelet's performance model, if it was given one ([`Codelet::with_model`]).
+    pub fn model(&self) -> Option<&PerfModel> {
+        self.model.as_ref()
     }
 
     /// The device implementation, if the codelet has one.
@@ -83,6 +103,7 @@ impl Codelet {
             name: Arc::from(name),
             kernel: None,
             device: None,
+            model: None,
         }
     }
 
@@ -107,6 +128,7 @@ impl Codelet {
             name: Arc::from(name),
             kernel: Some(kernel),
             device: None,
+            model: None,
         }
     }
 }
@@ -286,6 +308,11 @@ struct Node {
     own_host: bool,
     /// A task's outcome, for its handle: set when the node completes.
     outcome: Option<Outcome>,
+    /// Where the scheduler placed the task once ready, and the duration it expects there.
+    placed: Target,
+    expected: Option<f64>,
+    /// When it was handed to its device (seconds of the scheduler's clock).
+    begin: f64,
 }
 
 #[derive(Default)]
@@ -297,6 +324,11 @@ struct HandleDeps {
     /// The value left by the last completed writer depends on a failed transfer: a node
     /// submitted with no writer pending that reads it is poisoned from the start.
     poison: Option<Poison>,
+    /// `dmda`'s estimate of where valid copies are, as its placements leave them: bit 0
+    /// main memory, bit `d + 1` device slot `d`; 0 is read as "main memory only". An
+    /// estimate for the transfer model, never a coherence decision (the device layers
+    /// make those).
+    copies: u64,
 }
 
 /// Whether an access in `mode` depends on the value before it (R, RW, COMMUTE, REDUX):
@@ -310,11 +342,10 @@ fn writes_value(mode: AccessMode) -> bool {
     mode.writes() || mode.contains(AccessMode::COMMUTE)
 }
 
-#[derive(Default)]
 struct State {
     nodes: IdMap<NodeId, Node>,
     handles: IdMap<DataId, HandleDeps>,
-    ready: ReadyQueue,
+    sched: Scheduler,
     next_id: NodeId,
     /// Nodes submitted and not complete, plus requests in flight: what `wait_for_all`
     /// waits to reach zero.
@@ -325,8 +356,6 @@ struct State {
     completed: u64,
     unlocked_tags: HashMap<TaskTag, bool>,
     stopping: bool,
-    /// Workers asleep on `work`: notify only when one is (a notify is a system call).
-    idle_workers: usize,
     /// Threads asleep on `progress`.
     progress_waiters: usize,
     /// Tasks whose kernel or callback panicked, reported at shutdown.
@@ -355,6 +384,24 @@ pub struct RuntimeConfig {
     /// binds the worker to a core (the MPI adapter's `STARLING_WORKERS_GETBIND`). `None`:
     /// workers run where the operating system puts them.
     pub on_worker_start: Option<WorkerStart>,
+    /// The scheduling policy (`STARLING_SCHED`: `prio`, the default, `ws` or `dmda`; see
+    /// [`crate::sched`]).
+    pub sched: SchedPolicy,
+    /// Whether and how tasks add samples to the performance models
+    /// (`STARLING_CALIBRATE`: 0, 1 or 2; [`Calibrate`]). `None`: the models are used and
+    /// calibrated only by the `dmda` policy; set, they are measured whatever the policy.
+    pub calibrate: Option<Calibrate>,
+    /// The folder the performance models are saved under (`None`: `STARLING_HOME`, else
+    /// `$HOME/.starling`; see [`crate::perfmodel`]).
+    pub model_home: Option<std::path::PathBuf>,
+    /// A test hook: worker `w` runs at `worker_speed[w]` percent of its speed (missing
+    /// entries: 100). A slowed worker sleeps after each CPU kernel so that the kernel
+    /// takes `100 / percent` times as long, and its models are kept apart
+    /// ([`Arch::ScaledCpu`]). `STARLING_WORKER_SPEED=100,50,...`.
+    pub worker_speed: Vec<u32>,
+    /// Print each worker's tasks, busy and idle time and the models' mean error at
+    /// shutdown (`STARLING_SCHED_STATS=1`).
+    pub sched_stats: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -363,6 +410,11 @@ impl Default for RuntimeConfig {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             disable_kernels: false,
             on_worker_start: None,
+            sched: SchedPolicy::Prio,
+            calibrate: None,
+            model_home: None,
+            worker_speed: Vec::new(),
+            sched_stats: false,
         }
     }
 }
@@ -386,7 +438,10 @@ impl fmt::Debug for WorkerStart {
 }
 
 impl RuntimeConfig {
-    /// The defaults, overridden by `STARLING_NCPU` and `STARLING_DISABLE_KERNELS`.
+    /// The defaults, overridden by `STARLING_NCPU`, `STARLING_DISABLE_KERNELS`,
+    /// `STARLING_SCHED`, `STARLING_CALIBRATE`, `STARLING_HOME`, `STARLING_WORKER_SPEED`
+    /// and `STARLING_SCHED_STATS`. An unknown policy or calibration value is reported on
+    /// stderr and the default kept.
     pub fn from_env() -> Self {
         let mut c = Self::default();
         if let Some(n) = std::env::var("STARLING_NCPU")
@@ -398,14 +453,45 @@ impl RuntimeConfig {
         if env_flag("STARLING_DISABLE_KERNELS") {
             c.disable_kernels = true;
         }
+        if let Ok(v) = std::env::var("STARLING_SCHED") {
+            match SchedPolicy::parse(&v) {
+                Some(p) => c.sched = p,
+                None => eprintln!("[starling] STARLING_SCHED={v}: unknown policy, using prio"),
+            }
+        }
+        if let Ok(v) = std::env::var("STARLING_CALIBRATE") {
+            match Calibrate::parse(&v) {
+                Some(k) => c.calibrate = Some(k),
+                None => eprintln!("[starling] STARLING_CALIBRATE={v}: expected 0, 1 or 2"),
+            }
+        }
+        c.model_home = std::env::var_os("STARLING_HOME")
+            .filter(|h| !h.is_empty())
+            .map(std::path::PathBuf::from);
+        if let Ok(v) = std::env::var("STARLING_WORKER_SPEED") {
+            c.worker_speed = v
+                .split(',')
+                .map(|p| p.trim().parse::<u32>().unwrap_or(100).clamp(1, 100))
+                .collect();
+        }
+        c.sched_stats = env_flag("STARLING_SCHED_STATS");
         c
+    }
+
+    /// Worker `w`'s speed in percent ([`RuntimeConfig::worker_speed`]).
+    fn speed(&self, w: usize) -> u32 {
+        self.worker_speed
+            .get(w)
+            .copied()
+            .unwrap_or(100)
+            .clamp(1, 100)
     }
 }
 
 struct Shared {
     state: Mutex<State>,
-    /// Workers wait here for ready tasks.
-    work: Condvar,
+    /// Worker `w` waits on `work[w]` for ready tasks.
+    work: Vec<Condvar>,
     /// `wait_for_all`, tag waiters and quiescence checks wait here.
     progress: Condvar,
     disable_kernels: bool,
@@ -422,6 +508,18 @@ struct Shared {
     /// A transfer failed once ([`Runtime::fail`], [`Runtime::record_failure`]): until
     /// then no node can be poisoned, and the checks skip the lock.
     failed: AtomicBool,
+    /// The performance models, when used (`dmda`, or `STARLING_CALIBRATE` set).
+    models: Option<Arc<Store>>,
+    /// Worker `w`'s speed percent (the test hook) and arch.
+    speed: Vec<u32>,
+    /// Time each task (models, statistics or the speed hook need it).
+    measure: bool,
+    /// Print the scheduler's statistics at shutdown.
+    sched_stats: bool,
+    /// The scheduling policy (also in the scheduler: read here without the lock).
+    policy: SchedPolicy,
+    /// The runtime's name (for reports).
+    name: String,
 }
 
 /// The task runtime of one rank. Cheap to clone (shared).
@@ -443,12 +541,21 @@ impl Workers {
             let mut st = lock(&self.runtime.shared.state);
             st.stopping = true;
         }
-        self.runtime.shared.work.notify_all();
+        for w in &self.runtime.shared.work {
+            w.notify_all();
+        }
         for t in self.threads {
             let _ = t.join();
         }
         // Nothing runs any more: every copy valid only on a device comes home.
         self.runtime.shared.layers.flush();
+        let shared = &self.runtime.shared;
+        if shared.sched_stats {
+            eprint!("{}", lock(&shared.state).sched.report(&shared.name));
+        }
+        if let Some(models) = &shared.models {
+            models.save();
+        }
     }
 }
 
@@ -477,10 +584,37 @@ impl Runtime {
         threads: usize,
         trace: Option<Arc<Recorder>>,
     ) -> (Self, Workers) {
+        let speed: Vec<u32> = (0..threads).map(|w| config.speed(w)).collect();
+        let arch: Vec<Arch> = speed.iter().map(|&p| Arch::cpu_at(p)).collect();
+        let policy = Scheduler::effective(config.sched, threads);
+        let models = (policy == SchedPolicy::Dmda || config.calibrate.is_some()).then(|| {
+            Store::open(
+                config.model_home.as_deref(),
+                config.calibrate.unwrap_or_default(),
+            )
+        });
+        let state = State {
+            nodes: IdMap::default(),
+            handles: IdMap::default(),
+            sched: Scheduler::new(config.sched, &arch),
+            next_id: 0,
+            outstanding: 0,
+            running: 0,
+            completed: 0,
+            unlocked_tags: HashMap::new(),
+            stopping: false,
+            progress_waiters: 0,
+            panics: Vec::new(),
+            tasks_submitted: 0,
+            tasks_done: 0,
+            failures: Vec::new(),
+            skipped: Vec::new(),
+            tasks_skipped: 0,
+        };
         let runtime = Self {
             shared: Arc::new(Shared {
-                state: Mutex::new(State::default()),
-                work: Condvar::new(),
+                state: Mutex::new(state),
+                work: (0..threads).map(|_| Condvar::new()).collect(),
                 progress: Condvar::new(),
                 disable_kernels: config.disable_kernels,
                 on_ready: std::sync::OnceLock::new(),
@@ -489,6 +623,12 @@ impl Runtime {
                 offload: std::sync::OnceLock::new(),
                 layers: Layers::default(),
                 failed: AtomicBool::new(false),
+                measure: models.is_some() || config.sched_stats || speed.iter().any(|&p| p < 100),
+                models,
+                speed,
+                sched_stats: config.sched_stats,
+                policy: Scheduler::effective(config.sched, threads),
+                name: name.to_owned(),
             }),
         };
         let threads = (0..threads)
@@ -539,7 +679,9 @@ impl Runtime {
         tag: Option<TaskTag>,
     ) -> Outcome {
         if let Some(device) = codelet.device() {
-            self.shared.layers.attach(&device.layer);
+            if self.shared.layers.attach(&device.layer) {
+                self.measure_bus(&device.layer);
+            }
         }
         let work = Work::Task {
             codelet,
@@ -683,6 +825,9 @@ impl Runtime {
                 poison,
                 own_host,
                 outcome,
+                placed: Target::Any,
+                expected: None,
+                begin: 0.0,
             },
         );
         let mut hooks = Hooks::default();
@@ -707,6 +852,14 @@ impl Runtime {
                 } else {
                     Vec::new()
                 };
+                if !host.is_empty() && self.shared.policy == SchedPolicy::Dmda {
+                    // The layers bring main memory up to date (the transfer estimate).
+                    for a in &host {
+                        if let Some(h) = st.handles.get_mut(&a.cell.id()) {
+                            h.copies |= 1;
+                        }
+                    }
+                }
                 hooks.push(id, h, host);
             }
             Some(task @ Work::Task { .. }) if node.poison.is_some() => {
@@ -717,10 +870,25 @@ impl Runtime {
             }
             Some(task @ Work::Task { .. }) => {
                 node.work = Some(task);
-                let priority = node.priority;
-                st.ready.push(priority, id);
-                if st.idle_workers > 0 {
-                    self.shared.work.notify_one();
+                let target = if self.shared.policy == SchedPolicy::Dmda {
+                    self.place(st, id)
+                } else {
+                    // `prio` and `ws` need no bookkeeping per task.
+                    let priority = node.priority;
+                    let from = match self.shared.policy {
+                        SchedPolicy::Ws => self.current_worker(),
+                        _ => None,
+                    };
+                    st.sched.push(priority, id, from)
+                };
+                if let Target::Device(_) = target {
+                    // Handed to its device layer once the lock is released.
+                    let rt = self.clone();
+                    hooks.push(id, Box::new(move |id| rt.start_on_device(id)), Vec::new());
+                    return;
+                }
+                if let Some(w) = st.sched.wake(target) {
+                    self.shared.work[w].notify_one();
                 }
                 if let Some(f) = self.shared.on_ready.get() {
                     f();
@@ -962,7 +1130,7 @@ impl Runtime {
         loop {
             let view = RuntimeView {
                 outstanding: st.outstanding,
-                busy: st.running + st.ready.len(),
+                busy: st.running + st.sched.len(),
                 completed: st.completed,
             };
             if done(&view) {
@@ -1037,12 +1205,12 @@ impl Runtime {
     /// one ran.
     pub(crate) fn try_run_one(&self) -> bool {
         let mut st = self.state();
-        match st.ready.pop() {
+        match st.sched.pop_any() {
             Some(id) => {
                 // The progression thread runs it: its track comes after the workers'.
                 let worker = u32::try_from(self.shared.threads).unwrap_or(u32::MAX);
                 let mut timeline = WorkerTrace::new(self.shared.trace.clone(), worker);
-                self.execute(st, id, &mut timeline);
+                self.execute(st, id, &mut timeline, self.shared.threads);
                 true
             }
             None => false,
@@ -1050,31 +1218,44 @@ impl Runtime {
     }
 
     fn worker_loop(&self, worker: u32) {
+        let w = worker as usize;
+        CURRENT.with(|c| c.set((Arc::as_ptr(&self.shared) as usize, w)));
         let mut timeline = WorkerTrace::new(self.shared.trace.clone(), worker);
         loop {
             let mut st = self.state();
             let id = loop {
-                if let Some(id) = st.ready.pop() {
+                if let Some(id) = st.sched.pop(w) {
                     break id;
                 }
                 if st.stopping {
                     return;
                 }
-                st.idle_workers += 1;
-                st = self
-                    .shared
-                    .work
+                st.sched.set_asleep(w, true);
+                st = self.shared.work[w]
                     .wait(st)
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                st.idle_workers -= 1;
+                st.sched.set_asleep(w, false);
             };
-            self.execute(st, id, &mut timeline);
+            self.execute(st, id, &mut timeline, w);
         }
     }
 
-    /// Runs task `id`, just taken off the ready queue under `st`, and completes it.
-    fn execute(&self, mut st: MutexGuard<'_, State>, id: NodeId, timeline: &mut WorkerTrace) {
-        let Some(node) = st.nodes.get_mut(&id) else {
+    /// Runs task `id`, just taken off the ready queue under `st` by CPU worker `w`, and
+    /// completes it.
+    fn execute(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        id: NodeId,
+        timeline: &mut WorkerTrace,
+        w: usize,
+    ) {
+        let State {
+            nodes,
+            sched,
+            running,
+            ..
+        } = &mut *st;
+        let Some(node) = nodes.get_mut(&id) else {
             return;
         };
         let Some(Work::Task {
@@ -1087,7 +1268,13 @@ impl Runtime {
         };
         let accesses = node.accesses.clone();
         let priority = node.priority;
-        st.running += 1;
+        let expected = node.expected;
+        if let Target::Worker(placed) = node.placed {
+            if self.shared.policy == SchedPolicy::Dmda {
+                sched.started(placed, expected.unwrap_or(0.0));
+            }
+        }
+        *running += 1;
         drop(st);
 
         if let (Some(offload), Some(_), false) = (
@@ -1096,27 +1283,33 @@ impl Runtime {
             self.shared.disable_kernels,
         ) {
             // Master-slave mode: the kernel runs elsewhere; this worker goes on at once.
-            let finish = self.completion(id, &codelet, callback, tag);
+            let finish = self.completion(id, &codelet, callback, tag, None);
             offload.start(&codelet, accesses, priority, finish);
             return;
         }
 
-        if let (Some(device), false) = (&codelet.device, self.shared.disable_kernels) {
+        if let (Some(device), false, false) = (
+            &codelet.device,
+            self.shared.disable_kernels,
+            // Under `dmda` the scheduler chose this CPU worker: the CPU implementation runs.
+            self.shared.policy == SchedPolicy::Dmda && codelet.kernel.is_some(),
+        ) {
             // A device task: its layer queues it and this worker goes on at once; or the
             // layer gives it back, and it runs here, on the CPU.
             let layer = Arc::clone(&device.layer);
-            let finish = self.completion(id, &codelet, callback, tag);
+            let finish = self.completion(id, &codelet, callback, tag, None);
             let task = DeviceTask {
                 codelet,
                 accesses,
                 priority,
                 finish: Some(finish),
+                placed: false,
             };
             if let Err(task) = layer.start(task) {
                 let begin = timeline.begin();
                 let name = Arc::clone(&task.codelet.name);
                 task.run_on_cpu(|b| self.shared.layers.to_host(b.accesses));
-                timeline.end(begin, &name);
+                timeline.end(begin, &name, None);
             }
             return;
         }
@@ -1124,6 +1317,7 @@ impl Runtime {
         // A panicking kernel or callback must not wedge the rank: the task still
         // completes (its successors run) and the panic is reported at shutdown.
         let begin = timeline.begin();
+        let mut measured = None;
         let ran = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
             if !self.shared.disable_kernels {
                 if let Some(kernel) = &codelet.kernel {
@@ -1132,7 +1326,11 @@ impl Runtime {
                     let mut buffers = Buffers {
                         accesses: &accesses,
                     };
+                    let t0 = self.shared.measure.then(std::time::Instant::now);
                     kernel(&mut buffers);
+                    if let Some(t0) = t0 {
+                        measured = Some(self.slow_down(w, t0));
+                    }
                 }
             }
             if let Some(cb) = callback {
@@ -1140,27 +1338,37 @@ impl Runtime {
             }
             Ok::<(), String>(())
         }));
-        timeline.end(begin, &codelet.name);
+        timeline.end(begin, &codelet.name, expected);
         let failure = match ran {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(format!("did not run: {e}")),
             Err(p) => Some(format!("panicked: {}", panic_text(&*p))),
         };
-        self.finish_task(id, &codelet.name, failure, tag);
+        if let (Some(m), Some(models), None) = (measured, &self.shared.models, &failure) {
+            // The access is still granted: the sizes are read without waiting.
+            let sizes: Vec<usize> = accesses.iter().map(|a| a.cell.packed_size()).collect();
+            models.record(&codelet.name, codelet.model(), self.arch(w), &sizes, m);
+        }
+        self.finish_task(id, &codelet.name, failure, tag, Some(w), measured);
     }
 
     /// The completion of task `id` when it runs elsewhere (offloaded, or on a device): its
     /// callback (a panic in it is the task's failure), then [`Runtime::finish_task`].
+    /// `sizes`: the task's data sizes when it was placed on a device by `dmda`, so that
+    /// its device time is added to the models.
     fn completion(
         &self,
         id: NodeId,
         codelet: &Codelet,
         callback: Option<Callback>,
         tag: Option<TaskTag>,
+        sizes: Option<Vec<usize>>,
     ) -> Finish {
         let rt = self.clone();
         let name = Arc::clone(&codelet.name);
+        let model = codelet.model.clone();
         Box::new(move |outcome| {
+            let ok = outcome.is_ok();
             let mut failure = outcome.err();
             if let Some(cb) = callback {
                 if let Err(p) = std::panic::catch_unwind(core::panic::AssertUnwindSafe(cb)) {
@@ -1169,12 +1377,32 @@ impl Runtime {
                     });
                 }
             }
-            rt.finish_task(id, &name, failure, tag);
+            let device = rt.finish_task(id, &name, failure, tag, None, None);
+            if let Some((slot, expected, took)) = device {
+                if let Some(trace) = &rt.shared.trace {
+                    let start = trace::clock_ns().saturating_sub((took * 1e9) as u64);
+                    trace.device_task(slot as u32, &name, start, expected);
+                }
+                if let (Some(models), Some(sizes), true) = (&rt.shared.models, sizes, ok) {
+                    models.record(&name, model.as_ref(), Arch::Device, &sizes, took);
+                }
+            }
         })
     }
 
-    /// Task `id` of codelet `name` ran (or failed, `failure` says how): completes it.
-    fn finish_task(&self, id: NodeId, name: &str, failure: Option<String>, tag: Option<TaskTag>) {
+    /// Task `id` of codelet `name` ran (or failed, `failure` says how) on CPU worker
+    /// `ran_on` for `measured` seconds, or elsewhere (`None`): completes it. For a task
+    /// `dmda` placed on a device: the device slot, the expected time and the time it
+    /// took there.
+    fn finish_task(
+        &self,
+        id: NodeId,
+        name: &str,
+        failure: Option<String>,
+        tag: Option<TaskTag>,
+        ran_on: Option<usize>,
+        measured: Option<f64>,
+    ) -> Option<DeviceEnd> {
         if let Some(what) = failure {
             let mut st = self.state();
             if let Some(outcome) = st.nodes.get(&id).and_then(|n| n.outcome.as_ref()) {
@@ -1191,10 +1419,12 @@ impl Runtime {
         let mut st = self.state();
         st.running -= 1;
         st.tasks_done += 1;
+        let device_time = self.account(&mut st, id, ran_on, measured);
         let mut hooks = Hooks::default();
         self.complete_locked(&mut st, id, &mut hooks);
         drop(st);
         self.run_hooks(hooks);
+        device_time
     }
 }
 
@@ -1245,6 +1475,8 @@ impl Hooks {
         }
     }
 }
+
+mod placement;
 
 #[cfg(test)]
 mod tests;

@@ -116,6 +116,8 @@ mod track {
     pub(super) const APPLICATION: u32 = 0;
     /// Worker `w` is `WORKER + w`.
     pub(super) const WORKER: u32 = 1;
+    /// Device slot `d`'s tasks (`dmda`) are those of worker `DEVICES + d`.
+    pub(super) const DEVICES: u32 = 500;
     /// Requests lane `k` is `REQUESTS + k`.
     pub(super) const REQUESTS: u32 = 1000;
     /// Sent messages, lane `k`.
@@ -144,8 +146,13 @@ struct Message {
 /// What a record shows.
 #[derive(Clone, Debug)]
 enum What {
-    /// A task run by worker `worker`.
-    Task { worker: u32, codelet: Arc<str> },
+    /// A task run by worker `worker`, expected by the scheduler to take `expected`
+    /// seconds (`dmda`).
+    Task {
+        worker: u32,
+        codelet: Arc<str>,
+        expected: Option<f64>,
+    },
     /// The application blocked.
     Wait(&'static str),
     /// A request, from its submission to its completion.
@@ -199,6 +206,27 @@ impl Recorder {
             start,
             end,
             what: What::Wait(what),
+        });
+    }
+
+    /// Records a task of `codelet` that device slot `device` ran from `start` until now
+    /// (clock nanoseconds), expected by the scheduler to take `expected` seconds.
+    pub(crate) fn device_task(
+        &self,
+        device: u32,
+        codelet: &Arc<str>,
+        start: u64,
+        expected: Option<f64>,
+    ) {
+        let end = clock_ns();
+        lock(&self.records).push(Record {
+            start: start.min(end),
+            end,
+            what: What::Task {
+                worker: track::DEVICES + device,
+                codelet: Arc::clone(codelet),
+                expected,
+            },
         });
     }
 
@@ -279,9 +307,10 @@ impl WorkerTrace {
         self.recorder.as_ref().map(|_| clock_ns())
     }
 
-    /// Records a task of `codelet` that started at `begin` (from [`WorkerTrace::begin`]).
+    /// Records a task of `codelet` that started at `begin` (from [`WorkerTrace::begin`]),
+    /// expected to take `expected` seconds.
     #[inline]
-    pub(crate) fn end(&mut self, begin: Option<u64>, codelet: &Arc<str>) {
+    pub(crate) fn end(&mut self, begin: Option<u64>, codelet: &Arc<str>, expected: Option<f64>) {
         if let Some(start) = begin {
             self.records.push(Record {
                 start,
@@ -289,6 +318,7 @@ impl WorkerTrace {
                 what: What::Task {
                     worker: self.worker,
                     codelet: Arc::clone(codelet),
+                    expected,
                 },
             });
         }
@@ -656,6 +686,9 @@ fn render(rank: Rank, size: u32, mut records: Vec<Record>, offset_ns: i64) -> St
             t if t >= track::RECEIVES => format!("receives {}", t - track::RECEIVES),
             t if t >= track::SENDS => format!("sends {}", t - track::SENDS),
             t if t >= track::REQUESTS => format!("requests {}", t - track::REQUESTS),
+            t if t >= track::WORKER + track::DEVICES => {
+                format!("device {}", t - track::WORKER - track::DEVICES)
+            }
             t => format!("worker {}", t - track::WORKER),
         };
         let _ = write!(
@@ -706,7 +739,25 @@ fn render(rank: Rank, size: u32, mut records: Vec<Record>, offset_ns: i64) -> St
         us(&mut out, r.end - r.start);
         out.push_str(",\"args\":{");
         match &r.what {
-            What::Task { .. } | What::Wait(_) => {}
+            What::Task {
+                worker, expected, ..
+            } => {
+                // Which worker ran it, and (`dmda`) the expected against the measured time.
+                if *worker >= track::DEVICES {
+                    let _ = write!(
+                        out,
+                        "\"device\":{},\"measured_us\":",
+                        worker - track::DEVICES
+                    );
+                } else {
+                    let _ = write!(out, "\"worker\":{worker},\"measured_us\":");
+                }
+                us(&mut out, r.end - r.start);
+                if let Some(e) = expected {
+                    let _ = write!(out, ",\"expected_us\":{:.3}", e * 1e6);
+                }
+            }
+            What::Wait(_) => {}
             What::Request {
                 tag, bytes, failed, ..
             } => {
@@ -796,12 +847,17 @@ mod tests {
             what: What::Task {
                 worker: 0,
                 codelet: Arc::from("say \"hi\"\n"),
+                expected: Some(2.0e-6),
             },
         }];
         let json = render(Rank(3), 4, records, -2_500);
         assert!(json.contains("\"name\":\"say \\\"hi\\\"\\n\""), "{json}");
         assert!(json.contains("\"ts\":1.500,\"dur\":2.500"), "{json}");
         assert!(json.contains("\"name\":\"worker 0\""), "{json}");
+        assert!(
+            json.contains("\"args\":{\"worker\":0,\"measured_us\":2.500,\"expected_us\":2.000}"),
+            "{json}"
+        );
         assert!(json.contains("\"clock_offset_us\":-2.500"), "{json}");
         assert!(json.contains("\"pid\":3"), "{json}");
     }

@@ -848,26 +848,46 @@ mod config {
 
     use super::*;
 
-    const VARS: [&str; 2] = ["STARLING_NCPU", "STARLING_DISABLE_KERNELS"];
+    const VARS: [&str; 7] = [
+        "STARLING_NCPU",
+        "STARLING_DISABLE_KERNELS",
+        "STARLING_SCHED",
+        "STARLING_CALIBRATE",
+        "STARLING_HOME",
+        "STARLING_WORKER_SPEED",
+        "STARLING_SCHED_STATS",
+    ];
     const EXPECT: &str = "STARLING_TEST_EXPECT_CONFIG";
 
-    /// Run by [`from_env_reads_ncpu_and_disable_kernels`] in a child process with its own
+    /// Run by [`from_env_reads_ncpu_disable_kernels_and_the_scheduler_settings`] in a child process with its own
     /// environment (the crate forbids `unsafe`, so a test cannot `set_var`; a child also
     /// keeps the variables away from tests running in parallel).
     #[test]
-    #[ignore = "a probe run by from_env_reads_ncpu_and_disable_kernels"]
+    #[ignore = "a probe run by from_env_reads_ncpu_disable_kernels_and_the_scheduler_settings"]
     fn from_env_probe() {
         let Ok(expected) = std::env::var(EXPECT) else {
             return;
         };
         let c = RuntimeConfig::from_env();
-        assert_eq!(format!("{} {}", c.workers, c.disable_kernels), expected);
+        let mut got = format!("{} {}", c.workers, c.disable_kernels);
+        if c.sched != crate::SchedPolicy::Prio
+            || c.calibrate.is_some()
+            || c.model_home.is_some()
+            || !c.worker_speed.is_empty()
+            || c.sched_stats
+        {
+            got += &format!(
+                " {} {:?} {:?} {:?} {}",
+                c.sched, c.calibrate, c.model_home, c.worker_speed, c.sched_stats
+            );
+        }
+        assert_eq!(got, expected);
     }
 
     #[test]
-    fn from_env_reads_ncpu_and_disable_kernels() {
+    fn from_env_reads_ncpu_disable_kernels_and_the_scheduler_settings() {
         let default = RuntimeConfig::default().workers;
-        let cases: [(&[(&str, &str)], String); 5] = [
+        let cases: [(&[(&str, &str)], String); 8] = [
             (&[], format!("{default} false")),
             (&[("STARLING_NCPU", "3")], "3 false".into()),
             (&[("STARLING_NCPU", "0")], "1 false".into()),
@@ -875,6 +895,29 @@ mod config {
             (
                 &[("STARLING_NCPU", "2"), ("STARLING_DISABLE_KERNELS", "1")],
                 "2 true".into(),
+            ),
+            (
+                &[
+                    ("STARLING_NCPU", "2"),
+                    ("STARLING_SCHED", "dmda"),
+                    ("STARLING_CALIBRATE", "2"),
+                    ("STARLING_HOME", "/tmp/models"),
+                    ("STARLING_WORKER_SPEED", "100, 50,0,x"),
+                    ("STARLING_SCHED_STATS", "1"),
+                ],
+                "2 false dmda Some(Reset) Some(\"/tmp/models\") [100, 50, 1, 100] true".into(),
+            ),
+            (
+                &[("STARLING_NCPU", "2"), ("STARLING_SCHED", "ws")],
+                "2 false ws None None [] false".into(),
+            ),
+            (
+                &[
+                    ("STARLING_NCPU", "2"),
+                    ("STARLING_SCHED", "fastest"),
+                    ("STARLING_CALIBRATE", "yes"),
+                ],
+                "2 false".into(),
             ),
         ];
         let exe = std::env::current_exe().expect("the test binary");
