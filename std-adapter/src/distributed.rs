@@ -464,14 +464,18 @@ impl<'a> InsertBuilder<'a> {
             }
         }
         // A pending reduction is wrapped up before the datum is read without REDUX.
-        for (a, item) in accesses.iter().zip(&self.items) {
-            if let Some(cell) = &item.cell {
-                let pending = dist
-                    .redux
-                    .get(&cell.id())
-                    .is_some_and(|r| !r.contributors.is_empty());
-                if reduce::wraps_up(a, pending) {
-                    collective::reduce(ctx, dist, cell, 2)?;
+        if !dist.redux.is_empty() {
+            for (a, item) in accesses.iter().zip(&self.items) {
+                // (the reduction table is looked up only for an access that would wrap
+                // up a pending reduction)
+                if let (Some(cell), true) = (&item.cell, reduce::wraps_up(a, true)) {
+                    let pending = dist
+                        .redux
+                        .get(&cell.id())
+                        .is_some_and(|r| !r.contributors.is_empty());
+                    if pending {
+                        collective::reduce(ctx, dist, cell, 2)?;
+                    }
                 }
             }
         }

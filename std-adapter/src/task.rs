@@ -35,21 +35,26 @@ use placement::{CURRENT, DeviceEnd};
 pub type Kernel = dyn Fn(&mut Buffers<'_>) + Send + Sync;
 
 /// A kind of task: a name and a CPU implementation (the reference's `starpu_codelet`).
+///
+/// One `Arc`: a codelet is cloned into every insert being built, which moves at every
+/// call of its chain, so it stays one pointer (8 bytes) and clones with one count.
 #[derive(Clone)]
-pub struct Codelet {
-    name: Arc<str>,
-    kernel: Option<Arc<Kernel>>,
-    /// Behind an `Arc`: a codelet is cloned into every insert being built, which moves at
-    /// every call of its chain, so it stays small (40 bytes) and cheap to clone.
-    device: Option<Arc<DeviceImpl>>,
+pub struct Codelet(Arc<Parts>);
+
+/// What a [`Codelet`] is made of.
+#[derive(Clone)]
+pub(crate) struct Parts {
+    pub(crate) name: Arc<str>,
+    pub(crate) kernel: Option<Arc<Kernel>>,
+    pub(crate) device: Option<Arc<DeviceImpl>>,
     /// A regression model's formula; `None`: history-based.
-    model: Option<PerfModel>,
+    pub(crate) model: Option<PerfModel>,
 }
 
 impl fmt::Debug for Codelet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Codelet")
-            .field("name", &self.name)
+            .field("name", &self.0.name)
             .finish_non_exhaustive()
     }
 }
@@ -57,79 +62,80 @@ impl fmt::Debug for Codelet {
 impl Codelet {
     /// A codelet named `name` whose CPU implementation is `kernel`.
     pub fn new(name: &str, kernel: impl Fn(&mut Buffers<'_>) + Send + Sync + 'static) -> Self {
-        Self {
+        Self(Arc::new(Parts {
             name: Arc::from(name),
             kernel: Some(Arc::new(kernel)),
             device: None,
             model: None,
-        }
+        }))
     }
 
     /// A codelet named `name` with a device implementation, run by the device layer
     /// `device` names ([`crate::device`]), and optionally a CPU one, `cpu`, for the tasks
     /// the layer gives back.
     pub fn with_device(name: &str, cpu: Option<Arc<Kernel>>, device: DeviceImpl) -> Self {
-        Self {
+        Self(Arc::new(Parts {
             name: Arc::from(name),
             kernel: cpu,
             device: Some(Arc::new(device)),
             model: None,
-        }
+        }))
     }
 
     /// The codelet with performance model `model` (the reference's `cl.model`). Without
     /// one, a codelet with an implementation has a history-based model
     /// ([`PerfModel::history`]), used by the `dmda` scheduler and kept under its name
     /// ([`crate::perfmodel`]).
-    pub fn with_model(mut self, model: PerfModel) -> Self {
-        self.model = Some(model);
-        self
+    pub fn with_model(self, model: PerfModel) -> Self {
+        let mut parts = (*self.0).clone();
+        parts.model = Some(model);
+        Self(Arc::new(parts))
     }
 
     /// The codelet's performance model, if it was given one ([`Codelet::with_model`]).
     pub fn model(&self) -> Option<&PerfModel> {
-        self.model.as_ref()
+        self.0.model.as_ref()
     }
 
     /// The device implementation, if the codelet has one.
     pub fn device(&self) -> Option<&DeviceImpl> {
-        self.device.as_deref()
+        self.0.device.as_deref()
     }
 
     /// A codelet with no implementation: its tasks only order accesses and run their
     /// callbacks (the reference's `NULL` codelet).
     pub fn empty(name: &str) -> Self {
-        Self {
+        Self(Arc::new(Parts {
             name: Arc::from(name),
             kernel: None,
             device: None,
             model: None,
-        }
+        }))
     }
 
     /// The codelet's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.0.name
     }
 
     /// Whether the codelet has an implementation (not [`Codelet::empty`]).
     pub fn has_kernel(&self) -> bool {
-        self.kernel.is_some() || self.device.is_some()
+        self.0.kernel.is_some() || self.0.device.is_some()
     }
 
     /// The CPU implementation, if any.
     pub(crate) fn kernel(&self) -> Option<&Arc<Kernel>> {
-        self.kernel.as_ref()
+        self.0.kernel.as_ref()
     }
 
     /// A codelet named `name` running `kernel`.
     pub(crate) fn from_kernel(name: &str, kernel: Arc<Kernel>) -> Self {
-        Self {
+        Self(Arc::new(Parts {
             name: Arc::from(name),
             kernel: Some(kernel),
             device: None,
             model: None,
-        }
+        }))
     }
 }
 
@@ -1279,7 +1285,7 @@ impl Runtime {
 
         if let (Some(offload), Some(_), false) = (
             self.shared.offload.get(),
-            &codelet.kernel,
+            &codelet.0.kernel,
             self.shared.disable_kernels,
         ) {
             // Master-slave mode: the kernel runs elsewhere; this worker goes on at once.
@@ -1289,10 +1295,10 @@ impl Runtime {
         }
 
         if let (Some(device), false, false) = (
-            &codelet.device,
+            &codelet.0.device,
             self.shared.disable_kernels,
             // Under `dmda` the scheduler chose this CPU worker: the CPU implementation runs.
-            self.shared.policy == SchedPolicy::Dmda && codelet.kernel.is_some(),
+            self.shared.policy == SchedPolicy::Dmda && codelet.0.kernel.is_some(),
         ) {
             // A device task: its layer queues it and this worker goes on at once; or the
             // layer gives it back, and it runs here, on the CPU.
@@ -1307,7 +1313,7 @@ impl Runtime {
             };
             if let Err(task) = layer.start(task) {
                 let begin = timeline.begin();
-                let name = Arc::clone(&task.codelet.name);
+                let name = Arc::clone(&task.codelet.0.name);
                 task.run_on_cpu(|b| self.shared.layers.to_host(b.accesses));
                 timeline.end(begin, &name, None);
             }
@@ -1320,7 +1326,7 @@ impl Runtime {
         let mut measured = None;
         let ran = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
             if !self.shared.disable_kernels {
-                if let Some(kernel) = &codelet.kernel {
+                if let Some(kernel) = &codelet.0.kernel {
                     // The device layers bring main memory's copies up to date first.
                     self.shared.layers.to_host(&accesses)?;
                     let mut buffers = Buffers {
@@ -1338,7 +1344,7 @@ impl Runtime {
             }
             Ok::<(), String>(())
         }));
-        timeline.end(begin, &codelet.name, expected);
+        timeline.end(begin, &codelet.0.name, expected);
         let failure = match ran {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(format!("did not run: {e}")),
@@ -1347,9 +1353,9 @@ impl Runtime {
         if let (Some(m), Some(models), None) = (measured, &self.shared.models, &failure) {
             // The access is still granted: the sizes are read without waiting.
             let sizes: Vec<usize> = accesses.iter().map(|a| a.cell.packed_size()).collect();
-            models.record(&codelet.name, codelet.model(), self.arch(w), &sizes, m);
+            models.record(&codelet.0.name, codelet.model(), self.arch(w), &sizes, m);
         }
-        self.finish_task(id, &codelet.name, failure, tag, Some(w), measured);
+        self.finish_task(id, &codelet.0.name, failure, tag, Some(w), measured);
     }
 
     /// The completion of task `id` when it runs elsewhere (offloaded, or on a device): its
@@ -1365,8 +1371,8 @@ impl Runtime {
         sizes: Option<Vec<usize>>,
     ) -> Finish {
         let rt = self.clone();
-        let name = Arc::clone(&codelet.name);
-        let model = codelet.model.clone();
+        let name = Arc::clone(&codelet.0.name);
+        let model = codelet.0.model.clone();
         Box::new(move |outcome| {
             let ok = outcome.is_ok();
             let mut failure = outcome.err();

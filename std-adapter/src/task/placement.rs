@@ -83,6 +83,7 @@ impl Runtime {
             Some(models) if codelet.has_kernel() && !self.shared.disable_kernels => {
                 let sizes: Vec<usize> = node.accesses.iter().map(|a| a.cell.size_hint()).collect();
                 let device = codelet
+                    .0
                     .device
                     .as_ref()
                     .and_then(|d| self.shared.layers.index_of(&d.layer))
@@ -109,9 +110,9 @@ impl Runtime {
                     t
                 };
                 sched.choose(
-                    codelet.kernel.is_some(),
+                    codelet.0.kernel.is_some(),
                     device,
-                    |arch| models.predict(&codelet.name, codelet.model(), arch, &sizes),
+                    |arch| models.predict(&codelet.0.name, codelet.model(), arch, &sizes),
                     transfer,
                 )
             }
@@ -162,7 +163,7 @@ impl Runtime {
         let priority = node.priority;
         st.running += 1;
         drop(st);
-        let Some(layer) = codelet.device.as_ref().map(|d| Arc::clone(&d.layer)) else {
+        let Some(layer) = codelet.0.device.as_ref().map(|d| Arc::clone(&d.layer)) else {
             return;
         };
         let sizes: Vec<usize> = accesses.iter().map(|a| a.cell.size_hint()).collect();
