@@ -44,6 +44,7 @@ mod admission;
 pub mod agreement;
 mod buffer;
 mod cluster;
+pub mod codelet;
 pub mod comm;
 mod context;
 pub mod data;

@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::task::NodeId;
+/// A node's id in the runtime.
+pub(crate) type NodeId = u64;
 
 /// Ready tasks by priority.
 #[derive(Default)]

@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use crate::perfmodel::Arch;
 use crate::ready::ReadyQueue;
-use crate::task::NodeId;
+use crate::ready::NodeId;
 
 /// A scheduling policy (`STARLING_SCHED`: `prio`, `ws` or `dmda`); see the
 /// [module docs](self).

@@ -21,241 +21,24 @@ use std::collections::HashMap;
 
 use starling_core::{AccessMode, DataId};
 
-use crate::data::{AnyCell, Cell, DataMut, DataRef, Interface};
-use crate::device::{DeviceImpl, DeviceTask, Layers};
+use crate::codelet::DeviceTask;
+pub(crate) use crate::codelet::{Access, Finish, panic_text};
+pub use crate::codelet::{Buffers, Codelet, Kernel};
+use crate::data::AnyCell;
+use crate::device::Layers;
 use crate::error::{TaskError, TransferError};
 use crate::id_hash::IdMap;
-use crate::perfmodel::{Arch, Calibrate, PerfModel, Store};
+use crate::perfmodel::{Arch, Calibrate, Store};
+pub(crate) use crate::ready::NodeId;
 use crate::sched::{SchedPolicy, Scheduler, Target};
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering, lock};
 use crate::trace::{self, Recorder, WorkerTrace};
 use placement::{CURRENT, DeviceEnd};
 
-/// A task's CPU implementation.
-pub type Kernel = dyn Fn(&mut Buffers<'_>) + Send + Sync;
-
-/// A kind of task: a name and a CPU implementation (the reference's `starpu_codelet`).
-///
-/// One `Arc`: a codelet is cloned into every insert being built, which moves at every
-/// call of its chain, so it stays one pointer (8 bytes) and clones with one count.
-#[derive(Clone)]
-pub struct Codelet(Arc<Parts>);
-
-/// What a [`Codelet`] is made of.
-#[derive(Clone)]
-pub(crate) struct Parts {
-    pub(crate) name: Arc<str>,
-    pub(crate) kernel: Option<Arc<Kernel>>,
-    pub(crate) device: Option<Arc<DeviceImpl>>,
-    /// A regression model's formula; `None`: history-based.
-    pub(crate) model: Option<PerfModel>,
-}
-
-impl fmt::Debug for Codelet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Codelet")
-            .field("name", &self.0.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Codelet {
-    /// A codelet named `name` whose CPU implementation is `kernel`.
-    pub fn new(name: &str, kernel: impl Fn(&mut Buffers<'_>) + Send + Sync + 'static) -> Self {
-        Self(Arc::new(Parts {
-            name: Arc::from(name),
-            kernel: Some(Arc::new(kernel)),
-            device: None,
-            model: None,
-        }))
-    }
-
-    /// A codelet named `name` with a device implementation, run by the device layer
-    /// `device` names ([`crate::device`]), and optionally a CPU one, `cpu`, for the tasks
-    /// the layer gives back.
-    pub fn with_device(name: &str, cpu: Option<Arc<Kernel>>, device: DeviceImpl) -> Self {
-        Self(Arc::new(Parts {
-            name: Arc::from(name),
-            kernel: cpu,
-            device: Some(Arc::new(device)),
-            model: None,
-        }))
-    }
-
-    /// The codelet with performance model `model` (the reference's `cl.model`). Without
-    /// one, a codelet with an implementation has a history-based model
-    /// ([`PerfModel::history`]), used by the `dmda` scheduler and kept under its name
-    /// ([`crate::perfmodel`]).
-    pub fn with_model(self, model: PerfModel) -> Self {
-        let mut parts = (*self.0).clone();
-        parts.model = Some(model);
-        Self(Arc::new(parts))
-    }
-
-    /// The codelet's performance model, if it was given one ([`Codelet::with_model`]).
-    pub fn model(&self) -> Option<&PerfModel> {
-        self.0.model.as_ref()
-    }
-
-    /// The device implementation, if the codelet has one.
-    pub fn device(&self) -> Option<&DeviceImpl> {
-        self.0.device.as_deref()
-    }
-
-    /// A codelet with no implementation: its tasks only order accesses and run their
-    /// callbacks (the reference's `NULL` codelet).
-    pub fn empty(name: &str) -> Self {
-        Self(Arc::new(Parts {
-            name: Arc::from(name),
-            kernel: None,
-            device: None,
-            model: None,
-        }))
-    }
-
-    /// The codelet's name.
-    pub fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    /// Whether the codelet has an implementation (not [`Codelet::empty`]).
-    pub fn has_kernel(&self) -> bool {
-        self.0.kernel.is_some() || self.0.device.is_some()
-    }
-
-    /// The CPU implementation, if any.
-    pub(crate) fn kernel(&self) -> Option<&Arc<Kernel>> {
-        self.0.kernel.as_ref()
-    }
-
-    /// A codelet named `name` running `kernel`.
-    pub(crate) fn from_kernel(name: &str, kernel: Arc<Kernel>) -> Self {
-        Self(Arc::new(Parts {
-            name: Arc::from(name),
-            kernel: Some(kernel),
-            device: None,
-            model: None,
-        }))
-    }
-}
-
-/// The data a running task accesses, in the order of the task's accesses.
-pub struct Buffers<'a> {
-    accesses: &'a [Access],
-}
-
-impl fmt::Debug for Buffers<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Buffers")
-            .field("len", &self.accesses.len())
-            .finish()
-    }
-}
-
-impl<'a> Buffers<'a> {
-    /// The buffers of `accesses`.
-    pub(crate) fn of(accesses: &'a [Access]) -> Self {
-        Self { accesses }
-    }
-
-    /// Access `i`.
-    pub(crate) fn access(&self, i: usize) -> &'a Access {
-        &self.accesses[i]
-    }
-}
-
-impl Buffers<'_> {
-    /// How many accesses the task has.
-    pub fn len(&self) -> usize {
-        self.accesses.len()
-    }
-
-    /// Whether the task has no access.
-    pub fn is_empty(&self) -> bool {
-        self.accesses.is_empty()
-    }
-
-    /// The mode of access `i`.
-    ///
-    /// # Panics
-    /// When `i` is out of range (a bug in the codelet).
-    pub fn mode(&self, i: usize) -> AccessMode {
-        self.accesses[i].mode
-    }
-
-    fn cell<I: Interface>(&self, i: usize) -> &Cell<I> {
-        let access = self
-            .accesses
-            .get(i)
-            .unwrap_or_else(|| panic!("the task has {} accesses, not {}", self.len(), i + 1));
-        access
-            .cell
-            .as_any()
-            .downcast_ref::<Cell<I>>()
-            .unwrap_or_else(|| panic!("access {i} is not a {}", core::any::type_name::<I>()))
-    }
-
-    /// Whether access `i` is a handle of interface `I` (so that [`Buffers::r`] and
-    /// [`Buffers::w`] of `I` do not panic). `false` when `i` is out of range.
-    pub fn is<I: Interface>(&self, i: usize) -> bool {
-        self.accesses
-            .get(i)
-            .is_some_and(|a| a.cell.as_any().is::<Cell<I>>())
-    }
-
-    /// A number naming access `i`'s handle, unique in the process and never reused, even
-    /// after the handle is unregistered: device adapters key their copies of the data by
-    /// it.
-    ///
-    /// # Panics
-    /// When `i` is out of range (a bug in the codelet).
-    pub fn uid(&self, i: usize) -> u64 {
-        self.accesses[i].cell.uid()
-    }
-
-    /// The version of access `i`'s data: a number, never reused in the process, that
-    /// changes whenever write access to the data is granted (a task's [`Buffers::w`], a
-    /// receive, an acquisition for writing, a cache flush, ...). A device adapter holding
-    /// a copy made at version `v` knows the host data are unchanged while the version is
-    /// still `v`. Read it after dropping any [`DataMut`] of the access.
-    ///
-    /// # Panics
-    /// When `i` is out of range (a bug in the codelet).
-    pub fn version(&self, i: usize) -> u64 {
-        self.accesses[i].cell.version()
-    }
-
-    /// Reads access `i` as interface `I`.
-    ///
-    /// # Panics
-    /// When `i` is out of range or its handle is not of interface `I` (a codelet bug).
-    pub fn r<I: Interface>(&self, i: usize) -> DataRef<'_, I> {
-        self.cell::<I>(i).read()
-    }
-
-    /// Writes access `i` as interface `I`.
-    ///
-    /// # Panics
-    /// When `i` is out of range or its handle is not of interface `I` (a codelet bug).
-    pub fn w<I: Interface>(&self, i: usize) -> DataMut<'_, I> {
-        self.cell::<I>(i).write()
-    }
-}
-
 /// A task tag: tasks and requests can unlock one when they finish, and the application
 /// can wait for it (the reference's `starpu_tag_t`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskTag(pub u64);
-
-/// One access of a node: a handle and a mode.
-#[derive(Clone)]
-pub(crate) struct Access {
-    pub(crate) cell: Arc<dyn AnyCell>,
-    pub(crate) mode: AccessMode,
-}
-
-/// A node's id in the runtime.
-pub(crate) type NodeId = u64;
 
 /// What runs when a hook node's dependencies are met. It receives the node's id, to pass
 /// to [`Runtime::complete`] when its event happens.
@@ -263,9 +46,6 @@ pub(crate) type Hook = Box<dyn FnOnce(NodeId) + Send>;
 
 /// A task's completion callback.
 pub(crate) type Callback = Box<dyn FnOnce() + Send>;
-
-/// Called once when an offloaded task finished: `Err` names why it failed.
-pub(crate) type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 /// Where a runtime runs its tasks' kernels instead of its own workers (master-slave
 /// mode, [`crate::ms`]): the worker that takes a ready task hands it over and goes on at
@@ -1432,15 +1212,6 @@ impl Runtime {
         self.run_hooks(hooks);
         device_time
     }
-}
-
-/// The text of a panic's payload.
-pub(crate) fn panic_text(payload: &(dyn core::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic".to_owned())
 }
 
 /// A snapshot of a runtime's activity, for quiescence checks.
