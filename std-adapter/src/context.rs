@@ -37,7 +37,7 @@ pub struct Context {
     pub(crate) reports: Arc<Mutex<Vec<Noted>>>,
     pub(crate) tag_base: i32,
     /// The insert-task utility's state: registrations, cache, policies.
-    pub(crate) dist: Mutex<crate::distributed::DistState>,
+    pub(crate) dist: Mutex<crate::distributed::state::DistState>,
     /// Fake rank mode: every communication is dropped.
     pub(crate) fake: AtomicBool,
     /// The rank's progress, for threads that drive it while they wait
@@ -650,7 +650,7 @@ impl Context {
             pedantic_isend,
             reports: Arc::new(Mutex::new(Vec::new())),
             tag_base,
-            dist: Mutex::new(crate::distributed::DistState::from_env(size)),
+            dist: Mutex::new(crate::distributed::state::DistState::from_env(size)),
             fake: AtomicBool::new(false),
             driver,
             pool,
@@ -782,7 +782,7 @@ impl Context {
                 by_tag.remove(&tag);
             }
         }
-        crate::distributed::forget(self, h.id());
+        crate::distributed::state::forget(&mut lock(&self.dist), h.id());
         if let Some(offload) = self.runtime.offload() {
             offload.forget(&h.erased());
         }

@@ -14,24 +14,18 @@
 //! Replicated decisions (the cache, flushes, owner changes, policies, reductions) must be
 //! made by every rank at the same point of the flow; see `docs/protocol.md` §10–12.
 
-use std::collections::{BTreeSet, HashMap};
-
-use starling_core::cache::{Budget, Cache};
-use starling_core::insert::{self, Access, Direction, Execute, Executor, Options, Plan};
-use starling_core::select::{Policies, PolicyFn, PolicyId, SelectError};
+use starling_core::insert::{self, Access, Direction, Execute, Executor, Options};
+use starling_core::select::{PolicyFn, PolicyId, SelectError};
 use starling_core::{AccessMode, CommId, DataId, Owner, Priority, Rank, Tag, reduce};
 
 use crate::context::{Context, RecvOpts, SendOpts, TaskHandle};
 use crate::data::{AnyCell, Handle, Interface};
 use crate::error::{CommError, TransferError};
 use crate::sync::{Arc, lock};
-use crate::task::{Access as TaskAccess, Codelet, env_flag};
-use by_id::ById;
+use crate::task::{Access as TaskAccess, Codelet};
 
-/// The communication cache's capacity (sent pairs and received copies, each).
-pub(crate) const CACHE_CAPACITY: usize = 1 << 16;
-/// The most transfers one insert can plan.
-const PLAN_CAPACITY: usize = 64;
+pub(crate) use state::{CACHE_CAPACITY, DistState, forget};
+use state::{MpiInfo, Redux, forget_lru, new_budget};
 
 /// An insert (or a registration) was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -84,45 +78,6 @@ impl From<insert::InsertError> for InsertError {
     }
 }
 
-/// What a rank knows of a registered datum.
-#[derive(Clone, Copy, Debug)]
-struct MpiInfo {
-    tag: Tag,
-    owner: Owner,
-    comm: CommId,
-}
-
-/// A handle's reduction methods and pending contributors.
-struct Redux {
-    combine: Codelet,
-    init: Codelet,
-    contributors: BTreeSet<Rank>,
-    /// This rank's copy was initialised for the pending reduction.
-    initialised: bool,
-}
-
-/// The insert-task utility's per-rank state.
-pub(crate) struct DistState {
-    cache: Box<Cache<CACHE_CAPACITY>>,
-    policies: Policies,
-    plan: Box<Plan<PLAN_CAPACITY>>,
-    info: ById<MpiInfo>,
-    /// The planner's input, kept across inserts (no allocation per insert).
-    accesses: Vec<Access>,
-    cells: HashMap<DataId, Arc<dyn AnyCell>>,
-    redux: HashMap<DataId, Redux>,
-    cache_stats: bool,
-    /// The byte budget of cached copies per (owner, reader) pair (the core's
-    /// [`Budget`]: its evictions); `None`: unbounded.
-    budget: Option<Box<CopyBudget>>,
-    /// A full cache was reported already (once per rank is enough).
-    cache_full: bool,
-    /// The graph-agreement check's side of this rank.
-    pub(crate) agreement: crate::agreement::Agreement,
-    /// The next automatic tag ([`crate::tags::AUTO_TAGS`]); past its end: none left.
-    pub(crate) next_auto_tag: i64,
-}
-
 /// The tag a registration gives its datum ([`Context::mpi_register`],
 /// [`Context::register_owned`]): one the application chose, or the next automatic one.
 /// A [`Tag`] converts into it, so `ctx.mpi_register(&h, Tag(7), owner)` reads as before.
@@ -144,76 +99,6 @@ impl From<Tag> for TagChoice {
     fn from(tag: Tag) -> Self {
         Self::Given(tag)
     }
-}
-
-impl DistState {
-    /// The state as the environment sets it: `STARLING_MPI_CACHE=0` disables the cache,
-    /// `STARLING_MPI_CACHE_STATS=1` prints cache events, `STARLING_MPI_CACHE_BUDGET=bytes`
-    /// bounds the received copies kept per peer. In a world of `size` ranks the cache
-    /// keeps at most `CACHE_CAPACITY / 2 / (size − 1)` entries per (owner, reader) pair,
-    /// so that no table is ever more than half full: a full pair stops caching on both of
-    /// its ranks alike.
-    pub(crate) fn from_env(size: u32) -> Self {
-        let mut cache = new_cache();
-        cache.set_pair_limit(pair_limit(size));
-        if std::env::var("STARLING_MPI_CACHE").is_ok_and(|v| v == "0") {
-            cache.set_enabled(false, |_| {});
-        }
-        Self {
-            cache,
-            policies: Policies::new(),
-            plan: Box::new(Plan::new()),
-            info: ById::new(),
-            accesses: Vec::new(),
-            cells: HashMap::new(),
-            redux: HashMap::new(),
-            cache_stats: env_flag("STARLING_MPI_CACHE_STATS"),
-            budget: std::env::var("STARLING_MPI_CACHE_BUDGET")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .map(new_budget),
-            cache_full: false,
-            agreement: crate::agreement::Agreement::new(cfg!(debug_assertions)),
-            next_auto_tag: *crate::tags::AUTO_TAGS.start(),
-        }
-    }
-}
-
-/// The cache entries one (owner, reader) pair may hold in a world of `size` ranks: half
-/// the tables' capacity shared by the peers of a rank, so that neither the owner's sent
-/// set nor the reader's received set is ever more than half full (the same on every
-/// rank).
-fn pair_limit(size: u32) -> usize {
-    // Half the capacity: the cache's tables are `heapless` index maps, whose probe
-    // sequences grow without bound as they fill (see `progress::MATCH_KEYS`).
-    CACHE_CAPACITY / 2 / (size.max(2) as usize - 1)
-}
-
-/// A new, empty cache on the heap. Built on a thread with a large stack: `Box::new` of a
-/// multi-megabyte value goes through the stack in unoptimised builds.
-fn new_cache() -> Box<Cache<CACHE_CAPACITY>> {
-    std::thread::Builder::new()
-        .stack_size(64 << 20)
-        .spawn(|| Box::new(Cache::new()))
-        .ok()
-        .and_then(|t| t.join().ok())
-        .expect("building the communication cache")
-}
-
-/// The byte budget's tables: twice the cache's capacity (its sent and received sets:
-/// every counted copy has a flag, so they never fill) and the pairs of up to 2 048 ranks.
-type CopyBudget = Budget<{ 2 * CACHE_CAPACITY }, 4096>;
-
-/// A budget of `bytes` per pair on the heap, built as [`new_cache`] builds the cache.
-fn new_budget(bytes: u64) -> Box<CopyBudget> {
-    let mut b = std::thread::Builder::new()
-        .stack_size(64 << 20)
-        .spawn(|| Box::new(CopyBudget::new()))
-        .ok()
-        .and_then(|t| t.join().ok())
-        .expect("building the cache's byte budget");
-    b.set_limit(Some(bytes));
-    b
 }
 
 /// One access of an insert being built: a handle this rank knows, or none (temporary data
@@ -816,19 +701,6 @@ fn apply_update(
     }
 }
 
-/// Forgets a datum being unregistered: its registration, reduction state and cache flags.
-pub(crate) fn forget(ctx: &Context, data: DataId) {
-    let mut dist = lock(&ctx.dist);
-    let dist = &mut *dist;
-    if dist.info.remove(&data).is_some() {
-        dist.cells.remove(&data);
-        dist.redux.remove(&data);
-        dist.cache.clear_sent(data);
-        let _ = dist.cache.clear_received(data);
-        forget_lru(dist, data);
-    }
-}
-
 /// The value of `data` changed on every rank at this point of the flow (an unpartition
 /// gathered its children into it): what was sent and received of it is forgotten, as for
 /// a write, so that its next reader fetches it again. Local copies are kept (they are
@@ -840,13 +712,6 @@ pub(crate) fn invalidate(ctx: &Context, data: DataId) {
         dist.cache.clear_sent(data);
         let _ = dist.cache.clear_received(data);
         forget_lru(dist, data);
-    }
-}
-
-/// Forgets `data` in the byte budget's bookkeeping (its copies are no longer cached).
-fn forget_lru(dist: &mut DistState, data: DataId) {
-    if let Some(b) = dist.budget.as_deref_mut() {
-        b.forget(data);
     }
 }
 
@@ -1159,3 +1024,4 @@ impl Context {
 
 mod by_id;
 mod collective;
+pub(crate) mod state;

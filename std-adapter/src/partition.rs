@@ -635,7 +635,7 @@ impl Context {
         for c in &parts.children {
             c.cell.set_state(CHILD | RETIRED);
             self.forget_tag(c.id());
-            crate::distributed::forget(self, c.id());
+            crate::distributed::forget(&mut lock(&self.dist), c.id());
         }
         drop(guards);
         let Parts { children, pieces } = *parts;

@@ -26,8 +26,8 @@ use core::fmt;
 use std::time::Instant;
 
 use crate::perfmodel::Arch;
-use crate::ready::ReadyQueue;
 use crate::ready::NodeId;
+use crate::ready::ReadyQueue;
 
 /// A scheduling policy (`STARLING_SCHED`: `prio`, `ws` or `dmda`); see the
 /// [module docs](self).
