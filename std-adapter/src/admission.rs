@@ -25,7 +25,7 @@
 //! The driver ([`Admit`]) performs the engine calls; this module only decides what is
 //! tried, in which order, and what waits.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use starling_core::engine::RefusalOrder;
 use starling_core::error::Table;
@@ -470,6 +470,125 @@ struct RefusedItem {
     refused_by: Option<Table>,
 }
 
+/// The refused envelopes by arrival number: arrival numbers are handed out in order, so
+/// a ring indexed from the oldest one kept (no search, no allocation per envelope).
+#[derive(Default)]
+struct BySeq {
+    /// The arrival number of `slots[0]`.
+    base: u64,
+    slots: VecDeque<Option<RefusedItem>>,
+    len: usize,
+}
+
+impl BySeq {
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Keeps `item` as arrival number `seq`, the next one.
+    fn push(&mut self, seq: u64, item: RefusedItem) {
+        if self.slots.is_empty() {
+            self.base = seq;
+        }
+        debug_assert_eq!(seq, self.base + self.slots.len() as u64);
+        self.slots.push_back(Some(item));
+        self.len += 1;
+    }
+
+    fn index(&self, seq: u64) -> Option<usize> {
+        seq.checked_sub(self.base).map(|i| i as usize)
+    }
+
+    fn get(&self, seq: u64) -> Option<&RefusedItem> {
+        self.slots.get(self.index(seq)?)?.as_ref()
+    }
+
+    fn get_mut(&mut self, seq: u64) -> Option<&mut RefusedItem> {
+        let i = self.index(seq)?;
+        self.slots.get_mut(i)?.as_mut()
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<RefusedItem> {
+        let i = self.index(seq)?;
+        let item = self.slots.get_mut(i)?.take()?;
+        self.len -= 1;
+        while let Some(None) = self.slots.front() {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        Some(item)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &RefusedItem> + '_ {
+        self.slots.iter().flatten()
+    }
+}
+
+/// The arrival numbers of one key or payload tag, oldest first: the first inline (most
+/// keys hold one envelope, which then costs no allocation).
+struct Fifo {
+    head: u64,
+    rest: VecDeque<u64>,
+}
+
+impl Fifo {
+    const fn new(seq: u64) -> Self {
+        Self {
+            head: seq,
+            rest: VecDeque::new(),
+        }
+    }
+
+    const fn front(&self) -> u64 {
+        self.head
+    }
+
+    fn push_back(&mut self, seq: u64) {
+        self.rest.push_back(seq);
+    }
+
+    /// Takes `seq` out; whether the queue is empty now.
+    fn remove(&mut self, seq: u64) -> bool {
+        if self.head == seq {
+            match self.rest.pop_front() {
+                Some(next) => {
+                    self.head = next;
+                    false
+                }
+                None => true,
+            }
+        } else {
+            self.rest.retain(|s| *s != seq);
+            false
+        }
+    }
+}
+
+/// Appends `seq` to the queue of `k` in `map`.
+fn push_seq<K: core::hash::Hash + Eq>(map: &mut HashMap<K, Fifo>, k: K, seq: u64) {
+    match map.entry(k) {
+        std::collections::hash_map::Entry::Occupied(mut q) => q.get_mut().push_back(seq),
+        std::collections::hash_map::Entry::Vacant(v) => {
+            v.insert(Fifo::new(seq));
+        }
+    }
+}
+
+/// Takes `seq` out of the queue of `k` in `map`; the new oldest, if any.
+fn remove_seq<K: core::hash::Hash + Eq>(
+    map: &mut HashMap<K, Fifo>,
+    k: &K,
+    seq: u64,
+) -> Option<u64> {
+    let q = map.get_mut(k)?;
+    if q.remove(seq) {
+        map.remove(k);
+        None
+    } else {
+        Some(q.front())
+    }
+}
+
 /// Envelopes the engine refused for a full table, kept for handing in again: in arrival
 /// order per matching key and per payload tag of a source (what [`RefusalOrder`] says
 /// they must stay behind), otherwise free to overtake each other.
@@ -481,11 +600,11 @@ struct RefusedItem {
 #[derive(Default)]
 struct Refused {
     /// By arrival number.
-    items: BTreeMap<u64, RefusedItem>,
+    items: BySeq,
     /// Arrival numbers per key, oldest first.
-    by_key: HashMap<Key, VecDeque<u64>>,
+    by_key: HashMap<Key, Fifo>,
     /// Arrival numbers per (source, payload tag), oldest first.
-    by_payload: HashMap<(Rank, PhysTag), VecDeque<u64>>,
+    by_payload: HashMap<(Rank, PhysTag), Fifo>,
     /// The envelopes free to go, by the table that refused them last (`None`: not tried
     /// since they became free), oldest first.
     free: Vec<(Option<Table>, BTreeSet<u64>)>,
@@ -505,12 +624,10 @@ impl Refused {
 
     /// Whether an envelope from `source` that keeps `order` must wait behind refused ones.
     fn must_wait(&self, source: Rank, order: &RefusalOrder) -> bool {
-        self.by_key.get(&order.key).is_some_and(|q| !q.is_empty())
-            || order.payload.is_some_and(|t| {
-                self.by_payload
-                    .get(&(source, t))
-                    .is_some_and(|q| !q.is_empty())
-            })
+        self.by_key.contains_key(&order.key)
+            || order
+                .payload
+                .is_some_and(|t| self.by_payload.contains_key(&(source, t)))
     }
 
     /// Keeps an envelope, behind the others; `refused_by`: the table that refused it
@@ -525,7 +642,7 @@ impl Refused {
     ) {
         let seq = self.next;
         self.next += 1;
-        self.items.insert(
+        self.items.push(
             seq,
             RefusedItem {
                 source,
@@ -535,12 +652,9 @@ impl Refused {
                 refused_by,
             },
         );
-        self.by_key.entry(order.key).or_default().push_back(seq);
+        push_seq(&mut self.by_key, order.key, seq);
         if let Some(t) = order.payload {
-            self.by_payload
-                .entry((source, t))
-                .or_default()
-                .push_back(seq);
+            push_seq(&mut self.by_payload, (source, t), seq);
         }
         if self.eligible(seq) {
             self.set_free(seq, refused_by);
@@ -549,7 +663,7 @@ impl Refused {
 
     /// The oldest refused envelope of `key`.
     fn front_of(&self, key: Key) -> Option<u64> {
-        self.by_key.get(&key).and_then(|q| q.front().copied())
+        self.by_key.get(&key).map(Fifo::front)
     }
 
     /// The tables the free envelopes were refused for, those not tried yet (`None`)
@@ -575,7 +689,7 @@ impl Refused {
 
     /// Files free envelope `seq` under `group` (out of the one it was under).
     fn set_free(&mut self, seq: u64, group: Option<Table>) {
-        let Some(item) = self.items.get_mut(&seq) else {
+        let Some(item) = self.items.get_mut(seq) else {
             return;
         };
         let old = item.refused_by;
@@ -601,28 +715,25 @@ impl Refused {
 
     /// Whether envelope `seq` is the oldest of its key and of its payload tag.
     fn eligible(&self, seq: u64) -> bool {
-        let Some(item) = self.items.get(&seq) else {
+        let Some(item) = self.items.get(seq) else {
             return false;
         };
         item.bytes.is_some()
             && self.front_of(item.order.key) == Some(seq)
             && item.order.payload.is_none_or(|t| {
-                self.by_payload
-                    .get(&(item.source, t))
-                    .and_then(|q| q.front())
-                    == Some(&seq)
+                self.by_payload.get(&(item.source, t)).map(Fifo::front) == Some(seq)
             })
     }
 
     /// Takes envelope `seq`'s bytes to hand it in (it stays in place until removed).
     fn take(&mut self, seq: u64) -> Option<(Rank, CommId, Vec<u8>)> {
-        let item = self.items.get_mut(&seq)?;
+        let item = self.items.get_mut(seq)?;
         Some((item.source, item.comm, item.bytes.take()?))
     }
 
     /// Gives envelope `seq` its bytes back: it was refused again, for `table`.
     fn put_back(&mut self, seq: u64, bytes: Vec<u8>, table: Table) {
-        if let Some(item) = self.items.get_mut(&seq) {
+        if let Some(item) = self.items.get_mut(seq) {
             item.bytes = Some(bytes);
             self.set_free(seq, Some(table));
         }
@@ -633,36 +744,16 @@ impl Refused {
     /// not tried: the next pass hands them in whatever refused them before (a receive
     /// may have been posted for them meanwhile, and then they need no room).
     fn remove(&mut self, seq: u64) {
-        let Some(item) = self.items.remove(&seq) else {
+        let Some(item) = self.items.remove(seq) else {
             return;
         };
         self.unfree(seq, item.refused_by);
-        let mut freed = [None, None];
-        if let Some(q) = self.by_key.get_mut(&item.order.key) {
-            // It is the oldest of its key (it went in only as such): O(1).
-            if q.front() == Some(&seq) {
-                q.pop_front();
-            } else {
-                q.retain(|s| *s != seq);
-            }
-            freed[0] = q.front().copied();
-            if q.is_empty() {
-                self.by_key.remove(&item.order.key);
-            }
-        }
-        if let Some(t) = item.order.payload {
-            if let Some(q) = self.by_payload.get_mut(&(item.source, t)) {
-                if q.front() == Some(&seq) {
-                    q.pop_front();
-                } else {
-                    q.retain(|s| *s != seq);
-                }
-                freed[1] = q.front().copied();
-                if q.is_empty() {
-                    self.by_payload.remove(&(item.source, t));
-                }
-            }
-        }
+        let freed = [
+            remove_seq(&mut self.by_key, &item.order.key, seq),
+            item.order
+                .payload
+                .and_then(|t| remove_seq(&mut self.by_payload, &(item.source, t), seq)),
+        ];
         for next in freed.into_iter().flatten() {
             if self.eligible(next) {
                 self.set_free(next, None);
