@@ -96,7 +96,7 @@ pub(crate) struct Admission<C> {
     /// The waiting receives, oldest first, with their arrival numbers.
     recvs: VecDeque<(u64, C)>,
     /// The arrival numbers of the waiting receives per key, oldest first.
-    recv_keys: HashMap<Key, VecDeque<u64>>,
+    recv_keys: HashMap<Key, Fifo>,
     next_recv: u64,
     refused: Refused,
     /// Envelopes refused so far (a retry refused again counts again).
@@ -189,7 +189,7 @@ impl<C> Admission<C> {
                 let seq = self.next_recv;
                 self.next_recv += 1;
                 if let Some(key) = a.recv_key(&c) {
-                    self.recv_keys.entry(key).or_default().push_back(seq);
+                    push_seq(&mut self.recv_keys, key, seq);
                 }
                 self.recvs.push_back((seq, c));
             }
@@ -200,16 +200,7 @@ impl<C> Admission<C> {
     fn take_recv(&mut self, a: &impl Admit<Cmd = C>, at: usize) -> Option<(u64, C)> {
         let (seq, c) = self.recvs.remove(at)?;
         if let Some(key) = a.recv_key(&c) {
-            if let Some(q) = self.recv_keys.get_mut(&key) {
-                if q.front() == Some(&seq) {
-                    q.pop_front();
-                } else {
-                    q.retain(|s| *s != seq);
-                }
-                if q.is_empty() {
-                    self.recv_keys.remove(&key);
-                }
-            }
+            remove_seq(&mut self.recv_keys, &key, seq);
         }
         Some((seq, c))
     }
@@ -217,7 +208,12 @@ impl<C> Admission<C> {
     /// Puts waiting receive `seq` back at `at`: the engine had no room for it.
     fn put_back_recv(&mut self, a: &impl Admit<Cmd = C>, at: usize, seq: u64, c: C) {
         if let Some(key) = a.recv_key(&c) {
-            self.recv_keys.entry(key).or_default().push_front(seq);
+            match self.recv_keys.get_mut(&key) {
+                Some(q) => q.push_front(seq),
+                None => {
+                    self.recv_keys.insert(key, Fifo::new(seq));
+                }
+            }
         }
         self.recvs.insert(at, (seq, c));
     }
@@ -332,7 +328,7 @@ impl<C> Admission<C> {
         }
         let mut oldest: Option<u64> = None;
         let mut consider = |key: Key| {
-            if let Some(&seq) = self.recv_keys.get(&key).and_then(|q| q.front()) {
+            if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
                 if oldest.is_none_or(|o| seq < o) && self.message_here(a, key) {
                     oldest = Some(seq);
                 }
@@ -545,6 +541,11 @@ impl Fifo {
 
     fn push_back(&mut self, seq: u64) {
         self.rest.push_back(seq);
+    }
+
+    fn push_front(&mut self, seq: u64) {
+        self.rest.push_front(self.head);
+        self.head = seq;
     }
 
     /// Takes `seq` out; whether the queue is empty now.
