@@ -155,6 +155,8 @@ pub struct Engine<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     next_msg: MsgId,
     inflight_sends: u32,
     early_messages: u64,
+    /// Messages kept waiting for their receive, synchronous envelopes included.
+    waiting_arrivals: u64,
     stats: Stats<PEERS>,
     /// Live application sends, application receives and engine-owned (early, discard)
     /// requests, for the [`Budget`].
@@ -206,6 +208,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             next_msg: MsgId(0),
             inflight_sends: 0,
             early_messages: 0,
+            waiting_arrivals: 0,
             stats: Stats::new(),
             live: Live {
                 sends: 0,
@@ -263,6 +266,14 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// `early_data_nb`).
     pub const fn early_messages(&self) -> u64 {
         self.early_messages
+    }
+
+    /// How many messages were kept waiting for their receive since the engine started,
+    /// synchronous envelopes included: when it has not changed, no key has gained a
+    /// message in the engine ([`Engine::has_early`]), so an adapter may skip looking for
+    /// one.
+    pub const fn waiting_arrivals(&self) -> u64 {
+        self.waiting_arrivals
     }
 
     /// Application requests submitted and not yet completed (the reference's

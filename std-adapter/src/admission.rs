@@ -79,6 +79,11 @@ pub(crate) trait Admit {
     /// Calls `f` with the key of each message waiting in the engine for its receive
     /// ([`Engine::early_keys`](starling_core::engine::Engine::early_keys)).
     fn early_keys(&self, f: &mut dyn FnMut(Key));
+
+    /// How many messages the engine kept waiting for their receive so far
+    /// ([`Engine::waiting_arrivals`](starling_core::engine::Engine::waiting_arrivals)):
+    /// unchanged, no key gained one.
+    fn waiting_arrivals(&self) -> u64;
 }
 
 /// The direction of a submission: each keeps its order.
@@ -103,6 +108,10 @@ pub(crate) struct Admission<C> {
     refusals: u64,
     /// Submissions that had to wait so far.
     queued: u64,
+    /// What [`Admission::first_here`] last found nothing with: the refused envelopes'
+    /// changes, the receives waited so far and the engine's waiting arrivals. While they
+    /// are the same, nothing can be here that was not then.
+    none_here_at: Option<(u64, u64, u64)>,
 }
 
 impl<C> Default for Admission<C> {
@@ -115,6 +124,7 @@ impl<C> Default for Admission<C> {
             refused: Refused::default(),
             refusals: 0,
             queued: 0,
+            none_here_at: None,
         }
     }
 }
@@ -322,8 +332,14 @@ impl<C> Admission<C> {
     /// The position of the oldest waiting receive that is the oldest of its key and
     /// whose message is here: looked for among the keys that have something here (refused
     /// envelopes, early data), not through the whole queue.
-    fn first_here(&self, a: &impl Admit<Cmd = C>) -> Option<usize> {
+    fn first_here(&mut self, a: &impl Admit<Cmd = C>) -> Option<usize> {
         if self.recv_keys.is_empty() {
+            return None;
+        }
+        // Nothing changed since a search found nothing: nothing is here (a search scans
+        // every key with a message here, which past the tables is thousands).
+        let epoch = (self.refused.changes, self.next_recv, a.waiting_arrivals());
+        if self.none_here_at == Some(epoch) {
             return None;
         }
         let mut oldest: Option<u64> = None;
@@ -338,6 +354,9 @@ impl<C> Admission<C> {
             consider(key);
         }
         a.early_keys(&mut consider);
+        if oldest.is_none() {
+            self.none_here_at = Some(epoch);
+        }
         let seq = oldest?;
         self.recvs.binary_search_by_key(&seq, |(s, _)| *s).ok()
     }
@@ -610,6 +629,8 @@ struct Refused {
     /// since they became free), oldest first.
     free: Vec<(Option<Table>, BTreeSet<u64>)>,
     next: u64,
+    /// Changes so far (an envelope kept, freed, handed in or given back).
+    changes: u64,
 }
 
 impl Refused {
@@ -643,6 +664,7 @@ impl Refused {
     ) {
         let seq = self.next;
         self.next += 1;
+        self.changes += 1;
         self.items.push(
             seq,
             RefusedItem {
@@ -693,6 +715,7 @@ impl Refused {
         let Some(item) = self.items.get_mut(seq) else {
             return;
         };
+        self.changes += 1;
         let old = item.refused_by;
         item.refused_by = group;
         self.unfree(seq, old);
@@ -729,6 +752,7 @@ impl Refused {
     /// Takes envelope `seq`'s bytes to hand it in (it stays in place until removed).
     fn take(&mut self, seq: u64) -> Option<(Rank, CommId, Vec<u8>)> {
         let item = self.items.get_mut(seq)?;
+        self.changes += 1;
         Some((item.source, item.comm, item.bytes.take()?))
     }
 
@@ -748,6 +772,7 @@ impl Refused {
         let Some(item) = self.items.remove(seq) else {
             return;
         };
+        self.changes += 1;
         self.unfree(seq, item.refused_by);
         let freed = [
             remove_seq(&mut self.by_key, &item.order.key, seq),
@@ -842,6 +867,10 @@ mod tests {
             for k in &self.early {
                 f(*k);
             }
+        }
+
+        fn waiting_arrivals(&self) -> u64 {
+            self.early.len() as u64
         }
     }
 

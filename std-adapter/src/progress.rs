@@ -582,6 +582,10 @@ impl<T: Transport> Admit for Progress<T> {
     fn early_keys(&self, f: &mut dyn FnMut(Key)) {
         self.engine.early_keys().for_each(f);
     }
+
+    fn waiting_arrivals(&self) -> u64 {
+        self.engine.waiting_arrivals()
+    }
 }
 
 pub(crate) mod config;

@@ -716,6 +716,12 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
             .early_keys()
             .for_each(f);
     }
+
+    fn waiting_arrivals(&self) -> u64 {
+        self.cluster.nodes[self.rank.index()]
+            .engine
+            .waiting_arrivals()
+    }
 }
 
 #[cfg(test)]

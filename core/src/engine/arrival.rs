@@ -226,6 +226,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             self.matcher
                 .push_unexpected(key, u)
                 .map_err(|e| MessageError::Full(e.table))?;
+            self.waiting_arrivals += 1;
             return Ok(Arrival::Nothing);
         }
         let mut early = Request::internal_recv(key.comm, key.peer, key.tag, u.size, u.msg);
@@ -242,6 +243,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             return Err(MessageError::Full(e.table));
         }
         self.early_messages += 1;
+        self.waiting_arrivals += 1;
         if u.kind == UnexpectedKind::Eager {
             return Ok(Arrival::Stash { early: id, inline });
         }
