@@ -112,6 +112,11 @@ pub(crate) struct Admission<C> {
     /// changes, the receives waited so far and the engine's waiting arrivals. While they
     /// are the same, nothing can be here that was not then.
     none_here_at: Option<(u64, u64, u64)>,
+    /// Waiting receives (by arrival number) that were the oldest of their key when a
+    /// refused envelope of that key was free to go: the refused side of
+    /// [`Admission::first_here`], kept as things change rather than searched for (stale
+    /// ones are dropped when met).
+    here: BTreeSet<u64>,
 }
 
 impl<C> Default for Admission<C> {
@@ -125,6 +130,7 @@ impl<C> Default for Admission<C> {
             refusals: 0,
             queued: 0,
             none_here_at: None,
+            here: BTreeSet::new(),
         }
     }
 }
@@ -200,6 +206,7 @@ impl<C> Admission<C> {
                 self.next_recv += 1;
                 if let Some(key) = a.recv_key(&c) {
                     push_seq(&mut self.recv_keys, key, seq);
+                    self.note_key(key);
                 }
                 self.recvs.push_back((seq, c));
             }
@@ -209,8 +216,11 @@ impl<C> Admission<C> {
     /// Takes waiting receive `at` out of the queue (the oldest of its key).
     fn take_recv(&mut self, a: &impl Admit<Cmd = C>, at: usize) -> Option<(u64, C)> {
         let (seq, c) = self.recvs.remove(at)?;
+        self.here.remove(&seq);
         if let Some(key) = a.recv_key(&c) {
-            remove_seq(&mut self.recv_keys, &key, seq);
+            if remove_seq(&mut self.recv_keys, &key, seq).is_some() {
+                self.note_key(key);
+            }
         }
         Some((seq, c))
     }
@@ -224,6 +234,7 @@ impl<C> Admission<C> {
                     self.recv_keys.insert(key, Fifo::new(seq));
                 }
             }
+            self.note_key(key);
         }
         self.recvs.insert(at, (seq, c));
     }
@@ -287,6 +298,7 @@ impl<C> Admission<C> {
     /// the oldest waiting receive of a key whose message is here goes before it (each key
     /// keeps its order). Whether any went in.
     pub(crate) fn admit_waiting(&mut self, a: &mut impl Admit<Cmd = C>) -> bool {
+        self.absorb_freed();
         let mut any = false;
         while let Some(c) = self.sends.pop_front() {
             match a.submit(c) {
@@ -336,13 +348,21 @@ impl<C> Admission<C> {
         if self.recv_keys.is_empty() {
             return None;
         }
-        // Nothing changed since a search found nothing: nothing is here (a search scans
-        // every key with a message here, which past the tables is thousands).
+        // Nothing changed since a search found nothing: nothing is here.
         let epoch = (self.refused.changes, self.next_recv, a.waiting_arrivals());
         if self.none_here_at == Some(epoch) {
             return None;
         }
+        self.absorb_freed();
         let mut oldest: Option<u64> = None;
+        while let Some(&seq) = self.here.first() {
+            if self.still_here(a, seq) {
+                oldest = Some(seq);
+                break;
+            }
+            self.here.remove(&seq);
+        }
+        // The engine's side: its early data, a table of bounded size.
         let mut consider = |key: Key| {
             if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
                 if oldest.is_none_or(|o| seq < o) && self.message_here(a, key) {
@@ -350,15 +370,46 @@ impl<C> Admission<C> {
                 }
             }
         };
-        for key in self.refused.keys() {
-            consider(key);
-        }
         a.early_keys(&mut consider);
         if oldest.is_none() {
             self.none_here_at = Some(epoch);
         }
         let seq = oldest?;
         self.recvs.binary_search_by_key(&seq, |(s, _)| *s).ok()
+    }
+
+    /// Notes the keys whose refused envelope became free to go since the last time (the
+    /// refused side of [`Admission::first_here`]).
+    fn absorb_freed(&mut self) {
+        for key in core::mem::take(&mut self.refused.freed_keys) {
+            self.note_key(key);
+        }
+    }
+
+    /// Notes that the oldest waiting receive of `key`, if any, has its message here when
+    /// a refused envelope of `key` is free to go.
+    fn note_key(&mut self, key: Key) {
+        if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
+            if self
+                .refused
+                .front_of(key)
+                .is_some_and(|r| self.refused.eligible(r))
+            {
+                self.here.insert(seq);
+            }
+        }
+    }
+
+    /// Whether waiting receive `seq` is still waiting, the oldest of its key, with its
+    /// message here.
+    fn still_here(&self, a: &impl Admit<Cmd = C>, seq: u64) -> bool {
+        let Ok(at) = self.recvs.binary_search_by_key(&seq, |(s, _)| *s) else {
+            return false;
+        };
+        let Some(key) = a.recv_key(&self.recvs[at].1) else {
+            return false;
+        };
+        self.recv_keys.get(&key).map(Fifo::front) == Some(seq) && self.message_here(a, key)
     }
 
     /// An envelope arrived: it waits behind the refused envelopes it must keep its
@@ -631,17 +682,14 @@ struct Refused {
     next: u64,
     /// Changes so far (an envelope kept, freed, handed in or given back).
     changes: u64,
+    /// The keys of the envelopes that became free to go since the admission last looked.
+    freed_keys: Vec<Key>,
 }
 
 impl Refused {
     /// Whether no envelope is kept.
     fn is_empty(&self) -> bool {
         self.items.is_empty()
-    }
-
-    /// The keys that have refused envelopes.
-    fn keys(&self) -> impl Iterator<Item = Key> + '_ {
-        self.by_key.keys().copied()
     }
 
     /// Whether an envelope from `source` that keeps `order` must wait behind refused ones.
@@ -716,6 +764,7 @@ impl Refused {
             return;
         };
         self.changes += 1;
+        self.freed_keys.push(item.order.key);
         let old = item.refused_by;
         item.refused_by = group;
         self.unfree(seq, old);
