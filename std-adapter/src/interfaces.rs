@@ -80,6 +80,34 @@ fn size_mismatch(expected: usize, got: usize) -> Result<(), DataError> {
     }
 }
 
+/// Appends the bytes of the runs `runs` of `data` to `out`, in order: how a strided layout
+/// (a matrix's columns, a block's rows, an N-dimensional array's innermost runs) packs.
+pub(crate) fn pack_runs<T: Pod>(
+    data: &[T],
+    runs: impl Iterator<Item = Range<usize>>,
+    out: &mut Vec<u8>,
+) {
+    for run in runs {
+        out.extend_from_slice(bytemuck::cast_slice(&data[run]));
+    }
+}
+
+/// Fills the runs `runs` of `data` from `bytes`, in order, leaving the rest of `data`
+/// (padding) untouched: [`pack_runs`] undone. `bytes` holds exactly the runs' bytes (the
+/// caller checked its length).
+pub(crate) fn unpack_runs<T: Pod>(
+    data: &mut [T],
+    runs: impl Iterator<Item = Range<usize>>,
+    bytes: &[u8],
+) {
+    let mut at = 0;
+    for run in runs {
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut data[run]);
+        dst.copy_from_slice(&bytes[at..at + dst.len()]);
+        at += dst.len();
+    }
+}
+
 // ----- Variable ------------------------------------------------------------------------
 
 /// One value of a plain-old-data type `T`: the reference's variable interface.
@@ -421,18 +449,13 @@ impl<T: Pod + Send + Sync> Interface for Matrix<T> {
 
     fn pack(&self, out: &mut Vec<u8>) {
         out.reserve(self.packed_size());
-        for column in self.columns() {
-            out.extend_from_slice(bytemuck::cast_slice(&self.data[column]));
-        }
+        pack_runs(&self.data, self.columns(), out);
     }
 
     fn unpack(&mut self, bytes: &[u8]) -> Result<(), DataError> {
         size_mismatch(self.packed_size(), bytes.len())?;
-        let column_bytes = size_of::<T>() * self.nx;
-        for (j, column) in self.columns().enumerate() {
-            let src = &bytes[j * column_bytes..(j + 1) * column_bytes];
-            bytemuck::cast_slice_mut(&mut self.data[column]).copy_from_slice(src);
-        }
+        let runs = self.columns();
+        unpack_runs(&mut self.data, runs, bytes);
         Ok(())
     }
 
@@ -671,18 +694,13 @@ impl<T: Pod + Send + Sync> Interface for Block<T> {
 
     fn pack(&self, out: &mut Vec<u8>) {
         out.reserve(self.packed_size());
-        for row in self.rows() {
-            out.extend_from_slice(bytemuck::cast_slice(&self.data[row]));
-        }
+        pack_runs(&self.data, self.rows(), out);
     }
 
     fn unpack(&mut self, bytes: &[u8]) -> Result<(), DataError> {
         size_mismatch(self.packed_size(), bytes.len())?;
-        let row_bytes = size_of::<T>() * self.nx;
-        for (k, row) in self.rows().enumerate() {
-            let src = &bytes[k * row_bytes..(k + 1) * row_bytes];
-            bytemuck::cast_slice_mut(&mut self.data[row]).copy_from_slice(src);
-        }
+        let runs = self.rows();
+        unpack_runs(&mut self.data, runs, bytes);
         Ok(())
     }
 

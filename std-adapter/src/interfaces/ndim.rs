@@ -5,7 +5,7 @@ use core::ops::Range;
 
 use bytemuck::Pod;
 
-use super::size_mismatch;
+use super::{pack_runs, size_mismatch, unpack_runs};
 use crate::data::{DataError, InPlace, Interface};
 
 /// An N-dimensional array with a stride per dimension: the reference's ndim interface
@@ -286,19 +286,13 @@ impl<T: Pod + Send + Sync> Interface for Ndim<T> {
 
     fn pack(&self, out: &mut Vec<u8>) {
         out.reserve(self.packed_size());
-        for run in self.runs() {
-            out.extend_from_slice(bytemuck::cast_slice(&self.data[run]));
-        }
+        pack_runs(&self.data, self.runs(), out);
     }
 
     fn unpack(&mut self, bytes: &[u8]) -> Result<(), DataError> {
         size_mismatch(self.packed_size(), bytes.len())?;
-        let mut at = 0;
-        for run in self.runs() {
-            let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut self.data[run]);
-            dst.copy_from_slice(&bytes[at..at + dst.len()]);
-            at += dst.len();
-        }
+        let runs = self.runs();
+        unpack_runs(&mut self.data, runs, bytes);
         Ok(())
     }
 
