@@ -25,12 +25,14 @@
 //! The driver ([`Admit`]) performs the engine calls; this module only decides what is
 //! tried, in which order, and what waits.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 use starling_core::engine::RefusalOrder;
 use starling_core::error::Table;
 use starling_core::lists::Key;
 use starling_core::{CommId, PhysTag, Rank};
+
+use crate::id_hash::IdMap;
 
 /// Refused envelopes tried per pass of [`Admission::retry_refused`] (a pass runs after
 /// every completion; a later pass goes on).
@@ -101,7 +103,7 @@ pub(crate) struct Admission<C> {
     /// The waiting receives, oldest first, with their arrival numbers.
     recvs: VecDeque<(u64, C)>,
     /// The arrival numbers of the waiting receives per key, oldest first.
-    recv_keys: HashMap<Key, Fifo>,
+    recv_keys: IdMap<Key, Fifo>,
     next_recv: u64,
     refused: Refused,
     /// Envelopes refused so far (a retry refused again counts again).
@@ -124,7 +126,7 @@ impl<C> Default for Admission<C> {
         Self {
             sends: VecDeque::new(),
             recvs: VecDeque::new(),
-            recv_keys: HashMap::new(),
+            recv_keys: IdMap::default(),
             next_recv: 0,
             refused: Refused::default(),
             refusals: 0,
@@ -636,7 +638,7 @@ impl Fifo {
 }
 
 /// Appends `seq` to the queue of `k` in `map`.
-fn push_seq<K: core::hash::Hash + Eq>(map: &mut HashMap<K, Fifo>, k: K, seq: u64) {
+fn push_seq<K: core::hash::Hash + Eq>(map: &mut IdMap<K, Fifo>, k: K, seq: u64) {
     match map.entry(k) {
         std::collections::hash_map::Entry::Occupied(mut q) => q.get_mut().push_back(seq),
         std::collections::hash_map::Entry::Vacant(v) => {
@@ -646,11 +648,7 @@ fn push_seq<K: core::hash::Hash + Eq>(map: &mut HashMap<K, Fifo>, k: K, seq: u64
 }
 
 /// Takes `seq` out of the queue of `k` in `map`; the new oldest, if any.
-fn remove_seq<K: core::hash::Hash + Eq>(
-    map: &mut HashMap<K, Fifo>,
-    k: &K,
-    seq: u64,
-) -> Option<u64> {
+fn remove_seq<K: core::hash::Hash + Eq>(map: &mut IdMap<K, Fifo>, k: &K, seq: u64) -> Option<u64> {
     let q = map.get_mut(k)?;
     if q.remove(seq) {
         map.remove(k);
@@ -673,9 +671,9 @@ struct Refused {
     /// By arrival number.
     items: BySeq,
     /// Arrival numbers per key, oldest first.
-    by_key: HashMap<Key, Fifo>,
+    by_key: IdMap<Key, Fifo>,
     /// Arrival numbers per (source, payload tag), oldest first.
-    by_payload: HashMap<(Rank, PhysTag), Fifo>,
+    by_payload: IdMap<(Rank, PhysTag), Fifo>,
     /// The envelopes free to go, by the table that refused them last (`None`: not tried
     /// since they became free), oldest first.
     free: Vec<(Option<Table>, BTreeSet<u64>)>,
