@@ -2,7 +2,7 @@
 //! match keys of the admission queues (source, communicator, tag): `std`'s default
 //! SipHash resists hash flooding, which ids counted from 0 do not need, and costs about
 //! a third of an empty task's instructions (four lookups of the node table per task),
-//! and a tenth of a refused message's handling past the engine's tables (issue 17).
+//! and about 3 % of the CPU time of 100 000 refused messages handled past the engine's tables (issue 17).
 //! This is the multiply-rotate hash of rustc's `FxHasher`, with its final rotation
 //! (`rustc-hash` 2): a multiplication mixes each input bit only into the bits above it,
 //! so keys that differ only in their high bits (tags such as `i << 32 | j`, common in
