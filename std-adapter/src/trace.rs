@@ -44,7 +44,6 @@ use starling_core::envelope;
 use starling_core::{CommId, PhysTag, Rank, ReqId};
 
 use crate::sync::{Arc, Mutex, lock};
-use crate::transport::Completion;
 
 /// The process's trace clock: nanoseconds since its first reading in this process.
 ///
@@ -415,7 +414,8 @@ impl CommTrace {
     }
 
     /// A message of `bytes` to `dest` on (`comm`, `tag`) is handed to the transport;
-    /// with `token`, it completes at [`Completion::Sent`] of that token.
+    /// with `token`, it completes when the transport reports that token sent
+    /// ([`CommTrace::sent`]).
     #[inline]
     pub(crate) fn send(
         &mut self,
@@ -476,67 +476,54 @@ impl CommTrace {
         );
     }
 
-    /// The transport reports `c`.
+    /// The transport reports the send posted with `req` done.
     #[inline]
-    pub(crate) fn completion(&mut self, c: &Completion) {
+    pub(crate) fn sent(&mut self, req: ReqId) {
         let Some(s) = &mut self.on else {
             return;
         };
-        match c {
-            Completion::Sent(req) => {
-                if let Some(open) = s.sends.remove(req) {
-                    s.close(open);
-                }
-            }
-            Completion::Received(req, bytes) => {
-                if let Some(mut open) = s.receives.remove(req) {
-                    if let What::Received(m) = &mut open.what {
-                        m.bytes = bytes.len() as u64;
-                    }
-                    s.close(open);
-                }
-            }
-            Completion::ReceivedInPlace(req, len) => {
-                if let Some(mut open) = s.receives.remove(req) {
-                    if let What::Received(m) = &mut open.what {
-                        m.bytes = *len as u64;
-                    }
-                    s.close(open);
-                }
-            }
-            Completion::ReceivedDevice(req, value) => {
-                if let Some(mut open) = s.receives.remove(req) {
-                    if let What::Received(m) = &mut open.what {
-                        m.bytes = value.size() as u64;
-                    }
-                    s.close(open);
-                }
-            }
-            Completion::Envelope {
-                source,
-                comm,
-                bytes,
-            } => {
-                let tag = s.envelope_tag;
-                let seq = bump(&mut s.received, (*source, *comm, tag));
-                let message = Message {
-                    peer: *source,
-                    comm: *comm,
-                    tag,
-                    bytes: bytes.len() as u64,
-                    envelope: describe(bytes),
-                    flow: flow_id(*source, s.rank, *comm, tag, seq),
-                    seq,
-                };
-                let now = clock_ns();
-                s.records.push(Record {
-                    start: now,
-                    end: now,
-                    what: What::Received(message),
-                });
-            }
-            Completion::Barrier(_) => {}
+        if let Some(open) = s.sends.remove(&req) {
+            s.close(open);
         }
+    }
+
+    /// The transport reports the receive posted with `req` done, with `len` bytes.
+    #[inline]
+    pub(crate) fn received(&mut self, req: ReqId, len: usize) {
+        let Some(s) = &mut self.on else {
+            return;
+        };
+        if let Some(mut open) = s.receives.remove(&req) {
+            if let What::Received(m) = &mut open.what {
+                m.bytes = len as u64;
+            }
+            s.close(open);
+        }
+    }
+
+    /// The transport reports envelope `bytes` from `source` on `comm`.
+    #[inline]
+    pub(crate) fn envelope(&mut self, source: Rank, comm: CommId, bytes: &[u8]) {
+        let Some(s) = &mut self.on else {
+            return;
+        };
+        let tag = s.envelope_tag;
+        let seq = bump(&mut s.received, (source, comm, tag));
+        let message = Message {
+            peer: source,
+            comm,
+            tag,
+            bytes: bytes.len() as u64,
+            envelope: describe(bytes),
+            flow: flow_id(source, s.rank, comm, tag, seq),
+            seq,
+        };
+        let now = clock_ns();
+        s.records.push(Record {
+            start: now,
+            end: now,
+            what: What::Received(message),
+        });
     }
 }
 

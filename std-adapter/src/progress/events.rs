@@ -81,7 +81,18 @@ impl<T: Transport> Progress<T> {
     }
 
     pub(super) fn on_completion(&mut self, c: Completion) {
-        self.timeline.completion(&c);
+        match &c {
+            Completion::Sent(req) => self.timeline.sent(*req),
+            Completion::Received(req, bytes) => self.timeline.received(*req, bytes.len()),
+            Completion::ReceivedInPlace(req, len) => self.timeline.received(*req, *len),
+            Completion::ReceivedDevice(req, value) => self.timeline.received(*req, value.size()),
+            Completion::Envelope {
+                source,
+                comm,
+                bytes,
+            } => self.timeline.envelope(*source, *comm, bytes),
+            Completion::Barrier(_) => {}
+        }
         match c {
             Completion::Sent(req) => {
                 let _ = self.engine.handle_sent(req);
