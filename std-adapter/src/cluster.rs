@@ -14,7 +14,7 @@ use crate::progress::{self, InboxTx, Input};
 use crate::rank::{DriverMode, Inbox, RankConfig, RankRunner, Tables};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, lock};
 use crate::task::{Runtime, RuntimeConfig};
-use crate::transport::{Deliver, InProcess, InProcessWire};
+use crate::in_process::{Deliver, InProcess, InProcessWire};
 
 /// How an in-process cluster is set up.
 #[derive(Clone, Debug)]
