@@ -47,8 +47,8 @@ use std::thread::JoinHandle;
 
 use starling_core::AccessMode;
 use starling_core::coherence::{MemNode, Replicas};
-use starling_std::interfaces::{Block, Matrix, Variable, Vector};
 use starling_std::device::{Buffers, Bus, Codelet, DeviceImpl, DeviceLayer, DeviceTask, HostRef};
+use starling_std::interfaces::{Block, Matrix, Variable, Vector};
 use std::time::Instant;
 
 use crate::GpuError;

@@ -85,9 +85,9 @@ pub use distributed::{
     Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild, TagChoice,
 };
 pub use error::{CommError, Leftover, ShutdownError, TaskError, TransferDirection, TransferError};
+pub use in_process::InProcess;
 pub use perfmodel::{Arch, Bus, Calibrate, ModelError, Models, PerfModel};
 pub use rank::{DriverMode, RankConfig, RankRunner, StartError, Tables};
 pub use sched::{SchedPolicy, SchedStats, WorkerStats};
 pub use task::{Buffers, Codelet, Kernel, RuntimeConfig, TaskTag, WorkerStart};
-pub use in_process::InProcess;
 pub use transport::Transport;

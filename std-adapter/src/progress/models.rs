@@ -23,10 +23,10 @@ use starling_core::{CommId, PhysTag, Rank, ReqId, Tag};
 
 use super::driver::Driver;
 use super::{Command, Drive, InboxTx, Input, ProgressConfig, Shared, run, start};
+use crate::in_process::{Deliver, InProcess, InProcessWire};
 use crate::progress::config::DriverMode;
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering, inbox, lock, thread};
 use crate::task::{Codelet, Runtime, RuntimeConfig};
-use crate::in_process::{Deliver, InProcess, InProcessWire};
 use crate::transport::{Completion, Transport};
 
 /// A transport that takes `()` from peers and reports each on `delivered`, and counts
