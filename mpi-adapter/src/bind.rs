@@ -5,13 +5,14 @@
 //! processes or fewer, to a socket above; `--bind-to core`, `--cpu-set`, `taskset`). A rank
 //! that ignored that mask would start one worker per core of the machine and let every
 //! rank's workers compete for the same cores. A rank's default worker count is already
-//! the number of cores in its mask ([`RuntimeConfig::default`] counts them; `STARLING_NCPU`
-//! overrides it). With binding on ([`Bindings::for_policy`]), the rank also reads its
-//! process's affinity mask (`sched_getaffinity`) and pins worker `w` to the mask's
-//! `w mod n`-th core (`sched_setaffinity`, from the worker's own thread as it starts:
-//! [`Bindings::pin_worker`], which the facade installs as the runtime's worker-start
-//! hook), so that its workers do not migrate between the cores and never leave them. The progression thread and the
-//! application's threads keep the whole process mask.
+//! the number of cores in its mask (the runtime's `RuntimeConfig::default` counts them;
+//! `STARLING_NCPU` overrides it). With binding on ([`Bindings::for_policy`]), the rank also
+//! reads its process's affinity mask (`sched_getaffinity`) and pins worker `w` to the
+//! mask's `w mod n`-th core (`sched_setaffinity`, from the worker's own thread as it
+//! starts: [`Bindings::pin_worker`], which the facade installs as the runtime's
+//! worker-start hook), so that its workers do not migrate between the cores and never
+//! leave them. The progression thread and the application's threads keep the whole
+//! process mask.
 //!
 //! `STARLING_WORKERS_GETBIND=1` turns it on, `=0` off; unset, it is on when the process
 //! mask holds fewer cores than the machine has online — that is, when something (the

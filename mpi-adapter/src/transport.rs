@@ -41,7 +41,7 @@
 //!   receive posted for it — an envelope past the largest eager limit, a payload longer
 //!   than its envelope said — completes truncated instead of aborting with
 //!   `MPI_ERR_TRUNCATE`, and a truncated envelope is dropped as malformed, with a line
-//!   naming the peer (`mpi-adapter/tests/mpi_p2p.rs`, job `oversize`).
+//!   naming the peer (the facade's `tests/mpi_p2p.rs`, job `oversize`).
 //! * **Barriers** never block the progression thread, and they *flush*: a barrier
 //!   completes on a rank only once every envelope any rank sent it before entering the
 //!   barrier was received. MPI orders messages per sender only, so an `MPI_Ibarrier`
