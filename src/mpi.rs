@@ -87,8 +87,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use starling_core::Rank;
 use starling_mpi::mpi::topology::Communicator;
 use starling_mpi::transport::{AppComms, Settings};
-/// The `starling-mpi` adapter's items: the transport, its settings and errors, the
-/// clock alignment, worker binding, and rsmpi itself.
+// The `starling-mpi` adapter's items: the transport, its settings and errors, the clock
+// alignment, worker binding, and rsmpi itself.
 pub use starling_mpi::{
     Bindings, GetBind, MpiTransport, Threading, TransportError, WorkerBinding, bind, clock, mpi,
     transport, under_mpirun,
@@ -168,7 +168,7 @@ impl Default for MpiConfig {
 }
 
 impl MpiConfig {
-    /// The defaults, overridden by the environment (see the [crate docs](crate)).
+    /// The defaults, overridden by the environment (see the [module docs](self)).
     pub fn from_env() -> Self {
         let mut c = Self {
             rank: RankConfig::from_env(),

@@ -12,8 +12,8 @@
 //!   rank creates `n` of them at start-up, collectively and in the same order
 //!   ([`Settings::communicators`], default 8): the engine's [`CommId`] `k < n - 1` is
 //!   the `k`-th (`CommId(0)`, the world, is the first; the runtime's `Context::comm_dup`
-//!   numbers the others), and every `CommId` from `n - 1` on shares the last. Sharing is safe: the
-//!   envelope names its communicator and the engine matches per communicator, and the
+//!   numbers the others), and every `CommId` from `n - 1` on shares the last. Sharing is
+//!   safe: the envelope names its communicator and the engine matches per communicator, and the
 //!   ordering rules that pair payloads with their receives (see
 //!   [`starling_core::tags`]) hold per MPI communicator, whatever the engine's
 //!   communicators on it. A communicator cannot be duplicated later, when a rank first
@@ -51,7 +51,6 @@
 //!   it sent to each peer, and a barrier is an `MPI_Ialltoall` of those counts — which
 //!   synchronises like a barrier — after which the rank probes until it has received as
 //!   many from each peer.
-//!
 
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicBool, Ordering};
