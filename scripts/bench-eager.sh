@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found (apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 1; }
-cargo build --quiet --release -p starling-mpi --example mpi_bench
+cargo build --quiet --release --features mpi --example mpi_bench
 bin="${CARGO_TARGET_DIR:-target}/release/examples/mpi_bench"
 flags=(--oversubscribe)
 [ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)

@@ -7,7 +7,7 @@
 # Ping-pong between 2 ranks, half round trip: Starling's blocking `send`/`recv` on a
 # `Vector<u8>` handle, as built (the waiting thread drives MPI itself) and with
 # `RankConfig::caller_drives` off (every MPI call on the progression thread, the previous
-# design; `STARLING_CALLER_DRIVES=0`), (mpi-adapter/examples/mpi_bench.rs) vs raw rsmpi `send_with_tag` /
+# design; `STARLING_CALLER_DRIVES=0`), (examples/mpi_bench.rs) vs raw rsmpi `send_with_tag` /
 # `receive_into_with_tag` of the same bytes (MPI_THREAD_SINGLE, blocking calls), and, below
 # the table, the MPI calls of Starling's protocol without the runtime (`raw-pattern`).
 # Each job prints 7 samples per size; a figure is the median of the jobs' medians (and, for
@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found (apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 1; }
-cargo build --quiet --release -p starling-mpi --example mpi_bench
+cargo build --quiet --release --features mpi --example mpi_bench
 cargo build --quiet --release --features mpi --example ring
 target="${CARGO_TARGET_DIR:-target}/release/examples"
 flags=(--oversubscribe)

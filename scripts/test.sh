@@ -54,6 +54,7 @@ cargo clippy -p starling-core --all-targets --features defmt -- -D warnings
 cargo clippy -p starling-core --all-targets --features embedded-hal,defmt -- -D warnings
 step "rustdoc -D warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc -p starling --no-deps --quiet --features mpi
 RUSTDOCFLAGS="-D warnings" cargo doc -p starling-core -p starling-std --no-deps --quiet --features starling-core/embedded-hal,starling-std/embedded-hal
 
 # --- the core is no_std and allocation-free: build it for two bare-metal targets ------
@@ -145,14 +146,17 @@ cargo run --quiet --release --example stencil5 -- 4 32 32 3
 cargo run --quiet --release --example cholesky -- 2 512 128
 
 # --- MPI -------------------------------------------------------------------------------
-# The point-to-point MPI jobs (mpirun -n 2 and -n 4) ran with `cargo test` above:
-# mpi-adapter/tests/mpi_p2p.rs launches itself under mpirun. Here: the facade built with
-# its `mpi` feature, and the examples under mpirun: tests/mpi/ring.sh (every ring variant),
+# The facade built with its `mpi` feature (`starling::mpi` assembles a rank around
+# starling-mpi's transport): its unit tests, its MPI doc examples (built, not run), and
+# the point-to-point MPI jobs (mpirun -n 2 and -n 4: tests/mpi_p2p.rs launches itself
+# under mpirun). Then the examples under mpirun: tests/mpi/ring.sh (every ring variant),
 # tests/mpi/examples.sh (every example on 2 and 4 processes, its result lines compared
-# with the in-process run's), and tests/mpi/mpich.sh (the adapter built against MPICH,
+# with the in-process run's), and tests/mpi/mpich.sh (the MPI rank built against MPICH,
 # its point-to-point jobs under MPICH's launcher).
 step "MPI: clippy with the mpi feature; tests under mpirun"
 cargo clippy -p starling --features mpi --all-targets -- -D warnings
+cargo test -p starling --features mpi --lib --test mpi_p2p 2>&1 | tee -a "$log"
+cargo test -p starling --features mpi --doc mpi 2>&1 | tee -a "$log"
 grep -E "^mpi_p2p: " "$log" || true
 shopt -s nullglob
 # Each script ends with a `test result:` line (one test per job), counted in the total.

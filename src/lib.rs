@@ -24,7 +24,8 @@
 //!   (`STARLING_TRACE=<path>`), in the Chrome / Perfetto JSON format, and its merger into
 //!   one timeline (the `trace-merge` binary).
 //!
-//! The features `mpi` and `cuda` (or `cuda-13`: the CUDA 13 API) add the MPI transport (`starling::mpi`, the `starling-mpi` crate) and the
+//! The features `mpi` and `cuda` (or `cuda-13`: the CUDA 13 API) add the MPI rank (`starling::mpi`: the
+//! `starling-mpi` crate's transport, assembled into a rank here) and the
 //! CUDA device (`starling::gpu`, the `starling-gpu` crate: codelets with CUDA
 //! implementations run by one CUDA worker per device; see the README's status table). [`launch`] runs one
 //! SPMD program either way: across the processes of an `mpirun` job when built with
@@ -59,7 +60,7 @@ pub mod comm_matrix;
 pub mod trace_merge;
 
 #[cfg(feature = "mpi")]
-pub use starling_mpi as mpi;
+pub mod mpi;
 
 /// What [`launch`] returns: the value of each rank that ran in this process, with its
 /// rank, in rank order — every rank of the in-process cluster, or this process's rank

@@ -8,15 +8,15 @@
 #    libopenmpi-dev openmpi-bin libopenblas-dev (and pkg-config, build-essential, libclang-dev
 #    for rsmpi).
 # 2. Builds the C programs of this folder with mpicc and `pkg-config starpumpi-1.3`, and the
-#    Starling side: examples ring, cholesky (features mpi, openblas) and compare, and
-#    starling-mpi's mpi_bench, in release mode.
+#    Starling side: examples ring, cholesky, compare and mpi_bench (features mpi,
+#    openblas), in release mode.
 # 3. Runs, 2 ranks with one worker each (STARPU_NCPU=1, STARLING_NCPU=1), both sides with
 #    the same binding (mpirun --bind-to core --map-by core, StarPU also
 #    STARPU_WORKERS_GETBIND=1: rank r owns core r; PLACEMENT=nobind for --bind-to none),
 #    repeating A, B, A, B… so that a noisy neighbour hurts every side alike:
 #      pingpong  half round trip 8 B, 1 KiB; bandwidth 64 KiB, 1 MiB, 16 MiB: raw MPI
 #                (pingpong_raw.c), StarPU-MPI send/recv and detached (pingpong_starpu.c),
-#                Starling blocking send/recv (mpi-adapter/examples/mpi_bench.rs)
+#                Starling blocking send/recv (examples/mpi_bench.rs)
 #      ring      the handbook's token ring, time per hop (ring_starpu.c, examples/ring.rs)
 #      empty     empty-task submit + execute on one rank, per task (empty_task_starpu.c,
 #                examples/compare.rs empty-tasks)
@@ -81,8 +81,8 @@ for prog in pingpong_raw pingpong_starpu ring_starpu empty_task_starpu insert_st
     mpicc -O2 -D_GNU_SOURCE -Wall -o "$bin/$prog" "bench/compare/$prog.c" $flags -lopenblas -lm
 done
 echo "# building Starling (release)" >&2
-cargo build --quiet --release --features mpi,openblas --example ring --example cholesky --example compare
-cargo build --quiet --release -p starling-mpi --example mpi_bench
+cargo build --quiet --release --features mpi,openblas --example ring --example cholesky --example compare \
+    --example mpi_bench
 ex="${CARGO_TARGET_DIR:-$root/target}/release/examples"
 
 # ----- 3. run ----------------------------------------------------------------------------

@@ -28,7 +28,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use starling_core::AccessMode;
-use starling_std::Codelet;
+use starling_std::device::Codelet;
 
 use crate::GpuError;
 use crate::backend::{Backend, DeviceBuf, Shape};
@@ -488,7 +488,7 @@ impl FakeGpu {
     pub fn codelet(
         self: &Arc<Self>,
         name: &str,
-        cpu: Option<Arc<starling_std::Kernel>>,
+        cpu: Option<Arc<starling_std::device::Kernel>>,
         kernel: impl Fn(&mut [FakeView<'_>]) -> Result<(), GpuError> + Send + Sync + 'static,
     ) -> Codelet {
         let k: Arc<FakeKernel> = Arc::new(kernel);

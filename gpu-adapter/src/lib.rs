@@ -44,14 +44,14 @@
 //! # use std::sync::Arc;
 //! use starling_gpu::{Gpu, GpuError, tiles};
 //! use starling_std::interfaces::Matrix;
-//! use starling_std::Codelet;
+//! use starling_std::device::Codelet;
 //!
 //! // STARLING_NCUDA, STARLING_CUDA_POLICY, STARLING_CUDA_CACHE_MB.
 //! let gpu = match Gpu::from_env() {
 //!     Ok(gpu) => gpu,
 //!     Err(e) => return eprintln!("no GPU: {e}"), // a typed error, never a panic
 //! };
-//! let cpu_potrf = |b: &mut starling_std::Buffers<'_>| {
+//! let cpu_potrf = |b: &mut starling_std::device::Buffers<'_>| {
 //!     let _tile = b.w::<Matrix<f64>>(0); // ... the CPU factorization ...
 //! };
 //! let potrf: Codelet = gpu.codelet("potrf", cpu_potrf, tiles::potrf);
@@ -62,7 +62,7 @@
 //! The [module docs of `pipeline`](pipeline) say how device tasks run without holding a
 //! CPU worker (a driver thread per device, an upload stream, compute streams, a window of
 //! tasks in flight), how data stay on the device until the host needs them (the runtime
-//! asks [`DeviceLayer::to_host`](starling_std::DeviceLayer::to_host) before every host
+//! asks [`DeviceLayer::to_host`](starling_std::device::DeviceLayer::to_host) before every host
 //! access), how device memory is a cache under a budget, and when host memory is pinned.
 //! [`fake`] runs the same pipeline with host memory standing for a device, in CI.
 //!

@@ -36,7 +36,7 @@
 //!   [`Layer::stats`] counts tasks on each side and the bytes each way.
 //!
 //! A device for each task: the device that holds a valid copy of the data it writes, else
-//! the first written handle's [uid](starling_std::Buffers::uid) modulo the devices (owner
+//! the first written handle's [uid](Buffers::uid) modulo the devices (owner
 //! computes, stable per handle), so every device of a process is used.
 
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -47,8 +47,8 @@ use std::thread::JoinHandle;
 
 use starling_core::AccessMode;
 use starling_core::coherence::{MemNode, Replicas};
+use starling_std::device::{Buffers, Bus, Codelet, DeviceImpl, DeviceLayer, DeviceTask, HostRef};
 use starling_std::interfaces::{Block, Matrix, Variable, Vector};
-use starling_std::{Buffers, Bus, Codelet, DeviceImpl, DeviceLayer, DeviceTask, HostRef};
 use std::time::Instant;
 
 use crate::GpuError;
@@ -59,8 +59,8 @@ mod driver;
 
 /// How tasks whose codelet has a device implementation choose between the CPU and a
 /// device, under the runtime's `prio` and `ws` schedulers. Under `dmda`
-/// (`starling_std::SchedPolicy::Dmda`) the scheduler chooses from the performance models
-/// and the policy is not used: every task it places on a device is queued there.
+/// (`STARLING_SCHED=dmda`) the scheduler chooses from the performance models and the
+/// policy is not used: every task it places on a device is queued there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Policy {
@@ -376,7 +376,7 @@ impl<B: Backend> Layer<B> {
     pub fn codelet_with(
         self: &Arc<Self>,
         name: &str,
-        cpu: Option<Arc<starling_std::Kernel>>,
+        cpu: Option<Arc<starling_std::device::Kernel>>,
         kernel: Arc<B::Kernel>,
     ) -> Codelet {
         let layer: Arc<dyn DeviceLayer> = Arc::clone(self) as Arc<dyn DeviceLayer>;

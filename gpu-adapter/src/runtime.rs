@@ -18,7 +18,7 @@ use core::time::Duration;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
-use starling_std::{Buffers, Codelet};
+use starling_std::device::{Buffers, Codelet};
 
 use crate::backend::Backend;
 pub use crate::backend::{DeviceBuf, Shape};

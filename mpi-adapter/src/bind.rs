@@ -5,12 +5,14 @@
 //! processes or fewer, to a socket above; `--bind-to core`, `--cpu-set`, `taskset`). A rank
 //! that ignored that mask would start one worker per core of the machine and let every
 //! rank's workers compete for the same cores. A rank's default worker count is already
-//! the number of cores in its mask ([`RuntimeConfig::default`] counts them; `STARLING_NCPU`
-//! overrides it). With binding on, the rank also reads its process's affinity mask
-//! (`sched_getaffinity`) and pins worker `w` to the mask's `w mod n`-th core
-//! (`sched_setaffinity`, from the worker's own thread as it starts), so that its workers
-//! do not migrate between the cores and never leave them. The progression thread and the
-//! application's threads keep the whole process mask.
+//! the number of cores in its mask (the runtime's `RuntimeConfig::default` counts them;
+//! `STARLING_NCPU` overrides it). With binding on ([`Bindings::for_policy`]), the rank also
+//! reads its process's affinity mask (`sched_getaffinity`) and pins worker `w` to the
+//! mask's `w mod n`-th core (`sched_setaffinity`, from the worker's own thread as it
+//! starts: [`Bindings::pin_worker`], which the facade installs as the runtime's
+//! worker-start hook), so that its workers do not migrate between the cores and never
+//! leave them. The progression thread and the application's threads keep the whole
+//! process mask.
 //!
 //! `STARLING_WORKERS_GETBIND=1` turns it on, `=0` off; unset, it is on when the process
 //! mask holds fewer cores than the machine has online — that is, when something (the
@@ -22,9 +24,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use starling_std::{RuntimeConfig, WorkerStart};
-
-/// Whether workers bind to the process's cores ([`crate::MpiConfig::getbind`]).
+/// Whether workers bind to the process's cores (the facade's `MpiConfig::getbind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GetBind {
     /// Never (`STARLING_WORKERS_GETBIND=0`).
@@ -60,7 +60,7 @@ pub struct WorkerBinding {
     pub mask: Result<Vec<usize>, String>,
 }
 
-/// The cores of a rank and where its workers run ([`crate::MpiRank::bindings`]).
+/// The cores of a rank and where its workers run (the facade's `MpiRank::bindings`).
 #[derive(Clone, Debug, Default)]
 pub struct Bindings {
     /// The cores of the process's affinity mask when the rank started, in increasing order.
@@ -80,41 +80,41 @@ impl Bindings {
         w.sort_by_key(|b| b.worker);
         w
     }
-}
 
-/// Applies the binding policy to `runtime`: with binding on, installs the hook that pins
-/// each worker to a core of the process's mask (the worker count stays as configured).
-/// Returns the bindings to report, or `None` when binding is off, or unsupported here.
-pub(crate) fn apply(policy: GetBind, runtime: &mut RuntimeConfig) -> Option<Bindings> {
-    let cores = process_cores().ok()?;
-    let on = match policy {
-        GetBind::Off => false,
-        GetBind::On => true,
-        GetBind::Auto => online_cpus().is_some_and(|n| cores.len() < n),
-    };
-    if !on || cores.is_empty() {
-        return None;
+    /// The bindings `policy` asks for: the process's cores when binding is on, with no
+    /// worker pinned yet; `None` when binding is off, or unsupported here.
+    pub fn for_policy(policy: GetBind) -> Option<Self> {
+        let cores = process_cores().ok()?;
+        let on = match policy {
+            GetBind::Off => false,
+            GetBind::On => true,
+            GetBind::Auto => online_cpus().is_some_and(|n| cores.len() < n),
+        };
+        if !on || cores.is_empty() {
+            return None;
+        }
+        Some(Self {
+            cores,
+            workers: Arc::new(Mutex::new(Vec::new())),
+        })
     }
-    let bindings = Bindings {
-        cores: cores.clone(),
-        workers: Arc::new(Mutex::new(Vec::new())),
-    };
-    let record = Arc::clone(&bindings.workers);
-    runtime.on_worker_start = Some(WorkerStart::new(move |w| {
-        let core = cores[w % cores.len()];
+
+    /// Pins the calling thread, worker `worker`, to the `worker mod n`-th of the
+    /// [`cores`](Self::cores), and records where it runs (its mask read back, or the
+    /// error pinning met) in [`workers`](Self::workers), shared by every clone.
+    pub fn pin_worker(&self, worker: usize) {
+        if self.cores.is_empty() {
+            return;
+        }
+        let core = self.cores[worker % self.cores.len()];
         let mask = pin_current_thread(core)
             .and_then(|()| current_thread_cores())
             .map_err(|e| e.to_string());
-        record
+        self.workers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(WorkerBinding {
-                worker: w,
-                core,
-                mask,
-            });
-    }));
-    Some(bindings)
+            .push(WorkerBinding { worker, core, mask });
+    }
 }
 
 /// The cores of this process's affinity mask (`sched_getaffinity` of the process), in
@@ -238,43 +238,5 @@ mod tests {
         assert_eq!(seen.0, vec![last]);
         // The process's mask is the main thread's, untouched by the worker's pinning.
         assert_eq!(seen.1.expect("the process's mask"), cores);
-    }
-
-    #[test]
-    fn binding_on_pins_each_worker_to_a_core_of_the_mask_in_turn() {
-        let cores = process_cores().expect("the process's mask");
-        let mut runtime = RuntimeConfig::default();
-        let bindings = apply(GetBind::On, &mut runtime).expect("binding is on");
-        assert_eq!(bindings.cores, cores);
-        let hook = runtime.on_worker_start.clone().expect("a hook");
-        let n = cores.len() + 1; // one more worker than cores: wraps around
-        let threads: Vec<_> = (0..n)
-            .map(|w| {
-                let hook = hook.clone();
-                std::thread::spawn(move || (hook.0)(w))
-            })
-            .collect();
-        for t in threads {
-            t.join().expect("a worker");
-        }
-        let got = bindings.workers();
-        assert_eq!(got.len(), n);
-        for b in got {
-            assert_eq!(b.core, cores[b.worker % cores.len()]);
-            assert_eq!(b.mask, Ok(vec![b.core]));
-        }
-    }
-
-    #[test]
-    fn binding_off_leaves_the_runtime_alone_and_on_keeps_the_worker_count() {
-        let mut runtime = RuntimeConfig {
-            workers: 3,
-            ..RuntimeConfig::default()
-        };
-        assert!(apply(GetBind::Off, &mut runtime).is_none());
-        assert!(runtime.on_worker_start.is_none());
-        assert!(apply(GetBind::On, &mut runtime).is_some());
-        assert_eq!(runtime.workers, 3, "STARLING_NCPU's count stays");
-        assert!(runtime.on_worker_start.is_some());
     }
 }

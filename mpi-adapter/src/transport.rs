@@ -1,18 +1,19 @@
 //! [`MpiTransport`]: the runtime's [`Transport`] over MPI.
 //!
-//! One transport per process, built and dropped on the rank's progression thread (see
-//! [`starling_std::RankRunner::start`]) and driven under the rank's progression lock: by
-//! that thread, or by an application thread blocked in a wait
-//! ([`starling_std::RankConfig::caller_drives`]), never by two threads at once.
+//! One transport per process, built ([`MpiTransport::new`]) and dropped on the rank's
+//! progression thread, and driven as the [transport contract](starling_std::transport)
+//! says: under the rank's progression lock, by that thread or by an application thread
+//! blocked in a wait, never by two threads at once. Who builds the rank around it is not
+//! this crate's business (the facade's `starling::mpi::init` does).
 //!
 //! * **Communicators.** Starling's traffic runs on duplicates of `MPI_COMM_WORLD`
-//!   (`MPI_Comm_dup`), or of the communicator the application gave [`crate::init_comm`],
+//!   (`MPI_Comm_dup`), or of a communicator the application made ([`AppComms`]),
 //!   never on the application's communicator itself (internals §12.11). Every
 //!   rank creates `n` of them at start-up, collectively and in the same order
-//!   ([`MpiConfig::communicators`], default 8): the engine's [`CommId`] `k < n - 1` is
-//!   the `k`-th (`CommId(0)`, the world, is the first; [`Context::comm_dup`] numbers the
-//!   others), and every `CommId` from `n - 1` on shares the last. Sharing is safe: the
-//!   envelope names its communicator and the engine matches per communicator, and the
+//!   ([`Settings::communicators`], default 8): the engine's [`CommId`] `k < n - 1` is
+//!   the `k`-th (`CommId(0)`, the world, is the first; the runtime's `Context::comm_dup`
+//!   numbers the others), and every `CommId` from `n - 1` on shares the last. Sharing is
+//!   safe: the envelope names its communicator and the engine matches per communicator, and the
 //!   ordering rules that pair payloads with their receives (see
 //!   [`starling_core::tags`]) hold per MPI communicator, whatever the engine's
 //!   communicators on it. A communicator cannot be duplicated later, when a rank first
@@ -32,7 +33,7 @@
 //! * **Payloads** travel with `MPI_Isend`/`MPI_Irecv` on the physical tags the engine
 //!   gives, from buffers the transport owns until `MPI_Test` says the request completed
 //!   (rsmpi panics when an unfinished request is dropped). A payload longer than
-//!   [`MpiConfig::max_message`] (at most `i32::MAX` bytes, MPI's count type) is split
+//!   [`Settings::max_message`] (at most `i32::MAX` bytes, MPI's count type) is split
 //!   into chunks of that size, alike on both sides. (Envelopes are never split: they
 //!   carry a header and at most an eager payload of a few KiB.)
 //! * **What a peer sends cannot abort the job.** Starling's communicators (and the world,
@@ -40,7 +41,7 @@
 //!   receive posted for it — an envelope past the largest eager limit, a payload longer
 //!   than its envelope said — completes truncated instead of aborting with
 //!   `MPI_ERR_TRUNCATE`, and a truncated envelope is dropped as malformed, with a line
-//!   naming the peer (`mpi-adapter/tests/mpi_p2p.rs`, job `oversize`).
+//!   naming the peer (the facade's `tests/mpi_p2p.rs`, job `oversize`).
 //! * **Barriers** never block the progression thread, and they *flush*: a barrier
 //!   completes on a rank only once every envelope any rank sent it before entering the
 //!   barrier was received. MPI orders messages per sender only, so an `MPI_Ibarrier`
@@ -50,10 +51,6 @@
 //!   it sent to each peer, and a barrier is an `MPI_Ialltoall` of those counts — which
 //!   synchronises like a barrier — after which the rank probes until it has received as
 //!   many from each peer.
-//!
-//! [`Context::comm_dup`]: starling_std::Context::comm_dup
-//! [`MpiConfig::communicators`]: crate::MpiConfig::communicators
-//! [`MpiConfig::max_message`]: crate::MpiConfig::max_message
 
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -69,11 +66,11 @@ use mpi::point_to_point::{Destination, Source};
 use mpi::raw::AsRaw;
 use mpi::request::{Request, StaticScope};
 use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::Group;
 use starling_core::{CommId, PhysTag, Rank, ReqId};
-use starling_std::Transport;
-use starling_std::transport::{Completion, RecvBuffer, SendBuffer};
+use starling_std::transport::{Completion, RecvBuffer, SendBuffer, Transport};
 
-use crate::MpiError;
+use crate::TransportError;
 use crate::lent::{Lent, split, split_mut};
 
 /// A payload request: its chunks' requests (`None` once completed) and its buffer.
@@ -157,28 +154,98 @@ struct Comm {
 }
 
 /// What [`MpiTransport::new`] needs.
-pub(crate) struct Settings {
-    pub(crate) threading: Threading,
-    pub(crate) communicators: u16,
-    pub(crate) max_message: usize,
-    /// Set when the rank is dropped without a clean shutdown: do not finalize MPI.
-    pub(crate) abandon: Arc<AtomicBool>,
-    /// Starling's duplicates of the application's communicator ([`crate::init_comm`]);
-    /// `None`: duplicate the world.
-    pub(crate) comms: Option<AppComms>,
+#[derive(Debug)]
+pub struct Settings {
+    /// The thread level MPI must provide: `MPI_THREAD_SERIALIZED` when only Starling
+    /// calls MPI, `MPI_THREAD_MULTIPLE` when the application does too.
+    pub threading: Threading,
+    /// How many duplicates of the world communicator to make (at least 1; see the
+    /// [module docs](self)); every rank must ask for the same number. Not used with
+    /// [`Settings::comms`].
+    pub communicators: u16,
+    /// The longest single MPI message, in bytes (at most `i32::MAX`); longer payloads
+    /// travel in chunks. Every rank must use the same value.
+    pub max_message: usize,
+    /// Set by whoever owns the rank when it gives up without a clean shutdown (a hung
+    /// peer, a panic): the transport then leaks its pending requests and leaves MPI
+    /// unfinalized instead of waiting for them when it is dropped.
+    pub abandon: Arc<AtomicBool>,
+    /// Starling's duplicates of a communicator the application made; `None`: duplicate
+    /// the world.
+    pub comms: Option<AppComms>,
 }
 
-/// Starling's duplicates of a communicator the application made ([`crate::init_comm`]),
-/// made on the application's thread (`MPI_Comm_dup` is collective over the application's
-/// communicator, so every member makes them at the same point of its program) and handed
-/// to the progression thread, which owns them from then on.
-pub(crate) struct AppComms(pub(crate) Vec<SimpleCommunicator>);
+/// Starling's duplicates of a communicator the application made
+/// (`starpu_mpi_init_comm`), made on the application's thread ([`AppComms::duplicate`]:
+/// `MPI_Comm_dup` is collective over the application's communicator, so every member
+/// makes them at the same point of its program) and handed to the progression thread in
+/// [`Settings::comms`], which owns them from then on.
+pub struct AppComms {
+    dups: Vec<SimpleCommunicator>,
+    leader: i32,
+}
+
+impl core::fmt::Debug for AppComms {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("AppComms")
+            .field("duplicates", &self.dups.len())
+            .field("leader", &self.leader)
+            .finish()
+    }
+}
 
 // SAFETY: as for `MpiTransport` below: the handles move with exclusive ownership (nothing
 // else refers to these duplicates), and MPI provides at least `MPI_THREAD_SERIALIZED`
-// (`init_comm` checked it before making them), which allows calls from any thread that
-// are not concurrent.
+// (`AppComms::duplicate` checked it before making them), which allows calls from any
+// thread that are not concurrent.
 unsafe impl Send for AppComms {}
+
+impl AppComms {
+    /// Checks that a rank can start on a communicator of the application: MPI is
+    /// initialised (by the application, which made the communicator) and not finalized,
+    /// and provides at least `required`.
+    ///
+    /// # Errors
+    /// [`TransportError::NotInitialized`] when MPI is not initialised or was finalized;
+    /// [`TransportError::Threading`] when its thread level is below `required`.
+    pub fn check(required: Threading) -> Result<(), TransportError> {
+        if !mpi::environment::is_initialized() || mpi::environment::is_finalized() {
+            return Err(TransportError::NotInitialized);
+        }
+        let provided = mpi::environment::threading_support();
+        if provided < required {
+            return Err(TransportError::Threading { required, provided });
+        }
+        Ok(())
+    }
+
+    /// Makes `n` (at least 1) duplicates of `comm`, collectively over `comm`, after
+    /// [`AppComms::check`]`(required)`. `comm` itself is not used again and may be freed.
+    ///
+    /// # Errors
+    /// As [`AppComms::check`]; nothing is duplicated then.
+    pub fn duplicate<C: Communicator>(
+        comm: &C,
+        n: u16,
+        required: Threading,
+    ) -> Result<Self, TransportError> {
+        // Never below SERIALIZED: the duplicates move to another thread (`Send` above).
+        let floor = Threading::Serialized;
+        Self::check(if required < floor { floor } else { required })?;
+        let dups = (0..n.max(1)).map(|_| comm.duplicate()).collect();
+        let leader = comm
+            .group()
+            .translate_rank(0, &SimpleCommunicator::world().group())
+            .unwrap_or(0);
+        Ok(Self { dups, leader })
+    }
+
+    /// The world rank of the communicator's rank 0: the same on every member, different
+    /// for two disjoint communicators (a name for this Starling world within the job).
+    pub fn leader(&self) -> i32 {
+        self.leader
+    }
+}
 
 /// Sent buffers smaller than this are dropped, not handed back for reuse.
 const SPENT_MIN: usize = 64 << 10;
@@ -187,7 +254,8 @@ const SPENT_MAX: usize = 4;
 
 /// The runtime's [`Transport`] over MPI (see the [module docs](self)).
 ///
-/// Built by [`crate::init`] on the progression thread; applications do not make one.
+/// Built by [`MpiTransport::new`] on the rank's progression thread, by whoever assembles
+/// the rank (the facade's `starling::mpi::init`); applications do not make one.
 pub struct MpiTransport {
     rank: Rank,
     size: u32,
@@ -303,33 +371,41 @@ impl MpiTransport {
     /// Initialises MPI (or adopts the application's), checks the thread level, and
     /// duplicates the world communicator into the pool of Starling's communicators (or
     /// takes the duplicates of the application's communicator that `settings` carries).
-    pub(crate) fn new(settings: Settings) -> Result<Self, MpiError> {
+    /// Call it on the thread that will drive the transport (the rank's progression
+    /// thread): when it initialises MPI, that thread is MPI's main thread.
+    ///
+    /// # Errors
+    /// [`TransportError::Finalized`] after MPI was finalized in this process;
+    /// [`TransportError::Threading`] when MPI does not provide
+    /// [`Settings::threading`]; [`TransportError::TagUb`] when MPI does not report
+    /// `MPI_TAG_UB`.
+    pub fn new(settings: Settings) -> Result<Self, TransportError> {
         let required = settings.threading;
         let universe = if mpi::environment::is_initialized() {
             if mpi::environment::is_finalized() {
-                return Err(MpiError::Finalized);
+                return Err(TransportError::Finalized);
             }
             let provided = mpi::environment::threading_support();
             if provided < required {
-                return Err(MpiError::Threading { required, provided });
+                return Err(TransportError::Threading { required, provided });
             }
             None
         } else {
             let Some((universe, provided)) = mpi::initialize_with_threading(required) else {
-                return Err(MpiError::Finalized);
+                return Err(TransportError::Finalized);
             };
             if provided < required {
-                return Err(MpiError::Threading { required, provided });
+                return Err(TransportError::Threading { required, provided });
             }
             Some(universe)
         };
         // `MPI_TAG_UB` is an attribute of the world (the standard does not promise it on
         // other communicators); it bounds tags on every communicator.
         let world = SimpleCommunicator::world();
-        let tag_ub = read_tag_ub(&world).ok_or(MpiError::TagUb)?;
+        let tag_ub = read_tag_ub(&world).ok_or(TransportError::TagUb)?;
         let pool = usize::from(settings.communicators.max(1));
         let dups = match settings.comms {
-            Some(AppComms(dups)) if !dups.is_empty() => dups,
+            Some(AppComms { dups, .. }) if !dups.is_empty() => dups,
             _ => (0..pool).map(|_| world.duplicate()).collect(),
         };
         for comm in &dups {

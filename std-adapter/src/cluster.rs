@@ -10,11 +10,11 @@ use crate::agreement::Board;
 use crate::context::Context;
 use crate::error::{Leftover, ShutdownError, TransferError};
 use crate::hang::{self, Probe, RankReport, Watchdog};
+use crate::in_process::{Deliver, InProcess, InProcessWire};
 use crate::progress::{self, InboxTx, Input};
 use crate::rank::{DriverMode, Inbox, RankConfig, RankRunner, Tables};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, lock};
 use crate::task::{Runtime, RuntimeConfig};
-use crate::transport::{Deliver, InProcess, InProcessWire};
 
 /// How an in-process cluster is set up.
 #[derive(Clone, Debug)]

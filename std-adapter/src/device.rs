@@ -26,8 +26,29 @@
 //! holds no worker thread for its length. The layer completes it with
 //! [`DeviceTask::finish`], from any thread, or gives it back to run on the CPU.
 //!
+//! # The device contract
+//!
+//! This module is everything of this crate a device adapter (`starling-gpu`) uses, with
+//! the data layouts it copies ([`interfaces`](crate::interfaces)) and the core's ids; it
+//! names nothing of the runtime's internals, and the runtime names no device adapter:
+//!
+//! | item | what it is |
+//! | --- | --- |
+//! | [`DeviceLayer`] | the trait a device memory node implements |
+//! | [`DeviceTask`] | a ready task handed to the layer, completed with [`DeviceTask::finish`] |
+//! | [`Buffers`] | a task's (or a host access's) data, as the layer reads its shapes and bytes |
+//! | [`HostRef`] | a handle's host copy, kept by the layer beside its device copies |
+//! | [`DeviceValue`] | a device copy travelling between ranks of one process |
+//! | [`Codelet`], [`DeviceImpl`], [`Kernel`] | a codelet whose device implementation names the layer ([`Codelet::with_device`]), with its CPU kernel |
+//! | [`Bus`] | a measured link between main memory and a device ([`DeviceLayer::measure_bus`]) |
+//!
+//! See `docs/architecture.md`, "Which crate may import which, and why".
+//!
 //! The types live in [`crate::codelet`] with the codelets whose device implementations
-//! they are; this module is their public path.
+//! they are (and [`Bus`] in [`crate::perfmodel`]); this module is their public path.
 
 pub(crate) use crate::codelet::Layers;
-pub use crate::codelet::{DeviceImpl, DeviceLayer, DeviceTask, DeviceValue, HostRef};
+pub use crate::codelet::{
+    Buffers, Codelet, DeviceImpl, DeviceLayer, DeviceTask, DeviceValue, HostRef, Kernel,
+};
+pub use crate::perfmodel::Bus;

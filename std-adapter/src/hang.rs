@@ -23,7 +23,7 @@
 //!   they fail with [`CommError::Stalled`] carrying the explanation, so blocking calls
 //!   return instead of hanging, and `run_local_with` returns it in its
 //!   [`ShutdownError`](crate::ShutdownError);
-//! * under MPI (`starling-mpi`), each process watches its own rank, writes its report as
+//! * under MPI (the facade's `starling::mpi`), each process watches its own rank, writes its report as
 //!   text ([`RankReport::to_text`]) into a shared directory and merges the files it
 //!   finds ([`RankReport::parse`], [`explain`]): files, because a hung peer may not
 //!   answer a collective.

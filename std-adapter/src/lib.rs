@@ -53,6 +53,7 @@ mod distributed;
 mod error;
 pub mod hang;
 mod id_hash;
+pub mod in_process;
 pub mod interfaces;
 mod meter;
 pub mod ms;
@@ -84,8 +85,9 @@ pub use distributed::{
     Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild, TagChoice,
 };
 pub use error::{CommError, Leftover, ShutdownError, TaskError, TransferDirection, TransferError};
+pub use in_process::InProcess;
 pub use perfmodel::{Arch, Bus, Calibrate, ModelError, Models, PerfModel};
 pub use rank::{DriverMode, RankConfig, RankRunner, StartError, Tables};
 pub use sched::{SchedPolicy, SchedStats, WorkerStats};
 pub use task::{Buffers, Codelet, Kernel, RuntimeConfig, TaskTag, WorkerStart};
-pub use transport::{InProcess, Transport};
+pub use transport::Transport;

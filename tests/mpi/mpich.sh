@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The MPI adapter on MPICH: starling-mpi built against MPICH (its own target directory,
-# `MPICC=mpicc.mpich`) and its point-to-point jobs (mpi-adapter/tests/mpi_p2p.rs, on 2 and
-# 4 processes) and the ping-pong example run under MPICH's launcher (Hydra,
+# The MPI rank on MPICH: the facade with its `mpi` feature (starling-mpi's transport and
+# the rank built around it) built against MPICH (its own target directory,
+# `MPICC=mpicc.mpich`) and its point-to-point jobs (tests/mpi_p2p.rs, on 2 and 4 processes) and the ping-pong example run under MPICH's launcher (Hydra,
 # `mpirun.mpich`). Everything else runs on Open MPI, the system's default `mpicc` and
 # `mpirun`; this shows that nothing in the adapter is Open MPI's alone (MPICH's
 # `MPI_TAG_UB`, thread levels, request and cancellation behaviour differ).
@@ -24,10 +24,11 @@ export STARLING_NCPU="${STARLING_NCPU:-1}"
 echo "MPICH: $(mpirun.mpich --version 2>&1 | sed -n 's/^ *Version: *//p' | head -1)"
 # Hydra needs no launcher agent on one machine; fork keeps it from looking for ssh.
 export HYDRA_LAUNCHER=fork
-cargo build --quiet -p starling-mpi --tests --examples || exit 1
+mpi=(-p starling --no-default-features --features mpi)
+cargo build --quiet "${mpi[@]}" --test mpi_p2p --example hello_pingpong || exit 1
 # The point-to-point jobs: the test launches itself under $STARLING_MPIRUN and prints
 # its own `test result:` line.
-cargo test --quiet -p starling-mpi --test mpi_p2p 2>&1
+cargo test --quiet "${mpi[@]}" --test mpi_p2p 2>&1
 p2p=${PIPESTATUS[0]}
 passed=0
 failed=0

@@ -23,10 +23,11 @@ use starling_core::{CommId, PhysTag, Rank, ReqId, Tag};
 
 use super::driver::Driver;
 use super::{Command, Drive, InboxTx, Input, ProgressConfig, Shared, run, start};
+use crate::in_process::{Deliver, InProcess, InProcessWire};
 use crate::progress::config::DriverMode;
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering, inbox, lock, thread};
 use crate::task::{Codelet, Runtime, RuntimeConfig};
-use crate::transport::{Completion, Deliver, InProcess, InProcessWire, Transport};
+use crate::transport::{Completion, Transport};
 
 /// A transport that takes `()` from peers and reports each on `delivered`, and counts
 /// what it is asked to send in `sent`. With `inside` it checks that no two threads are

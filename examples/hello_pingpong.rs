@@ -4,7 +4,7 @@ use starling_core::{Rank, Tag};
 use starling_std::interfaces::Vector;
 
 fn main() {
-    let rank = starling_mpi::init(starling_mpi::MpiConfig::from_env()).expect("MPI starts");
+    let rank = starling::mpi::init(starling::mpi::MpiConfig::from_env()).expect("MPI starts");
     let ctx = rank.context();
     assert_eq!(ctx.size(), 2, "run with mpirun -n 2");
     let me = ctx.rank().0;

@@ -1,7 +1,7 @@
 //! The hang explainer under MPI: each process watches its own rank; when nothing
 //! progressed for the watchdog's timeout while requests were pending, it writes its
 //! report into the hang directory, waits a while for the other ranks' reports, merges
-//! what it found ([`starling_std::hang::explain`]), prints it and gives up on its pending
+//! what it found ([`hang::explain`](crate::hang::explain)), prints it and gives up on its pending
 //! requests. Files, not messages: a hung or dead peer may not answer a collective.
 
 use core::time::Duration;
@@ -107,7 +107,7 @@ pub(crate) fn explain(
 /// Starts the rank's watchdog: on a stall it explains (see [`explain`]), prints the
 /// explanation, records it in `fired` and gives up on the rank's pending requests, so
 /// that the application's blocking calls return with
-/// [`CommError::Stalled`](starling_std::CommError::Stalled).
+/// [`CommError::Stalled`](crate::CommError::Stalled).
 pub(crate) fn start(
     probe: Probe,
     size: u32,

@@ -12,7 +12,7 @@
 //! `mpirun` fails the job.
 //!
 //! ```sh
-//! cargo test -p starling-mpi --test mpi_p2p
+//! cargo test --features mpi --test mpi_p2p
 //! mpirun -n 2 target/debug/deps/mpi_p2p-* suite   # one job by hand
 //! ```
 
@@ -23,8 +23,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
+use starling::mpi::{MpiConfig, MpiError, Threading, TransportError, mpi};
 use starling_core::{AccessMode, CommId, Owner, Rank, Tag};
-use starling_mpi::{MpiConfig, MpiError, Threading};
 use starling_std::interfaces::{Bcsr, Block, Complex, Csr, Matrix, Ndim, Variable, Vector};
 use starling_std::{
     Codelet, CommError, Context, DataError, InsertError, RecvOpts, SendOpts, TaskTag,
@@ -323,7 +323,7 @@ fn launcher() -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    if !starling_mpi::under_mpirun() {
+    if !starling::mpi::under_mpirun() {
         return launcher();
     }
     let job = std::env::args().nth(1).unwrap_or_default();
@@ -1284,7 +1284,7 @@ fn in_place_send_keeps_its_value(ctx: &Context) {
 }
 
 fn run_scenarios(job: &str, config: MpiConfig, scenarios: &[Scenario]) {
-    let rank = starling_mpi::init(config).expect("MPI starts");
+    let rank = starling::mpi::init(config).expect("MPI starts");
     let ctx = rank.context();
     let me = ctx.rank().0;
     for (name, f) in scenarios {
@@ -1338,7 +1338,7 @@ fn chunks() {
 /// Shutdown reports messages never received (eager and not) and requests never waited
 /// on, with their ranks, instead of aborting.
 fn orphan() {
-    let rank = starling_mpi::init(config()).expect("MPI starts");
+    let rank = starling::mpi::init(config()).expect("MPI starts");
     let ctx = rank.context();
     let me = ctx.rank().0;
     if me == 1 {
@@ -1397,9 +1397,9 @@ fn adopt() {
     // the application calls MPI.
     let mut c = config();
     c.application_calls_mpi = true;
-    let rank = starling_mpi::init(c).expect("Starling adopts MPI");
+    let rank = starling::mpi::init(c).expect("Starling adopts MPI");
     assert!(matches!(
-        starling_mpi::init(config()),
+        starling::mpi::init(config()),
         Err(MpiError::AlreadyRunning)
     ));
     let ctx = rank.context();
@@ -1444,7 +1444,7 @@ fn adopt() {
 fn late() {
     let c = watched_config();
     let dir = c.hang_dir.clone();
-    let rank = starling_mpi::init(c).expect("MPI starts");
+    let rank = starling::mpi::init(c).expect("MPI starts");
     let me = rank.context().rank().0;
     if me == 1 {
         std::thread::sleep(Duration::from_secs(60));
@@ -1505,7 +1505,7 @@ fn oversize() {
         return;
     }
     c.rank.check_agreement = false; // rank 0 has no digest to compare
-    let rank = starling_mpi::init(c).expect("MPI starts");
+    let rank = starling::mpi::init(c).expect("MPI starts");
     let ctx = rank.context();
     let v = ctx.register(Variable::new(1u32));
     let double = Codelet::new("double", |b| *b.w::<Variable<u32>>(0).value_mut() *= 2);
@@ -1525,7 +1525,7 @@ fn eager() {
     let world_rank = launcher_rank();
     let mut c = config();
     c.rank.eager_limit = if world_rank == 0 { 64 << 10 } else { 0 };
-    let rank = starling_mpi::init(c).expect("MPI starts");
+    let rank = starling::mpi::init(c).expect("MPI starts");
     let ctx = rank.context();
     let me = ctx.rank().0;
     let other = Rank(1 - me);
@@ -1577,9 +1577,9 @@ fn split() {
     let half = world
         .split_by_color(Color::with_value(colour))
         .expect("every process has a colour");
-    let rank = starling_mpi::init_comm(config(), &half).expect("Starling starts on the half");
+    let rank = starling::mpi::init_comm(config(), &half).expect("Starling starts on the half");
     assert!(matches!(
-        starling_mpi::init_comm(config(), &half),
+        starling::mpi::init_comm(config(), &half),
         Err(MpiError::AlreadyRunning)
     ));
     let ctx = rank.context();
@@ -1642,8 +1642,8 @@ fn split() {
     // Once MPI is finalized a communicator is no basis for a rank: a typed error, and
     // `half` is never touched (freeing it now would be an MPI error: it is leaked).
     assert!(matches!(
-        starling_mpi::init_comm(config(), &half),
-        Err(MpiError::NotInitialized)
+        starling::mpi::init_comm(config(), &half),
+        Err(MpiError::Transport(TransportError::NotInitialized))
     ));
     core::mem::forget(half);
     println!("world rank {w}: split passed");
@@ -1662,7 +1662,7 @@ fn fake() {
         Some((Rank(2), 1024)),
         "run with STARLING_MPI_FAKE_RANK=2 STARLING_MPI_FAKE_SIZE=1024"
     );
-    let rank = starling_mpi::init(config).expect("MPI starts");
+    let rank = starling::mpi::init(config).expect("MPI starts");
     let ctx = rank.context();
     assert_eq!((ctx.rank(), ctx.size()), (Rank(2), 1024));
     // Counted from here, so that "not a byte is sent" is a measurement.
@@ -1719,8 +1719,8 @@ fn serialized() {
     }
     let mut c = config();
     c.application_calls_mpi = true;
-    match starling_mpi::init(c) {
-        Err(MpiError::Threading { required, provided }) => {
+    match starling::mpi::init(c) {
+        Err(MpiError::Transport(TransportError::Threading { required, provided })) => {
             assert_eq!(
                 (required, provided),
                 (Threading::Multiple, Threading::Serialized)
@@ -1728,7 +1728,7 @@ fn serialized() {
         }
         other => panic!("expected a thread-level error, got {other:?}"),
     }
-    let rank = starling_mpi::init(config()).expect("Serialized is enough for Starling alone");
+    let rank = starling::mpi::init(config()).expect("Serialized is enough for Starling alone");
     let ctx = rank.context();
     let me = ctx.rank().0;
     let h = ctx.register(Variable::new(me));
@@ -1748,7 +1748,7 @@ fn serialized() {
 fn watchdog() {
     let c = watched_config();
     let dir = c.hang_dir.clone();
-    let rank = starling_mpi::init(c).expect("MPI starts");
+    let rank = starling::mpi::init(c).expect("MPI starts");
     let ctx = rank.context();
     let me = ctx.rank().0;
     let h = ctx.register(Variable::new(0u32));
@@ -1778,7 +1778,7 @@ fn hang() {
     let c = watched_config();
     assert!(c.hang_dir.is_some(), "the launcher names the job: {c:?}");
     let dir = c.hang_dir.clone();
-    let rank = starling_mpi::init(c).expect("MPI starts");
+    let rank = starling::mpi::init(c).expect("MPI starts");
     let ctx = rank.context();
     let me = ctx.rank().0;
     let h = ctx.register(Variable::new(0u32));
@@ -1840,7 +1840,7 @@ fn diverge() {
         c.rank.check_agreement,
         "run with STARLING_CHECK_AGREEMENT=1"
     );
-    let rank = starling_mpi::init(c).expect("MPI starts");
+    let rank = starling::mpi::init(c).expect("MPI starts");
     let ctx = rank.context();
     let me = ctx.rank().0;
     let x = ctx

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::Communicator;
+use starling::mpi::mpi;
 use starling_core::{Rank, Tag};
 use starling_std::interfaces::Vector;
 
@@ -160,9 +161,9 @@ fn raw_pattern() {
 /// Starling's blocking `send`/`recv`; `caller_drives` off leaves every MPI call to the
 /// progression thread (the `starling-thread` variant).
 fn starling(name: &str, caller_drives: bool) {
-    let mut config = starling_mpi::MpiConfig::from_env();
+    let mut config = starling::mpi::MpiConfig::from_env();
     config.rank.caller_drives = caller_drives;
-    let rank = starling_mpi::init(config).expect("MPI starts");
+    let rank = starling::mpi::init(config).expect("MPI starts");
     let ctx = rank.context();
     let me = ctx.rank().0;
     assert_eq!(ctx.size(), 2, "run with mpirun -n 2");
