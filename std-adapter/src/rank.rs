@@ -374,6 +374,16 @@ impl RankRunner {
         let shown = (config.progress && (every_rank_shows || rank.0 == 0))
             .then(|| crate::meter::show(rank, runtime.clone()));
         let tx = InboxTx::new(tx, Arc::clone(&shared));
+        if config.caller_drives {
+            // A worker that completes a task drives the progress of the rank it hands a
+            // message to (in-process), and an idle worker that expects work drives its
+            // own rank's progress while it polls for it.
+            shared.set_driver(&driver);
+            let d = Arc::clone(&driver);
+            runtime.set_idle_drive(Box::new(move || {
+                let _ = d.try_drive();
+            }));
+        }
         let driver = config.caller_drives.then_some(driver);
         let commands: CommandSink = match driver.clone() {
             // Sends and receives go straight to the engine when its lock is free (a
