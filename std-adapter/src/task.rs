@@ -576,7 +576,6 @@ impl Runtime {
                 self.shared.readied.fetch_add(1, Ordering::Release);
                 if let Some(w) = st.sched.wake(target) {
                     self.shared.work[w].notify_one();
-                } else {
                 }
                 if let Some(f) = self.shared.on_ready.get() {
                     f();
