@@ -85,7 +85,7 @@ pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
             return true;
         }
         polls = polls.wrapping_add(1);
-        if polls % 16 == 0 {
+        if polls.is_multiple_of(16) {
             if start.elapsed() >= SPIN {
                 return false;
             }
