@@ -61,7 +61,9 @@ pub(crate) trait Drive: Send + Sync {
     /// Hands `command` to the engine on the calling thread, skipping the inbox, when
     /// nothing waits in the inbox (which keeps the commands' order) and the progression
     /// lock is free; gives it back otherwise (the caller queues it). The command's outputs go out at the next
-    /// drive: the progression thread is woken for it unless a thread drives.
+    /// drive: the progression thread is woken for it unless a thread drives; a thread
+    /// allowed to ([`sync::with_peer_drive`]: a worker after its task) drives them out
+    /// itself, completions included.
     fn post(&self, command: Command) -> Result<(), Command>;
 }
 
