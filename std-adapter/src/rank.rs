@@ -47,7 +47,12 @@ pub struct RankConfig {
     /// A thread blocked in [`crate::Request::wait`] drives the rank's progress itself
     /// (the engine and the transport, under the progression lock) instead of sleeping
     /// until the progression thread wakes it: a blocking call then crosses no thread.
-    /// `STARLING_CALLER_DRIVES=0` turns it off (default on).
+    /// So do the workers: one that finishes a task drives out the sends and receives its
+    /// completion posted (completions included), and, on the in-process cluster, the
+    /// progress of the rank it hands a message to; an idle worker that expects work
+    /// drives its rank's progress while it polls for it, for at most 30 µs before it
+    /// sleeps. A ring hop then crosses no sleeping thread.
+    /// `STARLING_CALLER_DRIVES=0` turns it all off (default on).
     pub caller_drives: bool,
     /// A thread that posts a send while the progression lock is free hands it to the
     /// transport itself (`MPI_Isend` on that thread, under the lock), instead of leaving
@@ -55,7 +60,8 @@ pub struct RankConfig {
     /// `STARPU_MPI_THREAD_MULTIPLE_SEND`, without needing `MPI_THREAD_MULTIPLE`: the lock
     /// keeps MPI calls serialized. A worker finishing a task sends its result without
     /// waking the progression thread first. It runs no completion callback on the
-    /// posting thread (it only transmits). `STARLING_MPI_THREAD_MULTIPLE_SEND=0` turns it
+    /// posting thread (it only transmits), unless that thread is a worker that finished
+    /// a task ([`RankConfig::caller_drives`]). `STARLING_MPI_THREAD_MULTIPLE_SEND=0` turns it
     /// off (default on).
     pub multiple_send: bool,
     /// Driver mode: the progression thread also runs tasks, in place of one worker
@@ -374,6 +380,16 @@ impl RankRunner {
         let shown = (config.progress && (every_rank_shows || rank.0 == 0))
             .then(|| crate::meter::show(rank, runtime.clone()));
         let tx = InboxTx::new(tx, Arc::clone(&shared));
+        if config.caller_drives {
+            // A worker that completes a task drives the progress of the rank it hands a
+            // message to (in-process), and an idle worker that expects work drives its
+            // own rank's progress while it polls for it.
+            shared.set_driver(&driver);
+            let d = Arc::clone(&driver);
+            runtime.set_idle_drive(Box::new(move || {
+                let _ = d.try_drive();
+            }));
+        }
         let driver = config.caller_drives.then_some(driver);
         let commands: CommandSink = match driver.clone() {
             // Sends and receives go straight to the engine when its lock is free (a

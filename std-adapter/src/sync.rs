@@ -65,6 +65,101 @@ pub(crate) fn store_load_order() {
     loom::sync::atomic::fence(Ordering::SeqCst);
 }
 
+/// How long a thread that expects work polls for it before it sleeps ([`spin_until`]).
+/// A wake-up through the kernel costs 3 – 10 µs on a shared core (futex, then the
+/// scheduler), more than a ring hop's whole work; a poll this long catches the work that
+/// a thread on the other core is about to hand over, and bounds what an idle thread
+/// burns before it sleeps.
+#[cfg(not(loom))]
+pub(crate) const SPIN: core::time::Duration = core::time::Duration::from_micros(30);
+
+/// Polls `ready` until it holds or [`SPIN`] passes; whether it holds. Between polls the
+/// thread hints the processor that it spins, and every few polls yields its core, so that
+/// on an oversubscribed machine the thread it waits for can run on it.
+#[cfg(not(loom))]
+pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    let mut polls = 0u32;
+    loop {
+        if ready() {
+            return true;
+        }
+        polls = polls.wrapping_add(1);
+        if polls.is_multiple_of(16) {
+            if start.elapsed() >= SPIN {
+                return false;
+            }
+            thread::yield_now();
+        } else {
+            for _ in 0..32 {
+                core::hint::spin_loop();
+            }
+        }
+    }
+}
+/// Under `loom`, one poll after a yield: the models explore the path through the poll
+/// (the lock released and taken again) without a clock.
+#[cfg(loom)]
+pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
+    thread::yield_now();
+    ready()
+}
+
+#[cfg(not(loom))]
+thread_local! {
+    /// Whether this thread may drive the progress of the rank it hands a message to
+    /// ([`with_peer_drive`]).
+    static PEER_DRIVE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Runs `f` with permission to drive, on this thread, the progress of a rank of this
+/// process that it hands a message to (the in-process transport), rather than wake that
+/// rank's progression thread. Given where the thread holds no lock of its own but its
+/// rank's progression lock (a worker completing a task, its hooks posting the sends that
+/// follow): the receiving rank's completions, callbacks included, then run on it.
+#[cfg(not(loom))]
+pub(crate) fn with_peer_drive<R>(f: impl FnOnce() -> R) -> R {
+    let before = PEER_DRIVE.with(|p| p.replace(true));
+    let r = f();
+    PEER_DRIVE.with(|p| p.set(before));
+    r
+}
+/// Under `loom`, `f` alone: the peers' progression threads take every message (the
+/// models check their hand-offs).
+#[cfg(loom)]
+pub(crate) fn with_peer_drive<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+/// Whether this thread may drive progress where it posts ([`with_peer_drive`]).
+#[cfg(not(loom))]
+pub(crate) fn may_drive_here() -> bool {
+    PEER_DRIVE.with(core::cell::Cell::get)
+}
+/// Under `loom`, never.
+#[cfg(loom)]
+pub(crate) fn may_drive_here() -> bool {
+    false
+}
+
+/// Runs `f` if this thread may drive a peer's progress ([`with_peer_drive`]), with that
+/// permission withdrawn meanwhile (a peer driven here hands on its messages the usual
+/// way): `None` without the permission.
+#[cfg(not(loom))]
+pub(crate) fn as_peer_driver<R>(f: impl FnOnce() -> R) -> Option<R> {
+    if !PEER_DRIVE.with(|p| p.replace(false)) {
+        return None;
+    }
+    let r = f();
+    PEER_DRIVE.with(|p| p.set(true));
+    Some(r)
+}
+/// Under `loom`, never.
+#[cfg(loom)]
+pub(crate) fn as_peer_driver<R>(_f: impl FnOnce() -> R) -> Option<R> {
+    None
+}
+
 /// Sleeps for `d` (a grace period that a cluster's shutdown waits out).
 #[cfg(not(loom))]
 pub(crate) fn sleep(d: core::time::Duration) {

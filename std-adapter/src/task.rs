@@ -31,7 +31,7 @@ use crate::id_hash::IdMap;
 use crate::perfmodel::{Arch, Calibrate, Store};
 pub(crate) use crate::ready::NodeId;
 use crate::sched::{SchedPolicy, Scheduler, Target};
-use crate::sync::{Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering, lock};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, MutexGuard, Ordering, lock};
 use crate::trace::{self, Recorder, WorkerTrace};
 use placement::{CURRENT, DeviceEnd};
 
@@ -142,8 +142,12 @@ struct State {
     completed: u64,
     unlocked_tags: HashMap<TaskTag, bool>,
     stopping: bool,
-    /// Threads asleep on `progress`.
+    /// Threads asleep on `progress` for any change.
     progress_waiters: usize,
+    /// Threads asleep on `progress` in [`Runtime::wait_for_all`]: they need waking only
+    /// when `outstanding` reaches zero (a ring's `wait_for_all` would otherwise be woken
+    /// by each of the several completions of every hop, to sleep again at once).
+    idle_waiters: usize,
     /// Tasks whose kernel or callback panicked, reported at shutdown.
     panics: Vec<String>,
     /// Tasks submitted and tasks run so far (the progress line).
@@ -161,11 +165,19 @@ struct Shared {
     state: Mutex<State>,
     /// Worker `w` waits on `work[w]` for ready tasks.
     work: Vec<Condvar>,
+    /// Counts the tasks queued for the workers (changed under the state lock): a worker
+    /// that polls for work before it sleeps reads it without the lock.
+    readied: AtomicU64,
+    /// The workers are stopping (as `State::stopping`, read without the lock).
+    stop: AtomicBool,
     /// `wait_for_all`, tag waiters and quiescence checks wait here.
     progress: Condvar,
     disable_kernels: bool,
     /// Called when a task becomes ready (driver mode wakes the progression thread).
     on_ready: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Drives the rank's progress once on the calling thread unless another thread does
+    /// (an idle worker polling for work, [`Runtime::set_idle_drive`]).
+    idle_drive: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// How many worker threads run tasks.
     threads: usize,
     /// The rank's timeline trace, when tracing.
@@ -209,6 +221,7 @@ impl Workers {
         {
             let mut st = lock(&self.runtime.shared.state);
             st.stopping = true;
+            self.runtime.shared.stop.store(true, Ordering::Release);
         }
         for w in &self.runtime.shared.work {
             w.notify_all();
@@ -273,6 +286,7 @@ impl Runtime {
             unlocked_tags: HashMap::new(),
             stopping: false,
             progress_waiters: 0,
+            idle_waiters: 0,
             panics: Vec::new(),
             tasks_submitted: 0,
             tasks_done: 0,
@@ -284,9 +298,12 @@ impl Runtime {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 work: (0..threads).map(|_| Condvar::new()).collect(),
+                readied: AtomicU64::new(0),
+                stop: AtomicBool::new(false),
                 progress: Condvar::new(),
                 disable_kernels: config.disable_kernels,
                 on_ready: std::sync::OnceLock::new(),
+                idle_drive: std::sync::OnceLock::new(),
                 trace,
                 threads,
                 offload: std::sync::OnceLock::new(),
@@ -556,6 +573,7 @@ impl Runtime {
                     hooks.push(id, Box::new(move |id| rt.start_on_device(id)), Vec::new());
                     return;
                 }
+                self.shared.readied.fetch_add(1, Ordering::Release);
                 if let Some(w) = st.sched.wake(target) {
                     self.shared.work[w].notify_one();
                 }
@@ -741,9 +759,9 @@ impl Runtime {
         &self.shared.layers
     }
 
-    /// Wakes the threads waiting on `progress`, if any.
+    /// Wakes the threads waiting on `progress`, if any waits for what may have changed.
     fn notify_progress(&self, st: &State) {
-        if st.progress_waiters > 0 {
+        if st.progress_waiters > 0 || (st.idle_waiters > 0 && st.outstanding == 0) {
             self.shared.progress.notify_all();
         }
     }
@@ -784,7 +802,13 @@ impl Runtime {
         let _wait = trace::wait(self.tracer(), "wait_for_all");
         let mut st = self.state();
         while st.outstanding > 0 {
-            st = self.wait_progress(st);
+            st.idle_waiters += 1;
+            st = self
+                .shared
+                .progress
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st.idle_waiters -= 1;
         }
     }
 
@@ -852,6 +876,13 @@ impl Runtime {
     /// Calls `f` whenever a task becomes ready (once set, for the rank's life).
     pub(crate) fn set_on_ready(&self, f: Box<dyn Fn() + Send + Sync>) {
         let _ = self.shared.on_ready.set(f);
+    }
+
+    /// Lets an idle worker that expects work drive the rank's progress while it polls for
+    /// it (once set, for the rank's life): a message that makes a task ready is then
+    /// taken by the worker that runs the task.
+    pub(crate) fn set_idle_drive(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.shared.idle_drive.set(f);
     }
 
     /// Hands every task with a kernel to `offload` from now on (once set, for the

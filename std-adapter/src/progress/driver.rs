@@ -52,13 +52,18 @@ pub(crate) enum Driven {
 pub(crate) trait Drive: Send + Sync {
     /// Drives the rank's progress once unless another thread is driving it.
     fn try_drive(&self) -> Driven;
+    /// Drives the rank's progress, as its progression thread does, until neither the
+    /// engine nor the transport has anything to do, unless another thread is driving it.
+    fn try_drive_all(&self) -> Driven;
     /// Marks the calling thread as driving until the guard drops: the progression thread
     /// stands back meanwhile.
     fn enter(&self) -> DriverGuard<'_>;
     /// Hands `command` to the engine on the calling thread, skipping the inbox, when
     /// nothing waits in the inbox (which keeps the commands' order) and the progression
     /// lock is free; gives it back otherwise (the caller queues it). The command's outputs go out at the next
-    /// drive: the progression thread is woken for it unless a thread drives.
+    /// drive: the progression thread is woken for it unless a thread drives; a thread
+    /// allowed to ([`sync::with_peer_drive`]: a worker after its task) drives them out
+    /// itself, completions included.
     fn post(&self, command: Command) -> Result<(), Command>;
 }
 
@@ -100,6 +105,13 @@ impl<T: Transport> Drive for Driver<T> {
         }
     }
 
+    fn try_drive_all(&self) -> Driven {
+        match sync::try_drive(&self.state) {
+            Some(mut st) => self.drive(&mut st, true),
+            None => Driven::Busy,
+        }
+    }
+
     fn enter(&self) -> DriverGuard<'_> {
         self.shared.drivers.fetch_add(1, Ordering::SeqCst);
         DriverGuard {
@@ -132,6 +144,22 @@ impl<T: Transport> Drive for Driver<T> {
         }
         st.moved = true;
         self.shared.posted.store(true, Ordering::SeqCst);
+        if sync::may_drive_here() {
+            // A thread that holds no lock of its own (a worker posting the sends and
+            // receives its task's completion made ready) drives what it posted out
+            // itself, completions and callbacks included: the progression thread is
+            // woken only for what comes in meanwhile.
+            self.drive(&mut st, true);
+            drop(st);
+            store_load_order();
+            if self.shared.drivers.load(Ordering::SeqCst) == 0
+                && (self.shared.queued.load(Ordering::SeqCst) != 0
+                    || self.shared.posted.load(Ordering::SeqCst))
+            {
+                self.shared.wake();
+            }
+            return Ok(());
+        }
         drop(st);
         self.shared.epoch.fetch_add(1, Ordering::SeqCst);
         if self.shared.drivers.load(Ordering::SeqCst) == 0 {
@@ -167,15 +195,33 @@ impl<T: Transport> Driver<T> {
         if self.shared.posted.load(Ordering::Relaxed) {
             self.shared.posted.store(false, Ordering::SeqCst);
         }
-        while let Ok(input) = inbox.try_recv() {
-            taken += 1;
-            match input {
-                Input::Command(Command::Stop) => stop = true,
-                Input::Command(c) => p.command(c),
-                Input::Net(w) => p.transport.accept(w),
+        let mut moved = false;
+        // A full drive also takes what came in while it pumped (a completion's hook posts
+        // the next request through the inbox while this thread holds the lock), a few
+        // rounds at most: what still comes in is the progression thread's (`queued`).
+        let mut rounds = if full { 4 } else { 1 };
+        let mut first = true;
+        while rounds > 0 {
+            rounds -= 1;
+            let round = taken;
+            while let Ok(input) = inbox.try_recv() {
+                taken += 1;
+                match input {
+                    Input::Command(Command::Stop) => stop = true,
+                    Input::Command(c) => p.command(c),
+                    Input::Net(w) => p.transport.accept(w),
+                }
+            }
+            if !first && taken == round {
+                break;
+            }
+            first = false;
+            moved |= if full { p.pump() } else { p.pump_once() };
+            if stop {
+                break;
             }
         }
-        let moved = if full { p.pump() } else { p.pump_once() } || taken > 0;
+        let moved = moved || taken > 0;
         *stamp |= moved;
         let in_flight = !moved && self.polling && p.transport.busy();
         // The epoch moves before the inputs stop counting as queued: a witness

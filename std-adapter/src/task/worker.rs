@@ -26,12 +26,34 @@ impl Runtime {
         let mut timeline = WorkerTrace::new(self.shared.trace.clone(), worker);
         loop {
             let mut st = self.state();
+            // Once per idle spell, a worker that expects work (nodes are outstanding)
+            // polls for it before it sleeps: a task made ready meanwhile is taken without
+            // a notify and a wake-up through the kernel.
+            let mut may_spin = true;
             let id = loop {
                 if let Some(id) = st.sched.pop(w) {
                     break id;
                 }
                 if st.stopping {
                     return;
+                }
+                if core::mem::take(&mut may_spin) && st.outstanding > st.running {
+                    let seen = self.shared.readied.load(Ordering::Acquire);
+                    drop(st);
+                    let idle_drive = self.shared.idle_drive.get();
+                    let found = || {
+                        self.shared.readied.load(Ordering::Acquire) != seen
+                            || self.shared.stop.load(Ordering::Acquire)
+                    };
+                    crate::sync::spin_until(|| {
+                        found()
+                            || idle_drive.is_some_and(|d| {
+                                crate::sync::with_peer_drive(d);
+                                found()
+                            })
+                    });
+                    st = self.state();
+                    continue;
                 }
                 st.sched.set_asleep(w, true);
                 st = self.shared.work[w]
@@ -152,7 +174,13 @@ impl Runtime {
             let sizes: Vec<usize> = accesses.iter().map(|a| a.cell.packed_size()).collect();
             models.record(&codelet.0.name, codelet.model(), self.arch(w), &sizes, m);
         }
-        self.finish_task(id, &codelet.0.name, failure, tag, Some(w), measured);
+        // The worker holds no lock here: the sends its task's completion makes ready
+        // may drive the receiving ranks' progress on this thread
+        // ([`crate::sync::with_peer_drive`]), and the tasks they make ready there run
+        // without a wake-up of those ranks' progression threads.
+        crate::sync::with_peer_drive(|| {
+            self.finish_task(id, &codelet.0.name, failure, tag, Some(w), measured);
+        });
     }
 
     /// The completion of task `id` when it runs elsewhere (offloaded, or on a device): its
