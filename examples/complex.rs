@@ -80,14 +80,14 @@ fn point_to_point(ctx: &Context, len: usize) -> u32 {
     let expected = ctx.register(numbers(prev.0, len));
     let mismatches = ctx.register(Variable::new(0u32));
     let ok = |r: Result<(), starling::CommError>| r.expect("a transfer");
-    ok(ctx.isend_detached(&mine, next, Tag(10), ok));
-    ok(ctx.irecv_detached(&got, prev, Tag(10), ok));
+    ok(ctx.send(&mine, next, Tag(10)).detach(ok));
+    ok(ctx.recv(&got, prev, Tag(10)).detach(ok));
     ctx.task(&display(me, "received from the previous rank"))
         .r(&got)
         .submit();
     // Send them back, and receive this rank's own numbers back.
-    ok(ctx.isend_detached(&got, prev, Tag(20), ok));
-    ok(ctx.irecv_detached(&echo, next, Tag(20), ok));
+    ok(ctx.send(&got, prev, Tag(20)).detach(ok));
+    ok(ctx.recv(&echo, next, Tag(20)).detach(ok));
     let cmp = compare();
     ctx.task(&cmp).r(&mine).r(&echo).rw(&mismatches).submit();
     ctx.task(&cmp).r(&got).r(&expected).rw(&mismatches).submit();
