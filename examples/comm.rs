@@ -40,12 +40,12 @@ fn ring(
     for l in 0..loops {
         let tag = Tag(i64::from(l));
         if l > 0 || me > 0 {
-            ctx.recv(token, prev, tag).on(&comm).start()?.wait()?;
+            ctx.recv(token, prev, tag).on(comm).wait()?;
         }
         ctx.task(increment).rw(token).submit();
         if l < loops - 1 || me < size - 1 {
             let next_tag = if me == size - 1 { Tag(tag.0 + 1) } else { tag };
-            ctx.send(token, next, next_tag).on(&comm).start()?.wait()?;
+            ctx.send(token, next, next_tag).on(comm).wait()?;
         }
     }
     ctx.wait_for_all();

@@ -64,6 +64,9 @@ use crate::data::{Handle, Interface};
 use crate::error::CommError;
 use crate::task::TaskTag;
 
+/// The transfers of an array: (handle, peer, tag).
+type Items = Vec<(AnyHandle, Rank, Tag)>;
+
 /// Where a transfer's peer ranks are numbered: the world (on any [`CommId`]), or a
 /// [`Comm`], whose members are numbered from 0.
 #[derive(Clone, Copy, Debug)]
@@ -177,9 +180,7 @@ impl Context {
     }
 }
 
-fn collect<H: Into<AnyHandle>>(
-    items: impl IntoIterator<Item = (H, Rank, Tag)>,
-) -> Vec<(AnyHandle, Rank, Tag)> {
+fn collect<H: Into<AnyHandle>>(items: impl IntoIterator<Item = (H, Rank, Tag)>) -> Items {
     items
         .into_iter()
         .map(|(h, peer, tag)| (h.into(), peer, tag))
@@ -411,7 +412,7 @@ impl<'a, I: Interface> RecvBuilder<'a, I> {
 #[must_use = "the sends are posted by `.detach(callback)`"]
 pub struct SendAllBuilder<'a> {
     ctx: &'a Context,
-    items: Vec<(AnyHandle, Rank, Tag)>,
+    items: Items,
     ranks: Ranks<'a>,
     opts: SendOpts,
     unlock: Option<TaskTag>,
@@ -484,7 +485,7 @@ impl<'a> SendAllBuilder<'a> {
 #[must_use = "the receives are posted by `.detach(callback)`"]
 pub struct RecvAllBuilder<'a> {
     ctx: &'a Context,
-    items: Vec<(AnyHandle, Rank, Tag)>,
+    items: Items,
     ranks: Ranks<'a>,
     opts: RecvOpts,
     unlock: Option<TaskTag>,
@@ -549,10 +550,10 @@ impl<'a> RecvAllBuilder<'a> {
 
 /// The items with their peers as world ranks, and the communicator to match on.
 fn resolve_all(
-    mut items: Vec<(AnyHandle, Rank, Tag)>,
+    mut items: Items,
     ranks: Ranks<'_>,
     comm: CommId,
-) -> Result<(Vec<(AnyHandle, Rank, Tag)>, CommId), CommError> {
+) -> Result<(Items, CommId), CommError> {
     let mut on = comm;
     for (_, peer, _) in &mut items {
         (*peer, on) = ranks.resolve(*peer, comm)?;

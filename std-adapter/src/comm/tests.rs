@@ -76,14 +76,14 @@ fn matching_is_per_communicator_whatever_the_tags() {
                 ctx.acquire(&v, starling_core::AccessMode::W)
                     .get_mut()
                     .set(value);
-                ctx.send(&v, Rank(1), Tag(7)).on(&comm).wait().unwrap();
+                ctx.send(&v, Rank(1), Tag(7)).on(comm).wait().unwrap();
             }
             vec![]
         } else {
             [&dup, &world, &split]
                 .iter()
                 .map(|comm| {
-                    ctx.recv(&v, Rank(0), Tag(7)).on(&comm).wait().unwrap();
+                    ctx.recv(&v, Rank(0), Tag(7)).on(comm).wait().unwrap();
                     ctx.acquire(&v, starling_core::AccessMode::R).get().get()
                 })
                 .collect()
