@@ -2,8 +2,9 @@
 //! `complex/mpi_complex`): `Complex` holds its real and imaginary parts in two vectors,
 //! so it travels through its `pack`/`unpack` (no contiguous byte view).
 //!
-//! * Point to point: every rank sends its numbers to the next rank (`isend_detached`),
-//!   receives the previous rank's (`irecv_detached`), sends them back, and receives its
+//! * Point to point: every rank sends its numbers to the next rank
+//!   (`ctx.send(..).detach(..)`), receives the previous rank's (`ctx.recv(..).detach(..)`),
+//!   sends them back, and receives its
 //!   own numbers back; a `compare` codelet checks the echo against the original and the
 //!   received numbers against what the sender holds.
 //! * Through inserts: every rank owns `a[r]` and `b[r]`; the task `b[r+1] = 2·conj(a[r])`

@@ -3,7 +3,7 @@
 //!
 //! * `explicit` (`plu_example`): every rank walks the tile algorithm, runs the kernels of
 //!   the tiles it owns as local tasks, and itself sends each finished tile to the ranks
-//!   that need it (`isend_detached` / `irecv_detached`); the handles' implicit
+//!   that need it (`ctx.send(..).detach(..)` / `ctx.recv(..).detach(..)`); the handles' implicit
 //!   dependencies order the transfers and the tasks;
 //! * `implicit` (`plu_implicit_example`): every rank registers every tile with a tag and
 //!   a 2-D block-cyclic owner and inserts the whole flow with `ctx.insert(..)`; the

@@ -8,8 +8,9 @@
 //!
 //! * `detached` (default, the handbook's code): detached receive → increment task →
 //!   detached send; nothing waits, the implicit dependencies on the token order it all;
-//! * `async` (`ring_async`): `irecv`/`isend` returning requests, each waited on;
-//! * `sync` (`ring_sync`): synchronous sends (`issend`), waited on;
+//! * `async` (`ring_async`): `ctx.recv(..).start()` / `ctx.send(..).start()` returning
+//!   requests, each waited on;
+//! * `sync` (`ring_sync`): synchronous sends (`ctx.send(..).sync().start()`), waited on;
 //! * `ms`: the ring's task in master-slave mode ([`starling::launch_ms`]): the master
 //!   submits the `loops × (ranks − 1)` increments as an ordinary flow on one token and the
 //!   slaves run them; the code of the task is the same, the start-up registers it by

@@ -23,7 +23,7 @@
 //! | `early-recvs` | posts `n` detached receives from the previous rank, then (after a barrier) `n` detached sends to the next (20 000) |
 //! | `reverse` | sends `n` eager messages to the next rank; after they arrived, receives the previous rank's in the reverse order (1 100) |
 //! | `one-tag` | sends `n` messages on one tag to the next rank; after they arrived, receives them in order (4 200) |
-//! | `pairs` | posts `n` `irecv` from the previous rank and `n` `isend` to the next, all at once, then waits for each (50 000) |
+//! | `pairs` | posts `n` receives (`ctx.recv(..).start()`) from the previous rank and `n` sends to the next, all at once, then waits for each (50 000) |
 //! | `cache` | ranks 1.. own `n` variables round-robin; rank 0 reads each twice through inserts; the owner and the reader must agree on every cached pair (70 000) |
 //! | `outstanding` | 2 ranks: rank 0 sends `n` messages to rank 1, all outstanding at once (receives posted first, `posted`; sends first, `early`; both at once, `mixed`), for each `n` of a comma-separated list, rounds alternating between the sizes: the time per message of each size and their ratio |
 //!
