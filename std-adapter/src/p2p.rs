@@ -560,3 +560,6 @@ fn resolve_all(
     }
     Ok((items, on))
 }
+
+#[cfg(test)]
+mod tests;
