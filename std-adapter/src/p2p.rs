@@ -18,6 +18,9 @@
 //! | `.on(&comm)` | ✓ | ✓ | the `comm` argument, ranks numbered in the [`Comm`] |
 //! | `.comm(id)` | ✓ | ✓ | the `comm` argument, world ranks (a [`Context::comm_dup`] id) |
 //!
+//! Without `.on` or `.comm`, a transfer is on the world; of the two, the last one given
+//! counts.
+//!
 //! [`Context::send_all`] and [`Context::recv_all`] take an iterator of (handle, peer,
 //! tag) and detach them all, with one callback and an optional tag to unlock once every
 //! one completed (the reference's `_array_detached_unlock_tag` calls).
