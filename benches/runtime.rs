@@ -81,11 +81,11 @@ fn starling_ping_pong(size: usize, iters: u64) -> Duration {
         let mut round_trip = |ctx: &Context| {
             let (there, back) = (Tag(tag), Tag(tag + 1));
             if me == 0 {
-                ctx.send(&v, peer, there).expect("send");
-                ctx.recv(&v, peer, back).expect("receive");
+                ctx.send(&v, peer, there).wait().expect("send");
+                ctx.recv(&v, peer, back).wait().expect("receive");
             } else {
-                ctx.recv(&v, peer, there).expect("receive");
-                ctx.send(&v, peer, back).expect("send");
+                ctx.recv(&v, peer, there).wait().expect("receive");
+                ctx.send(&v, peer, back).wait().expect("send");
             }
             tag += 2;
         };
@@ -370,12 +370,14 @@ fn ring_laps(ctx: &Context, token: &starling::Handle<Vector<u32>>, laps: u32, ba
     for l in 0..laps {
         let tag = Tag(base + i64::from(l * size + rank));
         if !(l == 0 && rank == 0) {
-            ctx.irecv_detached(token, prev, tag, |r| r.expect("receive"))
+            ctx.recv(token, prev, tag)
+                .detach(|r| r.expect("receive"))
                 .expect("receive the token");
         }
         ctx.task(&increment).rw(token).submit();
         if !(l == laps - 1 && rank == size - 1) {
-            ctx.isend_detached(token, next, Tag(tag.0 + 1), |r| r.expect("send"))
+            ctx.send(token, next, Tag(tag.0 + 1))
+                .detach(|r| r.expect("send"))
                 .expect("send the token");
         }
     }

@@ -40,12 +40,12 @@ fn ring(
     for l in 0..loops {
         let tag = Tag(i64::from(l));
         if l > 0 || me > 0 {
-            comm.irecv(ctx, token, prev, tag)?.wait()?;
+            ctx.recv(token, prev, tag).on(comm).wait()?;
         }
         ctx.task(increment).rw(token).submit();
         if l < loops - 1 || me < size - 1 {
             let next_tag = if me == size - 1 { Tag(tag.0 + 1) } else { tag };
-            comm.isend(ctx, token, next, next_tag)?.wait()?;
+            ctx.send(token, next, next_tag).on(comm).wait()?;
         }
     }
     ctx.wait_for_all();
@@ -82,14 +82,16 @@ fn comm_example(ctx: &Context, loops: u32) -> Result<(), String> {
                 .get_mut()
                 .set(greeting(color, to));
             let req = if to % 2 == 1 {
-                half.issend(ctx, &value, Rank(to), Tag(0))
+                ctx.send(&value, Rank(to), Tag(0)).sync().on(&half).start()
             } else {
-                half.isend(ctx, &value, Rank(to), Tag(0))
+                ctx.send(&value, Rank(to), Tag(0)).on(&half).start()
             };
             req.and_then(|q| q.wait()).map_err(|e| e.to_string())?;
         }
     } else {
-        half.recv(ctx, &value, Rank(0), Tag(0))
+        ctx.recv(&value, Rank(0), Tag(0))
+            .on(&half)
+            .wait()
             .map_err(|e| e.to_string())?;
         let got = ctx.acquire(&value, AccessMode::R).get().get();
         if got != greeting(color, r) {

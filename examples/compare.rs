@@ -99,11 +99,11 @@ fn pingpong(iters: usize, reps: usize) {
                     let (there, back) = (Tag(tag), Tag(tag + 1));
                     tag = (tag + 2) % 30_000;
                     if me == 0 {
-                        ctx.send(&v, peer, there).expect("send");
-                        ctx.recv(&v, peer, back).expect("receive");
+                        ctx.send(&v, peer, there).wait().expect("send");
+                        ctx.recv(&v, peer, back).wait().expect("receive");
                     } else {
-                        ctx.recv(&v, peer, there).expect("receive");
-                        ctx.send(&v, peer, back).expect("send");
+                        ctx.recv(&v, peer, there).wait().expect("receive");
+                        ctx.send(&v, peer, back).wait().expect("send");
                     }
                 }
                 let half = start.elapsed().as_secs_f64() * 1e6 / n as f64 / 2.0;

@@ -2,8 +2,9 @@
 //! `complex/mpi_complex`): `Complex` holds its real and imaginary parts in two vectors,
 //! so it travels through its `pack`/`unpack` (no contiguous byte view).
 //!
-//! * Point to point: every rank sends its numbers to the next rank (`isend_detached`),
-//!   receives the previous rank's (`irecv_detached`), sends them back, and receives its
+//! * Point to point: every rank sends its numbers to the next rank
+//!   (`ctx.send(..).detach(..)`), receives the previous rank's (`ctx.recv(..).detach(..)`),
+//!   sends them back, and receives its
 //!   own numbers back; a `compare` codelet checks the echo against the original and the
 //!   received numbers against what the sender holds.
 //! * Through inserts: every rank owns `a[r]` and `b[r]`; the task `b[r+1] = 2·conj(a[r])`
@@ -80,14 +81,14 @@ fn point_to_point(ctx: &Context, len: usize) -> u32 {
     let expected = ctx.register(numbers(prev.0, len));
     let mismatches = ctx.register(Variable::new(0u32));
     let ok = |r: Result<(), starling::CommError>| r.expect("a transfer");
-    ok(ctx.isend_detached(&mine, next, Tag(10), ok));
-    ok(ctx.irecv_detached(&got, prev, Tag(10), ok));
+    ok(ctx.send(&mine, next, Tag(10)).detach(ok));
+    ok(ctx.recv(&got, prev, Tag(10)).detach(ok));
     ctx.task(&display(me, "received from the previous rank"))
         .r(&got)
         .submit();
     // Send them back, and receive this rank's own numbers back.
-    ok(ctx.isend_detached(&got, prev, Tag(20), ok));
-    ok(ctx.irecv_detached(&echo, next, Tag(20), ok));
+    ok(ctx.send(&got, prev, Tag(20)).detach(ok));
+    ok(ctx.recv(&echo, next, Tag(20)).detach(ok));
     let cmp = compare();
     ctx.task(&cmp).r(&mine).r(&echo).rw(&mismatches).submit();
     ctx.task(&cmp).r(&got).r(&expected).rw(&mismatches).submit();

@@ -13,9 +13,9 @@ fn main() {
     for round in 0..10u32 {
         let tag = Tag(i64::from(round));
         if round % 2 == me {
-            ctx.send(&v, other, tag).expect("send");
+            ctx.send(&v, other, tag).wait().expect("send");
         } else {
-            ctx.recv(&v, other, tag).expect("recv");
+            ctx.recv(&v, other, tag).wait().expect("recv");
         }
     }
     println!("rank {me}: 10 rounds done");

@@ -3,7 +3,7 @@
 //!
 //! * `explicit` (`plu_example`): every rank walks the tile algorithm, runs the kernels of
 //!   the tiles it owns as local tasks, and itself sends each finished tile to the ranks
-//!   that need it (`isend_detached` / `irecv_detached`); the handles' implicit
+//!   that need it (`ctx.send(..).detach(..)` / `ctx.recv(..).detach(..)`); the handles' implicit
 //!   dependencies order the transfers and the tasks;
 //! * `implicit` (`plu_implicit_example`): every rank registers every tile with a tag and
 //!   a 2-D block-cyclic owner and inserts the whole flow with `ctx.insert(..)`; the
@@ -238,14 +238,16 @@ fn explicit(ctx: &Context, lu: Lu) -> Option<Vec<Vec<Matrix<f64>>>> {
         let h = &tiles[i][j];
         if own(i, j) {
             for dest in users.into_iter().filter(|d| *d != me) {
-                ctx.isend_detached(h, dest, lu.tag(i, j), |r| r.expect("send a tile"))
+                ctx.send(h, dest, lu.tag(i, j))
+                    .detach(|r| r.expect("send a tile"))
                     .expect("post a send");
             }
         } else if users.contains(&me) {
-            ctx.irecv_detached(h, owner(size, i, j), lu.tag(i, j), |r| {
-                r.expect("receive a tile");
-            })
-            .expect("post a receive");
+            ctx.recv(h, owner(size, i, j), lu.tag(i, j))
+                .detach(|r| {
+                    r.expect("receive a tile");
+                })
+                .expect("post a receive");
         }
     };
     for s in 0..nt {
@@ -296,15 +298,17 @@ fn explicit(ctx: &Context, lu: Lu) -> Option<Vec<Vec<Matrix<f64>>>> {
                 continue;
             }
             if me == o {
-                ctx.isend_detached(h, Rank(0), gather_tag(i, j), |r| {
-                    r.expect("send a tile home");
-                })
-                .expect("post a send");
+                ctx.send(h, Rank(0), gather_tag(i, j))
+                    .detach(|r| {
+                        r.expect("send a tile home");
+                    })
+                    .expect("post a send");
             } else if me == Rank(0) {
-                ctx.irecv_detached(h, o, gather_tag(i, j), |r| {
-                    r.expect("receive a tile");
-                })
-                .expect("post a receive");
+                ctx.recv(h, o, gather_tag(i, j))
+                    .detach(|r| {
+                        r.expect("receive a tile");
+                    })
+                    .expect("post a receive");
             }
         }
     }

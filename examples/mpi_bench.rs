@@ -172,11 +172,11 @@ fn starling(name: &str, caller_drives: bool) {
         let h = ctx.register(Vector::from_vec(vec![0u8; size]));
         measure(name, me as i32, size, iterations(false, size), || {
             if me == 0 {
-                ctx.send(&h, other, Tag(1)).expect("send");
-                ctx.recv(&h, other, Tag(2)).expect("recv");
+                ctx.send(&h, other, Tag(1)).wait().expect("send");
+                ctx.recv(&h, other, Tag(2)).wait().expect("recv");
             } else {
-                ctx.recv(&h, other, Tag(1)).expect("recv");
-                ctx.send(&h, other, Tag(2)).expect("send");
+                ctx.recv(&h, other, Tag(1)).wait().expect("recv");
+                ctx.send(&h, other, Tag(2)).wait().expect("send");
             }
         });
         let _ = ctx.unregister(h);

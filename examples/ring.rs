@@ -8,8 +8,9 @@
 //!
 //! * `detached` (default, the handbook's code): detached receive → increment task →
 //!   detached send; nothing waits, the implicit dependencies on the token order it all;
-//! * `async` (`ring_async`): `irecv`/`isend` returning requests, each waited on;
-//! * `sync` (`ring_sync`): synchronous sends (`issend`), waited on;
+//! * `async` (`ring_async`): `ctx.recv(..).start()` / `ctx.send(..).start()` returning
+//!   requests, each waited on;
+//! * `sync` (`ring_sync`): synchronous sends (`ctx.send(..).sync().start()`), waited on;
 //! * `ms`: the ring's task in master-slave mode ([`starling::launch_ms`]): the master
 //!   submits the `loops × (ranks − 1)` increments as an ordinary flow on one token and the
 //!   slaves run them; the code of the task is the same, the start-up registers it by
@@ -63,8 +64,8 @@ fn ring(ctx: &Context, loops: u32, variant: &str) -> Outcome {
             println!("Start with token value {}", t.get().as_slice()[0]);
         } else {
             match variant {
-                "detached" => ctx.irecv_detached(&token, prev, tag, |r| r.expect("receive")),
-                _ => ctx.irecv(&token, prev, tag).and_then(|r| r.wait()),
+                "detached" => ctx.recv(&token, prev, tag).detach(|r| r.expect("receive")),
+                _ => ctx.recv(&token, prev, tag).start().and_then(|r| r.wait()),
             }
             .expect("receive the token");
         }
@@ -75,9 +76,18 @@ fn ring(ctx: &Context, loops: u32, variant: &str) -> Outcome {
         } else {
             let next_tag = Tag(tag.0 + 1);
             match variant {
-                "detached" => ctx.isend_detached(&token, next, next_tag, |r| r.expect("send")),
-                "sync" => ctx.issend(&token, next, next_tag).and_then(|r| r.wait()),
-                _ => ctx.isend(&token, next, next_tag).and_then(|r| r.wait()),
+                "detached" => ctx
+                    .send(&token, next, next_tag)
+                    .detach(|r| r.expect("send")),
+                "sync" => ctx
+                    .send(&token, next, next_tag)
+                    .sync()
+                    .start()
+                    .and_then(|r| r.wait()),
+                _ => ctx
+                    .send(&token, next, next_tag)
+                    .start()
+                    .and_then(|r| r.wait()),
             }
             .expect("send the token");
         }

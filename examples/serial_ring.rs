@@ -135,15 +135,20 @@ fn rank_ring(ctx: &Context, loops: u32) -> u32 {
     for l in 0..loops {
         let tag = Tag(i64::from(2 * l + me.0));
         if l > 0 || me.0 > 0 {
-            ctx.recv(&token, other, tag).expect("receive the token");
+            ctx.recv(&token, other, tag)
+                .wait()
+                .expect("receive the token");
         }
         ctx.task(&increment).rw(&token).submit();
         if l < loops - 1 || me.0 == 0 {
             let next = Tag(tag.0 + 1);
             if l % 3 == 2 {
-                ctx.issend(&token, other, next).and_then(|r| r.wait())
-            } else {
                 ctx.send(&token, other, next)
+                    .sync()
+                    .start()
+                    .and_then(|r| r.wait())
+            } else {
+                ctx.send(&token, other, next).wait()
             }
             .expect("send the token");
         }

@@ -23,7 +23,7 @@
 //! | `early-recvs` | posts `n` detached receives from the previous rank, then (after a barrier) `n` detached sends to the next (20 000) |
 //! | `reverse` | sends `n` eager messages to the next rank; after they arrived, receives the previous rank's in the reverse order (1 100) |
 //! | `one-tag` | sends `n` messages on one tag to the next rank; after they arrived, receives them in order (4 200) |
-//! | `pairs` | posts `n` `irecv` from the previous rank and `n` `isend` to the next, all at once, then waits for each (50 000) |
+//! | `pairs` | posts `n` receives (`ctx.recv(..).start()`) from the previous rank and `n` sends to the next, all at once, then waits for each (50 000) |
 //! | `cache` | ranks 1.. own `n` variables round-robin; rank 0 reads each twice through inserts; the owner and the reader must agree on every cached pair (70 000) |
 //! | `outstanding` | 2 ranks: rank 0 sends `n` messages to rank 1, all outstanding at once (receives posted first, `posted`; sends first, `early`; both at once, `mixed`), for each `n` of a comma-separated list, rounds alternating between the sizes: the time per message of each size and their ratio |
 //!
@@ -93,19 +93,21 @@ fn early_recvs(ctx: &Context, n: u64) -> Outcome {
         .map(|_| ctx.register(Variable::new(u64::MAX)))
         .collect();
     for (i, h) in ins.iter().enumerate() {
-        ctx.irecv_detached(h, prev, Tag(i as i64), |r| {
-            r.expect("a detached receive");
-        })
-        .map_err(|e| e.to_string())?;
+        ctx.recv(h, prev, Tag(i as i64))
+            .detach(|r| {
+                r.expect("a detached receive");
+            })
+            .map_err(|e| e.to_string())?;
     }
     ctx.barrier();
     let me = ctx.rank();
     for i in 0..n {
         let h = ctx.register(Variable::new(payload(me, i)));
-        ctx.isend_detached(&h, next, Tag(i as i64), |r| {
-            r.expect("a detached send");
-        })
-        .map_err(|e| e.to_string())?;
+        ctx.send(&h, next, Tag(i as i64))
+            .detach(|r| {
+                r.expect("a detached send");
+            })
+            .map_err(|e| e.to_string())?;
     }
     ctx.try_wait_for_all().map_err(|e| e.to_string())?;
     check_received(ctx, "receives posted before their sends", &ins, prev)
@@ -117,10 +119,11 @@ fn send_all(ctx: &Context, n: u64, tag: Option<i64>) -> Result<(), String> {
     let me = ctx.rank();
     for i in 0..n {
         let h = ctx.register(Variable::new(payload(me, i)));
-        ctx.isend_detached(&h, next, Tag(tag.unwrap_or(i as i64)), |r| {
-            r.expect("a detached send");
-        })
-        .map_err(|e| e.to_string())?;
+        ctx.send(&h, next, Tag(tag.unwrap_or(i as i64)))
+            .detach(|r| {
+                r.expect("a detached send");
+            })
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -133,6 +136,7 @@ fn reverse(ctx: &Context, n: u64) -> Outcome {
     let h = ctx.register(Variable::new(u64::MAX));
     for i in (0..n).rev() {
         ctx.recv(&h, prev, Tag(i as i64))
+            .wait()
             .map_err(|e| format!("message {i}: {e}"))?;
         if value(ctx, &h) != payload(prev, i) {
             return Err(format!("rank {}: message {i} wrong", ctx.rank().0));
@@ -153,6 +157,7 @@ fn one_tag(ctx: &Context, n: u64) -> Outcome {
     let h = ctx.register(Variable::new(u64::MAX));
     for i in 0..n {
         ctx.recv(&h, prev, Tag(5))
+            .wait()
             .map_err(|e| format!("message {i}: {e}"))?;
         if value(ctx, &h) != payload(prev, i) {
             return Err(format!("rank {}: message {i} out of order", ctx.rank().0));
@@ -178,13 +183,15 @@ fn pairs(ctx: &Context, n: u64) -> Outcome {
     let mut requests = Vec::with_capacity(2 * n as usize);
     for (i, h) in ins.iter().enumerate() {
         requests.push(
-            ctx.irecv(h, prev, Tag(i as i64))
+            ctx.recv(h, prev, Tag(i as i64))
+                .start()
                 .map_err(|e| e.to_string())?,
         );
     }
     for (i, h) in outs.iter().enumerate() {
         requests.push(
-            ctx.isend(h, next, Tag(i as i64))
+            ctx.send(h, next, Tag(i as i64))
+                .start()
                 .map_err(|e| e.to_string())?,
         );
     }
@@ -338,6 +345,7 @@ fn cache(ctx: &Context, n: u64) -> Outcome {
                     )
             ]));
             ctx.recv(&h, Rank(o as u32), Tag(n as i64 + 1))
+                .wait()
                 .map_err(|e| e.to_string())?;
             let theirs = ctx.acquire(&h, AccessMode::R).get().as_slice().to_vec();
             if theirs != bits(&mine) {
@@ -349,6 +357,7 @@ fn cache(ctx: &Context, n: u64) -> Outcome {
     } else {
         let h = ctx.register(starling::interfaces::Vector::from_vec(bits(&cached)));
         ctx.send(&h, Rank(0), Tag(n as i64 + 1))
+            .wait()
             .map_err(|e| e.to_string())?;
     }
     Ok(format!(
@@ -405,19 +414,21 @@ fn outstanding_round(
     let me = ctx.rank();
     let post_recvs = || -> Result<(), String> {
         for (i, h) in ins.iter().enumerate() {
-            ctx.irecv_detached(h, Rank(0), Tag(i as i64), |r| {
-                r.expect("a detached receive");
-            })
-            .map_err(|e| e.to_string())?;
+            ctx.recv(h, Rank(0), Tag(i as i64))
+                .detach(|r| {
+                    r.expect("a detached receive");
+                })
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     };
     let post_sends = || -> Result<(), String> {
         for (i, h) in out.iter().enumerate() {
-            ctx.isend_detached(h, Rank(1), Tag(i as i64), |r| {
-                r.expect("a detached send");
-            })
-            .map_err(|e| e.to_string())?;
+            ctx.send(h, Rank(1), Tag(i as i64))
+                .detach(|r| {
+                    r.expect("a detached send");
+                })
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     };

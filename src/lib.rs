@@ -7,8 +7,9 @@
 //!   planner, the progression engine and statistics. It performs no I/O; adapters drive it.
 //! * the threaded runtime (from `starling-std`): data [`Handle`]s over [`interfaces`],
 //!   tasks of [`Codelet`]s with implicit dependencies, a worker pool, every
-//!   point-to-point call on a [`Context`], and [`run_local`], which runs an SPMD closure on
-//!   N ranks held in this process — the embedded default, no MPI needed;
+//!   point-to-point call on a [`Context`] ([`p2p`]: `ctx.send(&h, dest, tag)` and
+//!   `ctx.recv(..)`, one builder per direction), and [`run_local`], which runs an SPMD
+//!   closure on N ranks held in this process — the embedded default, no MPI needed;
 //! * [`partition`]: a registered handle cut by a filter into children that are handles of
 //!   their own (`starpu_data_partition` / `starpu_data_unpartition`);
 //! * [`sched`] and [`perfmodel`]: the scheduling policies (`prio`, `ws`, `dmda`) and the
@@ -37,10 +38,10 @@ pub use starling_std::{
     Acquired, AnyHandle, Buffers, Built, BuiltTask, ClusterConfig, Codelet, Comm, CommError,
     Context, DataError, DataMut, DataRef, DeviceLayer, DeviceTask, DriverMode, Handle, HostRef,
     InProcess, InsertBuilder, InsertError, Inserted, Interface, Leftover, PostBuild, RankConfig,
-    RankRunner, RecvOpts, Request, RuntimeConfig, SendOpts, ShutdownError, StartError, Tables,
-    TagChoice, TaskBuilder, TaskError, TaskHandle, TaskTag, TransferDirection, TransferError,
-    Transport, data, device, interfaces, rank, run_fake, run_local, run_local_with, serial, sim,
-    trace, transport,
+    RankRunner, RecvAllBuilder, RecvBuilder, Request, RuntimeConfig, SendAllBuilder, SendBuilder,
+    ShutdownError, StartError, Tables, TagChoice, TaskBuilder, TaskError, TaskHandle, TaskTag,
+    TransferDirection, TransferError, Transport, data, device, interfaces, p2p, rank, run_fake,
+    run_local, run_local_with, serial, sim, trace, transport,
 };
 pub use starling_std::{
     Arch, Bus, Calibrate, ModelError, Models, PerfModel, SchedPolicy, SchedStats, WorkerStats,

@@ -20,9 +20,9 @@
 //! let ctx = rank.context();
 //! let h = ctx.register(Variable::new(ctx.rank().0));
 //! if ctx.rank().0 == 0 {
-//!     ctx.send(&h, Rank(1), Tag(7))?;
+//!     ctx.send(&h, Rank(1), Tag(7)).wait()?;
 //! } else if ctx.rank().0 == 1 {
-//!     ctx.recv(&h, Rank(0), Tag(7))?;
+//!     ctx.recv(&h, Rank(0), Tag(7)).wait()?;
 //! }
 //! rank.shutdown()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())

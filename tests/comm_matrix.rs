@@ -39,8 +39,8 @@ fn ring_with_stats(dir: &Path) {
         let (next, prev) = ((me + 1) % RANKS, (me + RANKS - 1) % RANKS);
         let out = ctx.register(Vector::from_vec(vec![1u8; K * (me as usize + 1)]));
         let inp = ctx.register(Vector::<u8>::zeros(K * (prev as usize + 1)));
-        let recv = ctx.irecv(&inp, Rank(prev), Tag(7)).unwrap();
-        let send = ctx.isend(&out, Rank(next), Tag(7)).unwrap();
+        let recv = ctx.recv(&inp, Rank(prev), Tag(7)).start().unwrap();
+        let send = ctx.send(&out, Rank(next), Tag(7)).start().unwrap();
         send.wait().unwrap();
         recv.wait().unwrap();
         ctx.wait_for_all();

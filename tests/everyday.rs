@@ -217,9 +217,9 @@ fn statistics_switched_on_around_a_region_count_that_region_only() {
         let h = ctx.register(Variable::new(7u32));
         let exchange = |t: i64| {
             if ctx.rank() == Rank(0) {
-                ctx.send(&h, Rank(1), Tag(t)).unwrap();
+                ctx.send(&h, Rank(1), Tag(t)).wait().unwrap();
             } else {
-                ctx.recv(&h, Rank(0), Tag(t)).unwrap();
+                ctx.recv(&h, Rank(0), Tag(t)).wait().unwrap();
             }
         };
         exchange(0); // not counted: statistics are off
@@ -241,9 +241,9 @@ fn comm_amounts_says_when_statistics_were_never_on() {
     let off = run_local_with(2, workers(1), |ctx| {
         let h = ctx.register(Variable::new(7u32));
         if ctx.rank() == Rank(0) {
-            ctx.send(&h, Rank(1), Tag(0)).unwrap();
+            ctx.send(&h, Rank(1), Tag(0)).wait().unwrap();
         } else {
-            ctx.recv(&h, Rank(0), Tag(0)).unwrap();
+            ctx.recv(&h, Rank(0), Tag(0)).wait().unwrap();
         }
         ctx.comm_amounts()
     })
@@ -415,7 +415,7 @@ fn an_orphan_message_is_a_typed_leftover_that_prints_as_before() {
     let err = run_local_with(2, workers(1), |ctx| {
         let h = ctx.register(Variable::new(7u32));
         if ctx.rank() == Rank(1) {
-            ctx.send(&h, Rank(0), Tag(77)).unwrap();
+            ctx.send(&h, Rank(0), Tag(77)).wait().unwrap();
         }
     })
     .unwrap_err();
@@ -457,7 +457,7 @@ fn a_stuck_receive_is_a_typed_leftover_with_its_explanation() {
         let h = ctx.register(Variable::new(0u32));
         if ctx.rank() == Rank(0) {
             // Rank 1 never sends it.
-            ctx.irecv_detached(&h, Rank(1), Tag(9), |_| {}).unwrap();
+            ctx.recv(&h, Rank(1), Tag(9)).detach(|_| {}).unwrap();
         }
     })
     .unwrap_err();
@@ -529,7 +529,7 @@ fn wait_all_and_test_all_cover_an_array_of_requests() {
             let reqs: Vec<Request> = hs
                 .iter()
                 .enumerate()
-                .map(|(i, h)| ctx.irecv(h, Rank(0), Tag(i as i64)).unwrap())
+                .map(|(i, h)| ctx.recv(h, Rank(0), Tag(i as i64)).start().unwrap())
                 .collect();
             // Rank 0 sends only after the barrier: nothing can have arrived.
             let before = Request::test_all(&reqs);
@@ -549,9 +549,9 @@ fn wait_all_and_test_all_cover_an_array_of_requests() {
             // One receive of three fails (8 values expected, 4 sent): wait_all waits for
             // every one and reports that failure.
             let reqs = vec![
-                ctx.irecv(&hs[0], Rank(0), Tag(10)).unwrap(),
-                ctx.irecv(&long, Rank(0), Tag(11)).unwrap(),
-                ctx.irecv(&hs[2], Rank(0), Tag(12)).unwrap(),
+                ctx.recv(&hs[0], Rank(0), Tag(10)).start().unwrap(),
+                ctx.recv(&long, Rank(0), Tag(11)).start().unwrap(),
+                ctx.recv(&hs[2], Rank(0), Tag(12)).start().unwrap(),
             ];
             let all = Request::wait_all(reqs);
             let values: Vec<i64> = hs.iter().map(|h| value(ctx, h)).collect();
@@ -561,13 +561,13 @@ fn wait_all_and_test_all_cover_an_array_of_requests() {
             let sends: Vec<Request> = hs
                 .iter()
                 .enumerate()
-                .map(|(i, h)| ctx.isend(h, Rank(1), Tag(i as i64)).unwrap())
+                .map(|(i, h)| ctx.send(h, Rank(1), Tag(i as i64)).start().unwrap())
                 .collect();
             let sent = Request::wait_all(sends);
             let more = vec![
-                ctx.isend(&hs[2], Rank(1), Tag(10)).unwrap(),
-                ctx.isend(&short, Rank(1), Tag(11)).unwrap(),
-                ctx.isend(&hs[1], Rank(1), Tag(12)).unwrap(),
+                ctx.send(&hs[2], Rank(1), Tag(10)).start().unwrap(),
+                ctx.send(&short, Rank(1), Tag(11)).start().unwrap(),
+                ctx.send(&hs[1], Rank(1), Tag(12)).start().unwrap(),
             ];
             let _ = Request::wait_all(more);
             (None, Some(sent), None, Vec::new())

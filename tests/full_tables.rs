@@ -45,7 +45,8 @@ fn detached_receives_posted_before_their_sends_wait_for_room_instead_of_failing(
                 .map(|_| ctx.register(Variable::new(u64::MAX)))
                 .collect();
             for (i, h) in hs.iter().enumerate() {
-                ctx.irecv_detached(h, Rank(0), Tag(i as i64), |r| r.unwrap())
+                ctx.recv(h, Rank(0), Tag(i as i64))
+                    .detach(|r| r.unwrap())
                     .unwrap();
             }
             ctx.barrier();
@@ -57,7 +58,8 @@ fn detached_receives_posted_before_their_sends_wait_for_room_instead_of_failing(
             ctx.barrier();
             for i in 0..N {
                 let h = ctx.register(Variable::new(i * 3));
-                ctx.isend_detached(&h, Rank(1), Tag(i as i64), |r| r.unwrap())
+                ctx.send(&h, Rank(1), Tag(i as i64))
+                    .detach(|r| r.unwrap())
                     .unwrap();
             }
             ctx.wait_for_all();
@@ -74,7 +76,8 @@ fn eager_messages_received_in_the_reverse_order_of_their_arrival() {
         if ctx.rank() == Rank(0) {
             for i in 0..N {
                 let h = ctx.register(Variable::new(i + 7));
-                ctx.isend_detached(&h, Rank(1), Tag(i as i64), |r| r.unwrap())
+                ctx.send(&h, Rank(1), Tag(i as i64))
+                    .detach(|r| r.unwrap())
                     .unwrap();
             }
             ctx.wait_for_all();
@@ -84,7 +87,7 @@ fn eager_messages_received_in_the_reverse_order_of_their_arrival() {
             ctx.barrier();
             let h = ctx.register(Variable::new(0u64));
             (0..N).rev().all(|i| {
-                ctx.recv(&h, Rank(0), Tag(i as i64)).unwrap();
+                ctx.recv(&h, Rank(0), Tag(i as i64)).wait().unwrap();
                 value(ctx, &h) == i + 7
             })
         }
@@ -99,7 +102,8 @@ fn messages_on_one_tag_received_after_they_arrived_keep_their_order() {
         if ctx.rank() == Rank(0) {
             for i in 0..N {
                 let h = ctx.register(Variable::new(i));
-                ctx.isend_detached(&h, Rank(1), Tag(5), |r| r.unwrap())
+                ctx.send(&h, Rank(1), Tag(5))
+                    .detach(|r| r.unwrap())
                     .unwrap();
             }
             ctx.wait_for_all();
@@ -109,7 +113,7 @@ fn messages_on_one_tag_received_after_they_arrived_keep_their_order() {
             ctx.barrier();
             let h = ctx.register(Variable::new(u64::MAX));
             (0..N).all(|i| {
-                ctx.recv(&h, Rank(0), Tag(5)).unwrap();
+                ctx.recv(&h, Rank(0), Tag(5)).wait().unwrap();
                 value(ctx, &h) == i
             })
         }
@@ -134,12 +138,12 @@ fn isend_irecv_pairs_posted_at_once_all_complete() {
         let recvs: Vec<_> = ins
             .iter()
             .enumerate()
-            .map(|(i, h)| ctx.irecv(h, peer, Tag(i as i64)).unwrap())
+            .map(|(i, h)| ctx.recv(h, peer, Tag(i as i64)).start().unwrap())
             .collect();
         let sends: Vec<_> = outs
             .iter()
             .enumerate()
-            .map(|(i, h)| ctx.isend(h, peer, Tag(i as i64)).unwrap())
+            .map(|(i, h)| ctx.send(h, peer, Tag(i as i64)).start().unwrap())
             .collect();
         for r in recvs.into_iter().chain(sends) {
             r.wait().unwrap();
@@ -160,19 +164,20 @@ fn a_message_refused_for_one_key_does_not_hold_back_another_key() {
         if ctx.rank() == Rank(0) {
             for i in 0..100u64 {
                 let h = ctx.register(Variable::new(i));
-                ctx.isend_detached(&h, Rank(1), Tag(1), |r| r.unwrap())
+                ctx.send(&h, Rank(1), Tag(1))
+                    .detach(|r| r.unwrap())
                     .unwrap();
             }
             ctx.wait_for_all();
             let h = ctx.register(Variable::new(1_000u64));
-            ctx.send(&h, Rank(1), Tag(2)).unwrap();
+            ctx.send(&h, Rank(1), Tag(2)).wait().unwrap();
             true
         } else {
             let h = ctx.register(Variable::new(0u64));
-            ctx.recv(&h, Rank(0), Tag(2)).unwrap();
+            ctx.recv(&h, Rank(0), Tag(2)).wait().unwrap();
             let mut ok = value(ctx, &h) == 1_000;
             for i in 0..100u64 {
-                ctx.recv(&h, Rank(0), Tag(1)).unwrap();
+                ctx.recv(&h, Rank(0), Tag(1)).wait().unwrap();
                 ok &= value(ctx, &h) == i;
             }
             ok

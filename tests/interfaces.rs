@@ -86,13 +86,13 @@ fn ndim_goes_p2p_into_a_dense_copy_and_back_keeping_the_padding() {
         let peer = Rank(1 - ctx.rank().0);
         if ctx.rank() == Rank(0) {
             let a = ctx.register(padded(0));
-            ctx.isend(&a, peer, Tag(1)).unwrap().wait().unwrap();
-            ctx.irecv(&a, peer, Tag(2)).unwrap().wait().unwrap();
+            ctx.send(&a, peer, Tag(1)).start().unwrap().wait().unwrap();
+            ctx.recv(&a, peer, Tag(2)).start().unwrap().wait().unwrap();
             let a = ctx.unregister(a);
             holds_padded(&a, 10, PAD)
         } else {
             let a = ctx.register(Ndim::<i32>::zeros(&[N; 4]));
-            ctx.irecv(&a, peer, Tag(1)).unwrap().wait().unwrap();
+            ctx.recv(&a, peer, Tag(1)).start().unwrap().wait().unwrap();
             let received = {
                 let got = ctx.acquire(&a, AccessMode::R);
                 let got = got.get();
@@ -106,7 +106,7 @@ fn ndim_goes_p2p_into_a_dense_copy_and_back_keeping_the_padding() {
                 }
             });
             ctx.task(&rewrite).rw(&a).submit();
-            ctx.isend(&a, peer, Tag(2)).unwrap().wait().unwrap();
+            ctx.send(&a, peer, Tag(2)).start().unwrap().wait().unwrap();
             ctx.wait_for_all();
             received
         }
@@ -215,13 +215,13 @@ fn csr_and_bcsr_go_p2p_and_come_back_rewritten() {
             )
         };
         if ctx.rank() == Rank(0) {
-            ctx.isend(&a, peer, Tag(1)).unwrap().wait().unwrap();
-            ctx.isend(&b, peer, Tag(2)).unwrap().wait().unwrap();
-            ctx.irecv(&a, peer, Tag(3)).unwrap().wait().unwrap();
-            ctx.irecv(&b, peer, Tag(4)).unwrap().wait().unwrap();
+            ctx.send(&a, peer, Tag(1)).start().unwrap().wait().unwrap();
+            ctx.send(&b, peer, Tag(2)).start().unwrap().wait().unwrap();
+            ctx.recv(&a, peer, Tag(3)).start().unwrap().wait().unwrap();
+            ctx.recv(&b, peer, Tag(4)).start().unwrap().wait().unwrap();
         } else {
-            let ra = ctx.irecv(&a, peer, Tag(1)).unwrap();
-            let rb = ctx.irecv(&b, peer, Tag(2)).unwrap();
+            let ra = ctx.recv(&a, peer, Tag(1)).start().unwrap();
+            let rb = ctx.recv(&b, peer, Tag(2)).start().unwrap();
             ra.wait().unwrap();
             rb.wait().unwrap();
             assert_eq!(*ctx.acquire(&a, AccessMode::R).get(), csr());
@@ -237,8 +237,8 @@ fn csr_and_bcsr_go_p2p_and_come_back_rewritten() {
                     .for_each(|v| *v *= 2);
             });
             ctx.task(&double).rw(&a).rw(&b).submit();
-            ctx.isend(&a, peer, Tag(3)).unwrap().wait().unwrap();
-            ctx.isend(&b, peer, Tag(4)).unwrap().wait().unwrap();
+            ctx.send(&a, peer, Tag(3)).start().unwrap().wait().unwrap();
+            ctx.send(&b, peer, Tag(4)).start().unwrap().wait().unwrap();
         }
         ctx.wait_for_all();
         (ctx.unregister(a), ctx.unregister(b))
@@ -262,12 +262,21 @@ fn csr_of_another_shape_is_refused_with_a_typed_error() {
         if ctx.rank() == Rank(0) {
             // 2 rows, 1 entry: 48 + 4 * 3 + 4 * 1 + 4 * 1 = 68 bytes.
             let a = ctx.register(Csr::new(2, vec![7_u32], vec![1], vec![0, 0, 1], 0).unwrap());
-            ctx.isend(&a, Rank(1), Tag(1)).unwrap().wait().unwrap();
+            ctx.send(&a, Rank(1), Tag(1))
+                .start()
+                .unwrap()
+                .wait()
+                .unwrap();
             None
         } else {
             // 4 rows and no entry: 48 + 4 * 5 = 68 bytes too.
             let a = ctx.register(Csr::<u32>::zeros(4, 2, 0).unwrap());
-            let err = ctx.irecv(&a, Rank(0), Tag(1)).unwrap().wait().unwrap_err();
+            let err = ctx
+                .recv(&a, Rank(0), Tag(1))
+                .start()
+                .unwrap()
+                .wait()
+                .unwrap_err();
             let unchanged = *ctx.acquire(&a, AccessMode::R).get() == Csr::zeros(4, 2, 0).unwrap();
             Some((err, unchanged))
         }

@@ -26,9 +26,7 @@ use std::time::Instant;
 use starling::mpi::{MpiConfig, MpiError, Threading, TransportError, mpi};
 use starling_core::{AccessMode, CommId, Owner, Rank, Tag};
 use starling_std::interfaces::{Bcsr, Block, Complex, Csr, Matrix, Ndim, Variable, Vector};
-use starling_std::{
-    Codelet, CommError, Context, DataError, InsertError, RecvOpts, SendOpts, TaskTag,
-};
+use starling_std::{Codelet, CommError, Context, DataError, InsertError, TaskTag};
 
 // ----- the launcher ----------------------------------------------------------------------
 
@@ -423,16 +421,22 @@ fn ping_pong(ctx: &Context, flavour: &str) {
         if my_turn {
             ctx.task(&inc).rw(&v).submit();
             match flavour {
-                "blocking" => ctx.send(&v, other, tag).unwrap(),
-                "async" => ctx.isend(&v, other, tag).unwrap().wait().unwrap(),
-                "sync" => ctx.issend(&v, other, tag).unwrap().wait().unwrap(),
-                _ => ctx.isend_detached(&v, other, tag, |r| r.unwrap()).unwrap(),
+                "blocking" => ctx.send(&v, other, tag).wait().unwrap(),
+                "async" => ctx.send(&v, other, tag).start().unwrap().wait().unwrap(),
+                "sync" => ctx
+                    .send(&v, other, tag)
+                    .sync()
+                    .start()
+                    .unwrap()
+                    .wait()
+                    .unwrap(),
+                _ => ctx.send(&v, other, tag).detach(|r| r.unwrap()).unwrap(),
             }
         } else {
             match flavour {
-                "blocking" => ctx.recv(&v, other, tag).unwrap(),
-                "detached" => ctx.irecv_detached(&v, other, tag, |r| r.unwrap()).unwrap(),
-                _ => ctx.irecv(&v, other, tag).unwrap().wait().unwrap(),
+                "blocking" => ctx.recv(&v, other, tag).wait().unwrap(),
+                "detached" => ctx.recv(&v, other, tag).detach(|r| r.unwrap()).unwrap(),
+                _ => ctx.recv(&v, other, tag).start().unwrap().wait().unwrap(),
             }
         }
     }
@@ -454,22 +458,28 @@ fn token_ring(ctx: &Context, loops: u32, variant: &'static str) {
         let tag = Tag(i64::from(l * size + rank));
         if !(l == 0 && rank == 0) {
             match variant {
-                "detached" => ctx
-                    .irecv_detached(&token, prev, tag, |r| r.unwrap())
-                    .unwrap(),
-                _ => ctx.recv(&token, prev, tag).unwrap(),
+                "detached" => ctx.recv(&token, prev, tag).detach(|r| r.unwrap()).unwrap(),
+                _ => ctx.recv(&token, prev, tag).wait().unwrap(),
             }
         }
         ctx.task(&inc).rw(&token).submit();
         if !(l == loops - 1 && rank == size - 1) {
             let t = Tag(tag.0 + 1);
             match variant {
-                "detached" => ctx.isend_detached(&token, next, t, |r| r.unwrap()).unwrap(),
+                "detached" => ctx.send(&token, next, t).detach(|r| r.unwrap()).unwrap(),
                 "sync_detached" => ctx
-                    .issend_detached(&token, next, t, |r| r.unwrap())
+                    .send(&token, next, t)
+                    .sync()
+                    .detach(|r| r.unwrap())
                     .unwrap(),
-                "sync" => ctx.issend(&token, next, t).unwrap().wait().unwrap(),
-                _ => ctx.isend(&token, next, t).unwrap().wait().unwrap(),
+                "sync" => ctx
+                    .send(&token, next, t)
+                    .sync()
+                    .start()
+                    .unwrap()
+                    .wait()
+                    .unwrap(),
+                _ => ctx.send(&token, next, t).start().unwrap().wait().unwrap(),
             }
         }
     }
@@ -490,15 +500,15 @@ fn early_data(ctx: &Context) {
         1 => {
             ctx.acquire(&a, AccessMode::W).get_mut().set(11);
             ctx.acquire(&b, AccessMode::W).get_mut().set(22);
-            ctx.send(&a, Rank(0), Tag(1)).unwrap();
-            ctx.send(&b, Rank(0), Tag(2)).unwrap();
+            ctx.send(&a, Rank(0), Tag(1)).wait().unwrap();
+            ctx.send(&b, Rank(0), Tag(2)).wait().unwrap();
             ctx.barrier();
         }
         0 => {
             ctx.set_tag(&a, Tag(1)).unwrap(); // tag 1 registered here, tag 2 not
             ctx.barrier(); // both messages were sent: they arrive early
-            ctx.recv(&b, Rank(1), Tag(2)).unwrap();
-            ctx.recv(&a, Rank(1), Tag(1)).unwrap();
+            ctx.recv(&b, Rank(1), Tag(2)).wait().unwrap();
+            ctx.recv(&a, Rank(1), Tag(1)).wait().unwrap();
             let n = ctx.early_messages() - before;
             let va = ctx.acquire(&a, AccessMode::R).get().get();
             let vb = ctx.acquire(&b, AccessMode::R).get().get();
@@ -516,7 +526,7 @@ fn sync_never_creates_early_data(ctx: &Context) {
     let v = ctx.register(Vector::from_vec(vec![7u8; 5000]));
     match ctx.rank().0 {
         1 => {
-            let req = ctx.issend(&v, Rank(0), Tag(22)).unwrap();
+            let req = ctx.send(&v, Rank(0), Tag(22)).sync().start().unwrap();
             ctx.barrier();
             req.wait().unwrap();
         }
@@ -526,7 +536,7 @@ fn sync_never_creates_early_data(ctx: &Context) {
             ctx.barrier();
             std::thread::sleep(Duration::from_millis(20));
             let n = ctx.early_messages() - before;
-            ctx.recv(&w, Rank(1), Tag(22)).unwrap();
+            ctx.recv(&w, Rank(1), Tag(22)).wait().unwrap();
             assert_eq!(ctx.acquire(&w, AccessMode::R).get().as_slice()[4999], 7);
             assert_eq!(n, 0, "a synchronous send created early data");
         }
@@ -540,13 +550,13 @@ fn standard_overtakes_pending_sync(ctx: &Context) {
     let b = ctx.register(Variable::new(ctx.rank().0 * 100 + 2));
     match ctx.rank().0 {
         1 => {
-            let pending = ctx.issend(&a, Rank(0), Tag(22)).unwrap();
-            ctx.send(&b, Rank(0), Tag(12)).unwrap();
+            let pending = ctx.send(&a, Rank(0), Tag(22)).sync().start().unwrap();
+            ctx.send(&b, Rank(0), Tag(12)).wait().unwrap();
             pending.wait().unwrap();
         }
         0 => {
-            ctx.recv(&b, Rank(1), Tag(12)).unwrap();
-            ctx.recv(&a, Rank(1), Tag(22)).unwrap();
+            ctx.recv(&b, Rank(1), Tag(12)).wait().unwrap();
+            ctx.recv(&a, Rank(1), Tag(22)).wait().unwrap();
             let va = ctx.acquire(&a, AccessMode::R).get().get();
             let vb = ctx.acquire(&b, AccessMode::R).get().get();
             assert_eq!((va, vb), (101, 102));
@@ -569,20 +579,18 @@ fn tag_matching_out_of_order(ctx: &Context) {
                 ctx.acquire(&y, AccessMode::W).get_mut().set(24);
                 for (h, t) in [(&y, 88), (&x, 77)] {
                     if send_detached {
-                        ctx.isend_detached(h, Rank(0), Tag(t), |r| r.unwrap())
-                            .unwrap();
+                        ctx.send(h, Rank(0), Tag(t)).detach(|r| r.unwrap()).unwrap();
                     } else {
-                        ctx.send(h, Rank(0), Tag(t)).unwrap();
+                        ctx.send(h, Rank(0), Tag(t)).wait().unwrap();
                     }
                 }
             }
             0 => {
                 for (h, t) in [(&x, 77), (&y, 88)] {
                     if recv_detached {
-                        ctx.irecv_detached(h, Rank(1), Tag(t), |r| r.unwrap())
-                            .unwrap();
+                        ctx.recv(h, Rank(1), Tag(t)).detach(|r| r.unwrap()).unwrap();
                     } else {
-                        ctx.recv(h, Rank(1), Tag(t)).unwrap();
+                        ctx.recv(h, Rank(1), Tag(t)).wait().unwrap();
                     }
                 }
                 ctx.wait_for_all();
@@ -604,7 +612,7 @@ fn many_to_one_with_equal_tags(ctx: &Context) {
         for src in 1..ctx.size() {
             let h = ctx.register(Variable::new(0u32));
             for tag in [42, 44, 46] {
-                ctx.recv(&h, Rank(src), Tag(tag)).unwrap();
+                ctx.recv(&h, Rank(src), Tag(tag)).wait().unwrap();
                 got.push(ctx.acquire(&h, AccessMode::R).get().get());
             }
         }
@@ -613,7 +621,7 @@ fn many_to_one_with_equal_tags(ctx: &Context) {
     } else {
         for (tag, k) in [(42, 1), (44, 2), (46, 4)] {
             let h = ctx.register(Variable::new(me * k));
-            ctx.send(&h, Rank(0), Tag(tag)).unwrap();
+            ctx.send(&h, Rank(0), Tag(tag)).wait().unwrap();
         }
     }
 }
@@ -627,7 +635,8 @@ fn same_tag_sends_deliver_the_value_current_at_each_send(ctx: &Context) {
         for (value, tag) in [(42, 0), (43, 0), (44, 2), (45, 1)] {
             ctx.task(&set(value)).w(&h).submit();
             for r in 1..ctx.size() {
-                ctx.isend_detached(&h, Rank(r), Tag(tag), |r| r.unwrap())
+                ctx.send(&h, Rank(r), Tag(tag))
+                    .detach(|r| r.unwrap())
                     .unwrap();
             }
         }
@@ -635,7 +644,7 @@ fn same_tag_sends_deliver_the_value_current_at_each_send(ctx: &Context) {
     } else {
         let mut seen = Vec::new();
         for tag in [0, 0, 1, 2] {
-            ctx.recv(&h, Rank(0), Tag(tag)).unwrap();
+            ctx.recv(&h, Rank(0), Tag(tag)).wait().unwrap();
             seen.push(ctx.acquire(&h, AccessMode::R).get().get());
         }
         assert_eq!(seen, vec![42, 43, 45, 44]);
@@ -647,13 +656,13 @@ fn packed_types_arriving_early(ctx: &Context) {
     match ctx.rank().0 {
         1 => {
             let c = ctx.register(Complex::new(vec![1.5, 2.5, 3.5], vec![-1.0, 0.0, 1.0]).unwrap());
-            ctx.send(&c, Rank(0), Tag(9)).unwrap();
+            ctx.send(&c, Rank(0), Tag(9)).wait().unwrap();
             ctx.barrier();
         }
         0 => {
             let c = ctx.register(Complex::zeros(3));
             ctx.barrier();
-            ctx.recv(&c, Rank(1), Tag(9)).unwrap();
+            ctx.recv(&c, Rank(1), Tag(9)).wait().unwrap();
             let data = ctx.unregister(c);
             assert_eq!(
                 (data.real().to_vec(), data.imag().to_vec()),
@@ -679,8 +688,8 @@ fn strided_blocks_keep_their_padding(ctx: &Context) {
                 }
             }
             let h = ctx.register(Block::new(n, n, n, big, big * big, data).unwrap());
-            ctx.send(&h, Rank(1), Tag(0x42)).unwrap();
-            ctx.recv(&h, Rank(1), Tag(0x1337)).unwrap();
+            ctx.send(&h, Rank(1), Tag(0x42)).wait().unwrap();
+            ctx.recv(&h, Rank(1), Tag(0x1337)).wait().unwrap();
             let b = ctx.unregister(h);
             assert!((0..n).all(|z| (0..n).all(|y| (0..n).all(|x| b.get(x, y, z) == 33.0))));
             let padding = b.as_slice().iter().filter(|v| **v == -7.0).count();
@@ -688,7 +697,7 @@ fn strided_blocks_keep_their_padding(ctx: &Context) {
         }
         1 => {
             let h = ctx.register(Block::<f32>::zeros(n, n, n));
-            ctx.recv(&h, Rank(0), Tag(0x42)).unwrap();
+            ctx.recv(&h, Rank(0), Tag(0x42)).wait().unwrap();
             let all_one = ctx
                 .acquire(&h, AccessMode::R)
                 .get()
@@ -699,7 +708,7 @@ fn strided_blocks_keep_their_padding(ctx: &Context) {
             for v in ctx.acquire(&h, AccessMode::W).get_mut().as_mut_slice() {
                 *v = 33.0;
             }
-            ctx.send(&h, Rank(0), Tag(0x1337)).unwrap();
+            ctx.send(&h, Rank(0), Tag(0x1337)).wait().unwrap();
         }
         _ => {}
     }
@@ -719,8 +728,8 @@ fn ndim_arrays_keep_their_padding(ctx: &Context) {
                 a.set(&index(k), k as i32);
             }
             let h = ctx.register(a);
-            ctx.send(&h, Rank(1), Tag(0x43)).unwrap();
-            ctx.recv(&h, Rank(1), Tag(0x1338)).unwrap();
+            ctx.send(&h, Rank(1), Tag(0x43)).wait().unwrap();
+            ctx.recv(&h, Rank(1), Tag(0x1338)).wait().unwrap();
             let a = ctx.unregister(h);
             assert!((0..count).all(|k| a.get(&index(k)) == 10 + k as i32));
             let padding = a.as_slice().iter().filter(|v| **v == -7).count();
@@ -728,14 +737,14 @@ fn ndim_arrays_keep_their_padding(ctx: &Context) {
         }
         1 => {
             let h = ctx.register(Ndim::<i32>::zeros(&[n; 4]));
-            ctx.recv(&h, Rank(0), Tag(0x43)).unwrap();
+            ctx.recv(&h, Rank(0), Tag(0x43)).wait().unwrap();
             let in_order = ctx.acquire(&h, AccessMode::R).get().as_slice()
                 == (0..count as i32).collect::<Vec<_>>();
             assert!(in_order);
             for v in ctx.acquire(&h, AccessMode::W).get_mut().as_mut_slice() {
                 *v += 10;
             }
-            ctx.send(&h, Rank(0), Tag(0x1338)).unwrap();
+            ctx.send(&h, Rank(0), Tag(0x1338)).wait().unwrap();
         }
         _ => {}
     }
@@ -749,29 +758,29 @@ fn sparse_matrices_round_trip(ctx: &Context) {
     match ctx.rank().0 {
         0 => {
             let (a, b) = (ctx.register(csr()), ctx.register(bcsr()));
-            ctx.send(&a, Rank(1), Tag(0x50)).unwrap();
-            ctx.send(&b, Rank(1), Tag(0x51)).unwrap();
-            ctx.recv(&a, Rank(1), Tag(0x52)).unwrap();
-            ctx.recv(&b, Rank(1), Tag(0x53)).unwrap();
+            ctx.send(&a, Rank(1), Tag(0x50)).wait().unwrap();
+            ctx.send(&b, Rank(1), Tag(0x51)).wait().unwrap();
+            ctx.recv(&a, Rank(1), Tag(0x52)).wait().unwrap();
+            ctx.recv(&b, Rank(1), Tag(0x53)).wait().unwrap();
             assert_eq!(ctx.unregister(a), csr());
             assert_eq!(ctx.unregister(b), bcsr());
             // 3 rows and 2 entries: 48 + 4 * 4 + 4 * 2 + 4 * 2 = 80 bytes, as rank 1's.
             let other = Csr::new(1, vec![5_u32, 6], vec![0, 0], vec![0, 1, 2, 2], 0).unwrap();
             let other = ctx.register(other);
-            ctx.send(&other, Rank(1), Tag(0x54)).unwrap();
+            ctx.send(&other, Rank(1), Tag(0x54)).wait().unwrap();
         }
         1 => {
             let a = ctx.register(Csr::<f64>::zeros(3, 4, 3).unwrap());
             let b = ctx.register(Bcsr::<u16>::zeros(2, 2, 2, 2, 1).unwrap());
-            ctx.recv(&a, Rank(0), Tag(0x50)).unwrap();
-            ctx.recv(&b, Rank(0), Tag(0x51)).unwrap();
+            ctx.recv(&a, Rank(0), Tag(0x50)).wait().unwrap();
+            ctx.recv(&b, Rank(0), Tag(0x51)).wait().unwrap();
             assert_eq!(*ctx.acquire(&a, AccessMode::R).get(), csr());
             assert_eq!(*ctx.acquire(&b, AccessMode::R).get(), bcsr());
-            ctx.send(&a, Rank(0), Tag(0x52)).unwrap();
-            ctx.send(&b, Rank(0), Tag(0x53)).unwrap();
+            ctx.send(&a, Rank(0), Tag(0x52)).wait().unwrap();
+            ctx.send(&b, Rank(0), Tag(0x53)).wait().unwrap();
             // 1 row and 3 entries: 48 + 4 * 2 + 4 * 3 + 4 * 3 = 80 bytes, as rank 0's.
             let wrong = ctx.register(Csr::<u32>::zeros(1, 1, 3).unwrap());
-            let err = ctx.recv(&wrong, Rank(0), Tag(0x54)).unwrap_err();
+            let err = ctx.recv(&wrong, Rank(0), Tag(0x54)).wait().unwrap_err();
             assert!(
                 matches!(err, CommError::Data(DataError::InvalidPayload(_))),
                 "{err:?}"
@@ -792,11 +801,11 @@ fn matrices_with_a_leading_dimension(ctx: &Context) {
                 }
             }
             let m = ctx.register(Matrix::new(3, 4, 10, data).unwrap());
-            ctx.send(&m, Rank(1), Tag(5)).unwrap();
+            ctx.send(&m, Rank(1), Tag(5)).wait().unwrap();
         }
         1 => {
             let m = ctx.register(Matrix::<f64>::zeros(3, 4));
-            ctx.recv(&m, Rank(0), Tag(5)).unwrap();
+            ctx.recv(&m, Rank(0), Tag(5)).wait().unwrap();
             let m = ctx.unregister(m);
             assert!((0..4).all(|j| (0..3).all(|i| m.get(i, j) == (i * 10 + j) as f64)));
         }
@@ -814,15 +823,15 @@ fn two_requests_complete_by_polling(ctx: &Context) {
     let other = peer(ctx);
     let reqs = if ctx.rank().0.is_multiple_of(2) {
         vec![
-            ctx.isend(&a, other, Tag(12)).unwrap(),
-            ctx.isend(&b, other, Tag(13)).unwrap(),
+            ctx.send(&a, other, Tag(12)).start().unwrap(),
+            ctx.send(&b, other, Tag(13)).start().unwrap(),
         ]
     } else {
         ctx.acquire(&a, AccessMode::W).get_mut().set(0);
         ctx.acquire(&b, AccessMode::W).get_mut().set(0);
         vec![
-            ctx.irecv(&a, other, Tag(12)).unwrap(),
-            ctx.irecv(&b, other, Tag(13)).unwrap(),
+            ctx.recv(&a, other, Tag(12)).start().unwrap(),
+            ctx.recv(&b, other, Tag(13)).start().unwrap(),
         ]
     };
     let mut done = [false, false];
@@ -859,9 +868,9 @@ fn callbacks_fire_exactly_once(ctx: &Context) {
             c.fetch_add(1, Ordering::SeqCst);
         };
         if ctx.rank().0 % 2 == 1 {
-            ctx.isend_detached(&v, other, Tag(t), cb).unwrap();
+            ctx.send(&v, other, Tag(t)).detach(cb).unwrap();
         } else {
-            ctx.irecv_detached(&v, other, Tag(t), cb).unwrap();
+            ctx.recv(&v, other, Tag(t)).detach(cb).unwrap();
         }
     }
     ctx.wait_for_all();
@@ -886,31 +895,30 @@ fn tag_unlocking_variants(ctx: &Context) {
     for round in 0..4u64 {
         let tag = TaskTag(base + round);
         if round.is_multiple_of(2) == (ctx.rank().0.is_multiple_of(2)) {
-            let opts = SendOpts {
-                unlock: Some(tag),
-                ..SendOpts::default()
-            };
-            ctx.isend_detached_with(&v, other, Tag(round as i64), opts, |r| r.unwrap())
+            ctx.send(&v, other, Tag(round as i64))
+                .unlock(tag)
+                .detach(|r| r.unwrap())
                 .unwrap();
         } else {
-            let opts = RecvOpts {
-                unlock: Some(tag),
-                ..RecvOpts::default()
-            };
-            ctx.irecv_detached_with(&v, other, Tag(round as i64), opts, |r| r.unwrap())
+            ctx.recv(&v, other, Tag(round as i64))
+                .unlock(tag)
+                .detach(|r| r.unwrap())
                 .unwrap();
         }
         ctx.tag_wait(&[tag]);
     }
-    let items = [
-        ((&v).into(), other, Tag(100)),
-        ((&w).into(), other, Tag(101)),
-    ];
+    let items = [(&v, other, Tag(100)), (&w, other, Tag(101))];
     let all = TaskTag(base + 99);
     if ctx.rank().0.is_multiple_of(2) {
-        ctx.isend_array_detached_unlock_tag(&items, all).unwrap();
+        ctx.send_all(items)
+            .unlock(all)
+            .detach(|r| r.unwrap())
+            .unwrap();
     } else {
-        ctx.irecv_array_detached_unlock_tag(&items, all).unwrap();
+        ctx.recv_all(items)
+            .unlock(all)
+            .detach(|r| r.unwrap())
+            .unwrap();
     }
     ctx.tag_wait(&[all]);
     ctx.wait_for_all();
@@ -927,22 +935,18 @@ fn duplicates_keep_the_same_tags_apart(ctx: &Context) {
         0 => {
             for (i, (h, comm)) in hs.iter().zip(comms).enumerate() {
                 ctx.acquire(h, AccessMode::W).get_mut().set(i as u8 + 1);
-                let opts = SendOpts {
-                    comm,
-                    ..SendOpts::default()
-                };
-                ctx.isend_detached_with(h, Rank(1), Tag(5), opts, |r| r.unwrap())
+                ctx.send(h, Rank(1), Tag(5))
+                    .comm(comm)
+                    .detach(|r| r.unwrap())
                     .unwrap();
             }
             ctx.wait_for_all();
         }
         1 => {
             for (h, comm) in hs.iter().zip(comms).rev() {
-                let opts = RecvOpts {
-                    comm,
-                    ..RecvOpts::default()
-                };
-                ctx.irecv_with(h, Rank(0), Tag(5), opts)
+                ctx.recv(h, Rank(0), Tag(5))
+                    .comm(comm)
+                    .start()
                     .unwrap()
                     .wait()
                     .unwrap();
@@ -990,15 +994,15 @@ fn splits_keep_their_members_ranks_and_matching(ctx: &Context) {
                 .get_mut()
                 .set(w * 10 + i as u32);
         }
-        half.send(ctx, &hs[0], Rank(0), Tag(3)).unwrap();
+        ctx.send(&hs[0], Rank(0), Tag(3)).on(&half).wait().unwrap();
         let to = half.world_rank(Rank(0)).unwrap();
-        ctx.send(&hs[1], to, Tag(3)).unwrap();
-        dup.send(ctx, &hs[2], Rank(0), Tag(3)).unwrap();
+        ctx.send(&hs[1], to, Tag(3)).wait().unwrap();
+        ctx.send(&hs[2], Rank(0), Tag(3)).on(&dup).wait().unwrap();
     } else if half.rank() == Rank(0) {
         let from = half.world_rank(last).unwrap();
-        dup.recv(ctx, &hs[2], last, Tag(3)).unwrap();
-        ctx.recv(&hs[1], from, Tag(3)).unwrap();
-        half.recv(ctx, &hs[0], last, Tag(3)).unwrap();
+        ctx.recv(&hs[2], last, Tag(3)).on(&dup).wait().unwrap();
+        ctx.recv(&hs[1], from, Tag(3)).wait().unwrap();
+        ctx.recv(&hs[0], last, Tag(3)).on(&half).wait().unwrap();
         let got: Vec<u32> = hs
             .iter()
             .map(|h| ctx.acquire(h, AccessMode::R).get().get())
@@ -1014,15 +1018,15 @@ fn unordered_receive(ctx: &Context) {
     match ctx.rank().0 {
         0 => {
             ctx.acquire(&h, AccessMode::W).get_mut().set(5);
-            ctx.send(&h, Rank(1), Tag(1)).unwrap();
+            ctx.send(&h, Rank(1), Tag(1)).wait().unwrap();
         }
         1 => {
             let held = ctx.acquire(&h, AccessMode::R);
-            let opts = RecvOpts {
-                sequential_consistency: false,
-                ..RecvOpts::default()
-            };
-            let req = ctx.irecv_with(&h, Rank(0), Tag(1), opts).unwrap();
+            let req = ctx
+                .recv(&h, Rank(0), Tag(1))
+                .sequential_consistency(false)
+                .start()
+                .unwrap();
             drop(held);
             req.wait().unwrap();
             assert_eq!(ctx.acquire(&h, AccessMode::R).get().get(), 5);
@@ -1037,8 +1041,8 @@ fn statistics_count_payload_bytes(ctx: &Context) {
     let h = ctx.register(Variable::new(7u32));
     for t in 0..3 {
         match ctx.rank().0 {
-            0 => ctx.send(&h, Rank(1), Tag(t)).unwrap(),
-            1 => ctx.recv(&h, Rank(0), Tag(t)).unwrap(),
+            0 => ctx.send(&h, Rank(1), Tag(t)).wait().unwrap(),
+            1 => ctx.recv(&h, Rank(0), Tag(t)).wait().unwrap(),
             _ => {}
         }
     }
@@ -1058,16 +1062,16 @@ fn size_mismatch(ctx: &Context) {
         0 => {
             for len in [100, 10_000, 1 << 20] {
                 let h = ctx.register(Vector::from_vec(vec![1u8; len]));
-                ctx.send(&h, Rank(1), Tag(1)).unwrap();
-                ctx.send(&h, Rank(1), Tag(2)).unwrap();
+                ctx.send(&h, Rank(1), Tag(1)).wait().unwrap();
+                ctx.send(&h, Rank(1), Tag(2)).wait().unwrap();
             }
         }
         1 => {
             for len in [100, 10_000, 1 << 20] {
                 let small = ctx.register(Vector::from_vec(vec![9u8; len / 10]));
                 let large = ctx.register(Vector::from_vec(vec![9u8; len * 10]));
-                let e1 = ctx.recv(&small, Rank(0), Tag(1)).unwrap_err();
-                let e2 = ctx.recv(&large, Rank(0), Tag(2)).unwrap_err();
+                let e1 = ctx.recv(&small, Rank(0), Tag(1)).wait().unwrap_err();
+                let e2 = ctx.recv(&large, Rank(0), Tag(2)).wait().unwrap_err();
                 assert!(ctx.unregister(small).as_slice().iter().all(|v| *v == 9));
                 assert!(ctx.unregister(large).as_slice().iter().all(|v| *v == 9));
                 assert_eq!(
@@ -1096,14 +1100,14 @@ fn bad_arguments(ctx: &Context) {
     let g = ctx.register(Variable::new(0u8));
     let size = ctx.size();
     assert_eq!(
-        ctx.isend(&h, Rank(size + 5), Tag(0)).unwrap_err(),
+        ctx.send(&h, Rank(size + 5), Tag(0)).start().unwrap_err(),
         CommError::RankOutOfRange {
             rank: Rank(size + 5),
             size
         }
     );
     assert_eq!(
-        ctx.irecv(&h, Rank(size), Tag(0)).unwrap_err(),
+        ctx.recv(&h, Rank(size), Tag(0)).start().unwrap_err(),
         CommError::RankOutOfRange {
             rank: Rank(size),
             size
@@ -1148,24 +1152,17 @@ fn payload_sizes(ctx: &Context) {
             let tag = Tag(i as i64 * 2 + i64::from(sync));
             if even {
                 let h = ctx.register(Vector::from_vec(pattern(len, i)));
-                let opts = SendOpts {
-                    sync,
-                    ..SendOpts::default()
-                };
-                ctx.isend_with(&h, other, tag, opts)
-                    .unwrap()
-                    .wait()
-                    .unwrap();
+                ctx.send(&h, other, tag).start().unwrap().wait().unwrap();
                 let back = ctx.register(Vector::<u8>::zeros(len));
-                ctx.recv(&back, other, tag).unwrap();
+                ctx.recv(&back, other, tag).wait().unwrap();
                 assert!(ctx.unregister(back).as_slice() == pattern(len, i + 1).as_slice());
             } else {
                 let h = ctx.register(Vector::<u8>::zeros(len));
-                ctx.recv(&h, other, tag).unwrap();
+                ctx.recv(&h, other, tag).wait().unwrap();
                 let got = ctx.unregister(h);
                 assert!(got.as_slice() == pattern(len, i).as_slice(), "size {len}");
                 let reply = ctx.register(Vector::from_vec(pattern(len, i + 1)));
-                ctx.send(&reply, other, tag).unwrap();
+                ctx.send(&reply, other, tag).wait().unwrap();
             }
         }
     }
@@ -1256,15 +1253,15 @@ fn in_place_send_keeps_its_value(ctx: &Context) {
     });
     if ctx.rank().0.is_multiple_of(2) {
         let h = ctx.register(Vector::from_vec(vec![1u8; len]));
-        let first = ctx.isend(&h, other, Tag(1)).unwrap();
+        let first = ctx.send(&h, other, Tag(1)).start().unwrap();
         ctx.task(&set).w(&h).submit();
-        ctx.send(&h, other, Tag(2)).unwrap();
+        ctx.send(&h, other, Tag(2)).wait().unwrap();
         first.wait().unwrap();
         ctx.wait_for_all();
     } else {
         std::thread::sleep(Duration::from_millis(50));
         let h = ctx.register(Vector::<u8>::zeros(len));
-        ctx.recv(&h, other, Tag(1)).unwrap();
+        ctx.recv(&h, other, Tag(1)).wait().unwrap();
         assert!(
             ctx.acquire(&h, AccessMode::R)
                 .get()
@@ -1272,7 +1269,7 @@ fn in_place_send_keeps_its_value(ctx: &Context) {
                 .iter()
                 .all(|v| *v == 1)
         );
-        ctx.recv(&h, other, Tag(2)).unwrap();
+        ctx.recv(&h, other, Tag(2)).wait().unwrap();
         assert!(
             ctx.acquire(&h, AccessMode::R)
                 .get()
@@ -1343,14 +1340,14 @@ fn orphan() {
     let me = ctx.rank().0;
     if me == 1 {
         let h = ctx.register(Variable::new(5u32));
-        ctx.send(&h, Rank(0), Tag(77)).unwrap();
+        ctx.send(&h, Rank(0), Tag(77)).wait().unwrap();
         let big = ctx.register(Vector::from_vec(vec![1u8; 10_000]));
-        ctx.send(&big, Rank(0), Tag(78)).unwrap();
-        let req = ctx.isend(&h, Rank(0), Tag(79)).unwrap();
+        ctx.send(&big, Rank(0), Tag(78)).wait().unwrap();
+        let req = ctx.send(&h, Rank(0), Tag(79)).start().unwrap();
         drop(req);
     } else {
         let h = ctx.register(Variable::new(0u32));
-        ctx.recv(&h, Rank(1), Tag(79)).unwrap();
+        ctx.recv(&h, Rank(1), Tag(79)).wait().unwrap();
     }
     let err = rank.shutdown().expect_err("leftovers are reported");
     let text = err.to_string();
@@ -1406,11 +1403,9 @@ fn adopt() {
     let v = ctx.register(Vector::from_vec(vec![me as u8; 100]));
     let tag = Tag(i64::from(ctx.communication_tag()));
     if me == 0 {
-        ctx.isend_detached(&v, Rank(1), tag, |r| r.unwrap())
-            .unwrap();
+        ctx.send(&v, Rank(1), tag).detach(|r| r.unwrap()).unwrap();
     } else {
-        ctx.irecv_detached(&v, Rank(0), tag, |r| r.unwrap())
-            .unwrap();
+        ctx.recv(&v, Rank(0), tag).detach(|r| r.unwrap()).unwrap();
     }
     // Raw MPI on the world, on Starling's envelope and data tags, at the same time.
     for t in [42, 43] {
@@ -1541,9 +1536,9 @@ fn eager() {
             }));
             let tag = Tag(i64::from(round) * 100 + i as i64);
             if me == sender {
-                ctx.send(&h, other, tag).unwrap();
+                ctx.send(&h, other, tag).wait().unwrap();
             } else {
-                ctx.recv(&h, other, tag).unwrap();
+                ctx.recv(&h, other, tag).wait().unwrap();
                 let v = ctx.acquire(&h, AccessMode::R);
                 assert!(
                     v.get()
@@ -1592,9 +1587,9 @@ fn split() {
     let v = ctx.register(Variable::new(0u32));
     if me == 0 {
         ctx.acquire(&v, AccessMode::W).get_mut().set(1000 + colour);
-        ctx.send(&v, other, Tag(5)).unwrap();
+        ctx.send(&v, other, Tag(5)).wait().unwrap();
     } else {
-        ctx.recv(&v, other, Tag(5)).unwrap();
+        ctx.recv(&v, other, Tag(5)).wait().unwrap();
         assert_eq!(ctx.acquire(&v, AccessMode::R).get().get(), 1000 + colour);
     }
 
@@ -1733,9 +1728,9 @@ fn serialized() {
     let me = ctx.rank().0;
     let h = ctx.register(Variable::new(me));
     if me == 0 {
-        ctx.send(&h, Rank(1), Tag(1)).unwrap();
+        ctx.send(&h, Rank(1), Tag(1)).wait().unwrap();
     } else {
-        ctx.recv(&h, Rank(0), Tag(1)).unwrap();
+        ctx.recv(&h, Rank(0), Tag(1)).wait().unwrap();
         assert_eq!(ctx.acquire(&h, AccessMode::R).get().get(), 0);
     }
     rank.shutdown().expect("a clean shutdown");
@@ -1752,8 +1747,7 @@ fn watchdog() {
     let ctx = rank.context();
     let me = ctx.rank().0;
     let h = ctx.register(Variable::new(0u32));
-    ctx.irecv_detached(&h, Rank(1 - me), Tag(3), |_| {})
-        .unwrap();
+    ctx.recv(&h, Rank(1 - me), Tag(3)).detach(|_| {}).unwrap();
     let start = Instant::now();
     let err = rank.shutdown().expect_err("the watchdog fires");
     let text = err.to_string();
@@ -1786,6 +1780,7 @@ fn hang() {
     let start = Instant::now();
     let err = ctx
         .recv(&h, Rank(from), Tag(tag))
+        .wait()
         .expect_err("nobody sends it");
     assert!(start.elapsed() < Duration::from_secs(20), "{err}");
     let CommError::Stalled { explanation } = &err else {
@@ -1884,11 +1879,11 @@ fn big() {
                 0 => {
                     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
                     let h = ctx.register(Vector::from_vec(data));
-                    ctx.send(&h, Rank(1), Tag(1)).unwrap();
+                    ctx.send(&h, Rank(1), Tag(1)).wait().unwrap();
                 }
                 1 => {
                     let h = ctx.register(Vector::<u8>::zeros(len));
-                    ctx.recv(&h, Rank(0), Tag(1)).unwrap();
+                    ctx.recv(&h, Rank(0), Tag(1)).wait().unwrap();
                     let v = ctx.unregister(h);
                     let s = v.as_slice();
                     let edge = i32::MAX as usize;

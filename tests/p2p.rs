@@ -8,8 +8,8 @@ use std::sync::Arc;
 use starling::core::{AccessMode, CommId, Rank, Tag};
 use starling::interfaces::{Block, Complex, Matrix, Variable, Vector};
 use starling::{
-    ClusterConfig, Codelet, CommError, Context, DataError, Leftover, RecvOpts, RuntimeConfig,
-    SendOpts, TaskTag, run_local_with,
+    ClusterConfig, Codelet, CommError, Context, DataError, Leftover, RuntimeConfig, TaskTag,
+    run_local_with,
 };
 
 fn config() -> ClusterConfig {
@@ -48,16 +48,22 @@ fn ping_pong(ctx: &Context, flavour: &str) -> f32 {
         if my_turn {
             ctx.task(&inc).rw(&v).submit();
             match flavour {
-                "blocking" => ctx.send(&v, other, tag).unwrap(),
-                "async" => ctx.isend(&v, other, tag).unwrap().wait().unwrap(),
-                "sync" => ctx.issend(&v, other, tag).unwrap().wait().unwrap(),
-                _ => ctx.isend_detached(&v, other, tag, |r| r.unwrap()).unwrap(),
+                "blocking" => ctx.send(&v, other, tag).wait().unwrap(),
+                "async" => ctx.send(&v, other, tag).start().unwrap().wait().unwrap(),
+                "sync" => ctx
+                    .send(&v, other, tag)
+                    .sync()
+                    .start()
+                    .unwrap()
+                    .wait()
+                    .unwrap(),
+                _ => ctx.send(&v, other, tag).detach(|r| r.unwrap()).unwrap(),
             }
         } else {
             match flavour {
-                "blocking" => ctx.recv(&v, other, tag).unwrap(),
-                "detached" => ctx.irecv_detached(&v, other, tag, |r| r.unwrap()).unwrap(),
-                _ => ctx.irecv(&v, other, tag).unwrap().wait().unwrap(),
+                "blocking" => ctx.recv(&v, other, tag).wait().unwrap(),
+                "detached" => ctx.recv(&v, other, tag).detach(|r| r.unwrap()).unwrap(),
+                _ => ctx.recv(&v, other, tag).start().unwrap().wait().unwrap(),
             }
         }
     }
@@ -91,22 +97,28 @@ fn token_ring(ctx: &Context, loops: u32, variant: &'static str) -> u32 {
         let tag = Tag(i64::from(l * size + rank));
         if !(l == 0 && rank == 0) {
             match variant {
-                "detached" => ctx
-                    .irecv_detached(&token, prev, tag, |r| r.unwrap())
-                    .unwrap(),
-                _ => ctx.recv(&token, prev, tag).unwrap(),
+                "detached" => ctx.recv(&token, prev, tag).detach(|r| r.unwrap()).unwrap(),
+                _ => ctx.recv(&token, prev, tag).wait().unwrap(),
             }
         }
         ctx.task(&inc).rw(&token).submit();
         if !(l == loops - 1 && rank == size - 1) {
             let t = Tag(tag.0 + 1);
             match variant {
-                "detached" => ctx.isend_detached(&token, next, t, |r| r.unwrap()).unwrap(),
+                "detached" => ctx.send(&token, next, t).detach(|r| r.unwrap()).unwrap(),
                 "sync_detached" => ctx
-                    .issend_detached(&token, next, t, |r| r.unwrap())
+                    .send(&token, next, t)
+                    .sync()
+                    .detach(|r| r.unwrap())
                     .unwrap(),
-                "sync" => ctx.issend(&token, next, t).unwrap().wait().unwrap(),
-                _ => ctx.isend(&token, next, t).unwrap().wait().unwrap(),
+                "sync" => ctx
+                    .send(&token, next, t)
+                    .sync()
+                    .start()
+                    .unwrap()
+                    .wait()
+                    .unwrap(),
+                _ => ctx.send(&token, next, t).start().unwrap().wait().unwrap(),
             }
         }
     }
@@ -135,15 +147,15 @@ fn early_data_is_received_for_registered_and_unregistered_tags() {
             ctx.register_lazy(|| Variable::new(0u64)); // unrelated lazy handle
             ctx.acquire(&a, AccessMode::W).get_mut().set(11);
             ctx.acquire(&b, AccessMode::W).get_mut().set(22);
-            ctx.send(&a, Rank(0), Tag(1)).unwrap();
-            ctx.send(&b, Rank(0), Tag(2)).unwrap();
+            ctx.send(&a, Rank(0), Tag(1)).wait().unwrap();
+            ctx.send(&b, Rank(0), Tag(2)).wait().unwrap();
             ctx.barrier();
             (0, 0, 0)
         } else {
             ctx.set_tag(&a, Tag(1)).unwrap(); // tag 1 registered here, tag 2 not
             ctx.barrier(); // both messages have been sent: they arrive early
-            ctx.recv(&b, Rank(1), Tag(2)).unwrap();
-            ctx.recv(&a, Rank(1), Tag(1)).unwrap();
+            ctx.recv(&b, Rank(1), Tag(2)).wait().unwrap();
+            ctx.recv(&a, Rank(1), Tag(1)).wait().unwrap();
             let n = ctx.early_messages();
             let va = ctx.acquire(&a, AccessMode::R).get().get();
             let vb = ctx.acquire(&b, AccessMode::R).get().get();
@@ -160,7 +172,7 @@ fn synchronous_sends_never_create_early_data() {
     let out = run(2, |ctx| {
         let v = ctx.register(Vector::from_vec(vec![7u8; 5000]));
         if ctx.rank().0 == 1 {
-            let req = ctx.issend(&v, Rank(0), Tag(22)).unwrap();
+            let req = ctx.send(&v, Rank(0), Tag(22)).sync().start().unwrap();
             ctx.barrier();
             req.wait().unwrap();
             0
@@ -168,7 +180,7 @@ fn synchronous_sends_never_create_early_data() {
             ctx.barrier();
             std::thread::sleep(Duration::from_millis(20));
             let n = ctx.early_messages();
-            ctx.recv(&v, Rank(1), Tag(22)).unwrap();
+            ctx.recv(&v, Rank(1), Tag(22)).wait().unwrap();
             assert_eq!(ctx.acquire(&v, AccessMode::R).get().as_slice()[4999], 7);
             n
         }
@@ -183,13 +195,13 @@ fn a_standard_send_overtakes_a_pending_synchronous_send() {
         let a = ctx.register(Variable::new(ctx.rank().0 * 100 + 1));
         let b = ctx.register(Variable::new(ctx.rank().0 * 100 + 2));
         if ctx.rank().0 == 1 {
-            let pending = ctx.issend(&a, Rank(0), Tag(22)).unwrap();
-            ctx.send(&b, Rank(0), Tag(12)).unwrap();
+            let pending = ctx.send(&a, Rank(0), Tag(22)).sync().start().unwrap();
+            ctx.send(&b, Rank(0), Tag(12)).wait().unwrap();
             pending.wait().unwrap();
             (0, 0)
         } else {
-            ctx.recv(&b, Rank(1), Tag(12)).unwrap();
-            ctx.recv(&a, Rank(1), Tag(22)).unwrap();
+            ctx.recv(&b, Rank(1), Tag(12)).wait().unwrap();
+            ctx.recv(&a, Rank(1), Tag(22)).wait().unwrap();
             let va = ctx.acquire(&a, AccessMode::R).get().get();
             let vb = ctx.acquire(&b, AccessMode::R).get().get();
             (va, vb)
@@ -213,19 +225,17 @@ fn tag_matching_does_not_depend_on_arrival_order() {
                 ctx.acquire(&y, AccessMode::W).get_mut().set(24);
                 for (h, t) in [(&y, 88), (&x, 77)] {
                     if send_detached {
-                        ctx.isend_detached(h, Rank(0), Tag(t), |r| r.unwrap())
-                            .unwrap();
+                        ctx.send(h, Rank(0), Tag(t)).detach(|r| r.unwrap()).unwrap();
                     } else {
-                        ctx.send(h, Rank(0), Tag(t)).unwrap();
+                        ctx.send(h, Rank(0), Tag(t)).wait().unwrap();
                     }
                 }
             } else {
                 for (h, t) in [(&x, 77), (&y, 88)] {
                     if recv_detached {
-                        ctx.irecv_detached(h, Rank(1), Tag(t), |r| r.unwrap())
-                            .unwrap();
+                        ctx.recv(h, Rank(1), Tag(t)).detach(|r| r.unwrap()).unwrap();
                     } else {
-                        ctx.recv(h, Rank(1), Tag(t)).unwrap();
+                        ctx.recv(h, Rank(1), Tag(t)).wait().unwrap();
                     }
                 }
             }
@@ -248,7 +258,7 @@ fn many_to_one_with_equal_tags_keeps_sources_apart() {
             for src in 1..ctx.size() {
                 let h = ctx.register(Variable::new(0u32));
                 for tag in [42, 44, 46] {
-                    ctx.recv(&h, Rank(src), Tag(tag)).unwrap();
+                    ctx.recv(&h, Rank(src), Tag(tag)).wait().unwrap();
                     got.push(ctx.acquire(&h, AccessMode::R).get().get());
                 }
             }
@@ -256,7 +266,7 @@ fn many_to_one_with_equal_tags_keeps_sources_apart() {
         } else {
             for (tag, k) in [(42, 1), (44, 2), (46, 4)] {
                 let h = ctx.register(Variable::new(me * k));
-                ctx.send(&h, Rank(0), Tag(tag)).unwrap();
+                ctx.send(&h, Rank(0), Tag(tag)).wait().unwrap();
             }
             Vec::new()
         }
@@ -275,7 +285,8 @@ fn same_tag_sends_deliver_the_value_current_at_each_send() {
             for (value, tag) in [(42, 0), (43, 0), (44, 2), (45, 1)] {
                 ctx.task(&set(value)).w(&h).submit();
                 for r in 1..ctx.size() {
-                    ctx.isend_detached(&h, Rank(r), Tag(tag), |r| r.unwrap())
+                    ctx.send(&h, Rank(r), Tag(tag))
+                        .detach(|r| r.unwrap())
                         .unwrap();
                 }
             }
@@ -284,7 +295,7 @@ fn same_tag_sends_deliver_the_value_current_at_each_send() {
         } else {
             let mut seen = Vec::new();
             for tag in [0, 0, 1, 2] {
-                ctx.recv(&h, Rank(0), Tag(tag)).unwrap();
+                ctx.recv(&h, Rank(0), Tag(tag)).wait().unwrap();
                 seen.push(ctx.acquire(&h, AccessMode::R).get().get());
             }
             seen
@@ -301,13 +312,13 @@ fn user_defined_packed_types_arriving_early_are_unpacked() {
     let out = run(2, |ctx| {
         if ctx.rank().0 == 1 {
             let c = ctx.register(Complex::new(vec![1.5, 2.5, 3.5], vec![-1.0, 0.0, 1.0]).unwrap());
-            ctx.send(&c, Rank(0), Tag(9)).unwrap();
+            ctx.send(&c, Rank(0), Tag(9)).wait().unwrap();
             ctx.barrier();
             (vec![], vec![])
         } else {
             let c = ctx.register(Complex::zeros(3));
             ctx.barrier();
-            ctx.recv(&c, Rank(1), Tag(9)).unwrap();
+            ctx.recv(&c, Rank(1), Tag(9)).wait().unwrap();
             let data = ctx.unregister(c);
             (data.real().to_vec(), data.imag().to_vec())
         }
@@ -331,8 +342,8 @@ fn strided_blocks_keep_their_padding_untouched() {
                 }
             }
             let h = ctx.register(Block::new(n, n, n, big, big * big, data).unwrap());
-            ctx.send(&h, Rank(1), Tag(0x42)).unwrap();
-            ctx.recv(&h, Rank(1), Tag(0x1337)).unwrap();
+            ctx.send(&h, Rank(1), Tag(0x42)).wait().unwrap();
+            ctx.recv(&h, Rank(1), Tag(0x1337)).wait().unwrap();
             let b = ctx.unregister(h);
             let inner_ok = (0..n).all(|z| (0..n).all(|y| (0..n).all(|x| b.get(x, y, z) == 33.0)));
             let padding_ok =
@@ -340,7 +351,7 @@ fn strided_blocks_keep_their_padding_untouched() {
             inner_ok && padding_ok
         } else {
             let h = ctx.register(Block::<f32>::zeros(n, n, n));
-            ctx.recv(&h, Rank(0), Tag(0x42)).unwrap();
+            ctx.recv(&h, Rank(0), Tag(0x42)).wait().unwrap();
             let all_one = ctx
                 .acquire(&h, AccessMode::R)
                 .get()
@@ -350,7 +361,7 @@ fn strided_blocks_keep_their_padding_untouched() {
             for v in ctx.acquire(&h, AccessMode::W).get_mut().as_mut_slice() {
                 *v = 33.0;
             }
-            ctx.send(&h, Rank(0), Tag(0x1337)).unwrap();
+            ctx.send(&h, Rank(0), Tag(0x1337)).wait().unwrap();
             all_one
         }
     });
@@ -368,11 +379,11 @@ fn matrices_with_a_leading_dimension_travel_without_their_padding() {
                 }
             }
             let m = ctx.register(Matrix::new(3, 4, 10, data).unwrap());
-            ctx.send(&m, Rank(1), Tag(5)).unwrap();
+            ctx.send(&m, Rank(1), Tag(5)).wait().unwrap();
             true
         } else {
             let m = ctx.register(Matrix::<f64>::zeros(3, 4));
-            ctx.recv(&m, Rank(0), Tag(5)).unwrap();
+            ctx.recv(&m, Rank(0), Tag(5)).wait().unwrap();
             let m = ctx.unregister(m);
             (0..4).all(|j| (0..3).all(|i| m.get(i, j) == (i * 10 + j) as f64))
         }
@@ -389,13 +400,13 @@ fn two_requests_complete_by_polling() {
         let other = peer(ctx);
         let reqs = if ctx.rank().0 == 0 {
             vec![
-                ctx.isend(&a, other, Tag(12)).unwrap(),
-                ctx.isend(&b, other, Tag(13)).unwrap(),
+                ctx.send(&a, other, Tag(12)).start().unwrap(),
+                ctx.send(&b, other, Tag(13)).start().unwrap(),
             ]
         } else {
             vec![
-                ctx.irecv(&a, other, Tag(12)).unwrap(),
-                ctx.irecv(&b, other, Tag(13)).unwrap(),
+                ctx.recv(&a, other, Tag(12)).start().unwrap(),
+                ctx.recv(&b, other, Tag(13)).start().unwrap(),
             ]
         };
         let mut done = [false, false];
@@ -429,17 +440,19 @@ fn callbacks_fire_exactly_once_and_wait_for_all_covers_detached_requests() {
         for t in 0..5 {
             let c = Arc::clone(&count);
             if ctx.rank().0 == 1 {
-                ctx.isend_detached(&v, other, Tag(t), move |r| {
-                    r.unwrap();
-                    c.fetch_add(1, Ordering::SeqCst);
-                })
-                .unwrap();
+                ctx.send(&v, other, Tag(t))
+                    .detach(move |r| {
+                        r.unwrap();
+                        c.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .unwrap();
             } else {
-                ctx.irecv_detached(&v, other, Tag(t), move |r| {
-                    r.unwrap();
-                    c.fetch_add(1, Ordering::SeqCst);
-                })
-                .unwrap();
+                ctx.recv(&v, other, Tag(t))
+                    .detach(move |r| {
+                        r.unwrap();
+                        c.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .unwrap();
             }
         }
         let task_done = Arc::new(AtomicUsize::new(0));
@@ -469,31 +482,28 @@ fn tag_unlocking_variants_unlock_their_task_tag() {
         for round in 0..4u64 {
             let tag = TaskTag(round);
             if (round % 2 == 0) == (ctx.rank().0 == 0) {
-                let opts = SendOpts {
-                    unlock: Some(tag),
-                    ..SendOpts::default()
-                };
-                ctx.isend_detached_with(&v, other, Tag(round as i64), opts, |r| r.unwrap())
+                ctx.send(&v, other, Tag(round as i64))
+                    .unlock(tag)
+                    .detach(|r| r.unwrap())
                     .unwrap();
             } else {
-                let opts = RecvOpts {
-                    unlock: Some(tag),
-                    ..RecvOpts::default()
-                };
-                ctx.irecv_detached_with(&v, other, Tag(round as i64), opts, |r| r.unwrap())
+                ctx.recv(&v, other, Tag(round as i64))
+                    .unlock(tag)
+                    .detach(|r| r.unwrap())
                     .unwrap();
             }
             ctx.tag_wait(&[tag]);
         }
-        let items = [
-            ((&v).into(), other, Tag(100)),
-            ((&w).into(), other, Tag(101)),
-        ];
+        let items = [(&v, other, Tag(100)), (&w, other, Tag(101))];
         if ctx.rank().0 == 0 {
-            ctx.isend_array_detached_unlock_tag(&items, TaskTag(99))
+            ctx.send_all(items)
+                .unlock(TaskTag(99))
+                .detach(|r| r.unwrap())
                 .unwrap();
         } else {
-            ctx.irecv_array_detached_unlock_tag(&items, TaskTag(99))
+            ctx.recv_all(items)
+                .unlock(TaskTag(99))
+                .detach(|r| r.unwrap())
                 .unwrap();
         }
         ctx.tag_wait(&[TaskTag(99)]);
@@ -513,26 +523,22 @@ fn a_duplicate_communicator_keeps_the_same_user_tags_apart() {
         if ctx.rank().0 == 0 {
             ctx.acquire(&a, AccessMode::W).get_mut().set(1);
             ctx.acquire(&b, AccessMode::W).get_mut().set(2);
-            ctx.send(&a, Rank(1), Tag(5)).unwrap();
-            let opts = SendOpts {
-                comm: dup,
-                ..SendOpts::default()
-            };
-            ctx.isend_with(&b, Rank(1), Tag(5), opts)
+            ctx.send(&a, Rank(1), Tag(5)).wait().unwrap();
+            ctx.send(&b, Rank(1), Tag(5))
+                .comm(dup)
+                .start()
                 .unwrap()
                 .wait()
                 .unwrap();
             (0, 0)
         } else {
-            let opts = RecvOpts {
-                comm: dup,
-                ..RecvOpts::default()
-            };
-            ctx.irecv_with(&b, Rank(0), Tag(5), opts)
+            ctx.recv(&b, Rank(0), Tag(5))
+                .comm(dup)
+                .start()
                 .unwrap()
                 .wait()
                 .unwrap();
-            ctx.recv(&a, Rank(0), Tag(5)).unwrap();
+            ctx.recv(&a, Rank(0), Tag(5)).wait().unwrap();
             let va = ctx.acquire(&a, AccessMode::R).get().get();
             let vb = ctx.acquire(&b, AccessMode::R).get().get();
             (va, vb)
@@ -547,16 +553,16 @@ fn a_receive_with_sequential_consistency_off_is_not_ordered_after_tasks() {
         let h = ctx.register(Variable::new(0u32));
         if ctx.rank().0 == 0 {
             ctx.acquire(&h, AccessMode::W).get_mut().set(5);
-            ctx.send(&h, Rank(1), Tag(1)).unwrap();
+            ctx.send(&h, Rank(1), Tag(1)).wait().unwrap();
             0
         } else {
             // A held acquisition would block an ordered receive forever.
             let held = ctx.acquire(&h, AccessMode::R);
-            let opts = RecvOpts {
-                sequential_consistency: false,
-                ..RecvOpts::default()
-            };
-            let req = ctx.irecv_with(&h, Rank(0), Tag(1), opts).unwrap();
+            let req = ctx
+                .recv(&h, Rank(0), Tag(1))
+                .sequential_consistency(false)
+                .start()
+                .unwrap();
             drop(held);
             req.wait().unwrap();
             ctx.acquire(&h, AccessMode::R).get().get()
@@ -574,9 +580,9 @@ fn statistics_count_payload_bytes_per_peer() {
         let h = ctx.register(Variable::new(7u32));
         for t in 0..3 {
             if ctx.rank().0 == 0 {
-                ctx.send(&h, Rank(1), Tag(t)).unwrap();
+                ctx.send(&h, Rank(1), Tag(t)).wait().unwrap();
             } else {
-                ctx.recv(&h, Rank(0), Tag(t)).unwrap();
+                ctx.recv(&h, Rank(0), Tag(t)).wait().unwrap();
             }
         }
         ctx.comm_amounts().expect("statistics are on")
@@ -593,7 +599,8 @@ fn pedantic_sends_and_lazy_handles_still_deliver() {
     let out = run_local_with(2, config, |ctx| {
         if ctx.rank().0 == 0 {
             let h = ctx.register(Vector::from_vec(vec![3u16; 100]));
-            ctx.isend_detached(&h, Rank(1), Tag(1), |r| r.unwrap())
+            ctx.send(&h, Rank(1), Tag(1))
+                .detach(|r| r.unwrap())
                 .unwrap();
             // A writer after a pedantic send waits for the send to complete.
             ctx.task(&Codelet::new("zero", |b| {
@@ -605,7 +612,7 @@ fn pedantic_sends_and_lazy_handles_still_deliver() {
             0
         } else {
             let h = ctx.register_lazy(|| Vector::<u16>::zeros(100));
-            ctx.recv(&h, Rank(0), Tag(1)).unwrap();
+            ctx.recv(&h, Rank(0), Tag(1)).wait().unwrap();
             ctx.unregister(h)
                 .as_slice()
                 .iter()
@@ -624,14 +631,14 @@ fn a_receive_into_a_smaller_or_larger_handle_fails_with_a_size_mismatch() {
     let out = run(2, |ctx| {
         if ctx.rank().0 == 0 {
             let h = ctx.register(Vector::from_vec(vec![1u8; 100]));
-            ctx.send(&h, Rank(1), Tag(1)).unwrap();
-            ctx.send(&h, Rank(1), Tag(2)).unwrap();
+            ctx.send(&h, Rank(1), Tag(1)).wait().unwrap();
+            ctx.send(&h, Rank(1), Tag(2)).wait().unwrap();
             vec![]
         } else {
             let small = ctx.register(Vector::from_vec(vec![9u8; 10]));
             let large = ctx.register(Vector::from_vec(vec![9u8; 1000]));
-            let e1 = ctx.recv(&small, Rank(0), Tag(1)).unwrap_err();
-            let e2 = ctx.recv(&large, Rank(0), Tag(2)).unwrap_err();
+            let e1 = ctx.recv(&small, Rank(0), Tag(1)).wait().unwrap_err();
+            let e2 = ctx.recv(&large, Rank(0), Tag(2)).wait().unwrap_err();
             // Nothing was copied into either handle.
             assert!(ctx.unregister(small).as_slice().iter().all(|v| *v == 9));
             assert!(ctx.unregister(large).as_slice().iter().all(|v| *v == 9));
@@ -659,8 +666,8 @@ fn ranks_out_of_range_and_tags_used_twice_are_errors_at_the_call() {
     let out = run(2, |ctx| {
         let h = ctx.register(Variable::new(0u8));
         let g = ctx.register(Variable::new(0u8));
-        let e1 = ctx.isend(&h, Rank(7), Tag(0)).unwrap_err();
-        let e2 = ctx.irecv(&h, Rank(2), Tag(0)).unwrap_err();
+        let e1 = ctx.send(&h, Rank(7), Tag(0)).start().unwrap_err();
+        let e2 = ctx.recv(&h, Rank(2), Tag(0)).start().unwrap_err();
         ctx.set_tag(&h, Tag(5)).unwrap();
         let e3 = ctx.set_tag(&g, Tag(5)).unwrap_err();
         let _ = ctx.unregister(h);
@@ -688,7 +695,7 @@ fn shutdown_reports_orphan_messages_instead_of_aborting() {
     let err = run_local_with(2, config(), |ctx| {
         if ctx.rank().0 == 1 {
             let h = ctx.register(Variable::new(5u32));
-            ctx.send(&h, Rank(0), Tag(77)).unwrap();
+            ctx.send(&h, Rank(0), Tag(77)).wait().unwrap();
         }
     })
     .unwrap_err();
@@ -720,7 +727,7 @@ fn shutdown_reports_receives_that_can_never_complete_instead_of_hanging() {
     let err = run_local_with(2, config(), |ctx| {
         if ctx.rank().0 == 0 {
             let h = ctx.register(Variable::new(0u32));
-            ctx.irecv_detached(&h, Rank(1), Tag(3), |_| {}).unwrap();
+            ctx.recv(&h, Rank(1), Tag(3)).detach(|_| {}).unwrap();
         }
     })
     .unwrap_err();
@@ -736,10 +743,10 @@ fn shutdown_reports_requests_never_waited_on() {
     let err = run_local_with(2, config(), |ctx| {
         let h = ctx.register(Variable::new(1u8));
         if ctx.rank().0 == 0 {
-            let req = ctx.isend(&h, Rank(1), Tag(4)).unwrap();
+            let req = ctx.send(&h, Rank(1), Tag(4)).start().unwrap();
             drop(req);
         } else {
-            ctx.recv(&h, Rank(0), Tag(4)).unwrap();
+            ctx.recv(&h, Rank(0), Tag(4)).wait().unwrap();
         }
     })
     .unwrap_err();
@@ -795,12 +802,13 @@ fn a_panicking_request_callback_is_reported_and_the_rank_goes_on() {
     let err = run_local_with(2, config(), |ctx| {
         let h = ctx.register(Variable::new(1u32));
         if ctx.rank().0 == 0 {
-            ctx.isend_detached(&h, Rank(1), Tag(1), |_| panic!("callback failed"))
+            ctx.send(&h, Rank(1), Tag(1))
+                .detach(|_| panic!("callback failed"))
                 .unwrap();
-            ctx.send(&h, Rank(1), Tag(2)).unwrap(); // the progression thread still runs
+            ctx.send(&h, Rank(1), Tag(2)).wait().unwrap(); // the progression thread still runs
         } else {
-            ctx.recv(&h, Rank(0), Tag(1)).unwrap();
-            ctx.recv(&h, Rank(0), Tag(2)).unwrap();
+            ctx.recv(&h, Rank(0), Tag(1)).wait().unwrap();
+            ctx.recv(&h, Rank(0), Tag(2)).wait().unwrap();
         }
     })
     .unwrap_err();
@@ -830,7 +838,8 @@ fn more_pending_receives_than_the_engine_holds_wait_in_order_instead_of_spinning
         if ctx.rank().0 == 0 {
             let hs: Vec<_> = (0..n).map(|_| ctx.register(Variable::new(0u32))).collect();
             for (i, h) in hs.iter().enumerate() {
-                ctx.irecv_detached(h, Rank(1), Tag(i as i64), |r| r.unwrap())
+                ctx.recv(h, Rank(1), Tag(i as i64))
+                    .detach(|r| r.unwrap())
                     .unwrap();
             }
             ctx.barrier();
@@ -842,7 +851,7 @@ fn more_pending_receives_than_the_engine_holds_wait_in_order_instead_of_spinning
             ctx.barrier();
             for i in 0..n {
                 let h = ctx.register(Variable::new(i as u32));
-                ctx.send(&h, Rank(0), Tag(i64::from(i))).unwrap();
+                ctx.send(&h, Rank(0), Tag(i64::from(i))).wait().unwrap();
             }
             true
         }
@@ -861,7 +870,8 @@ fn more_early_messages_than_the_engine_holds_are_kept_in_order_and_delivered() {
             for i in 0..n {
                 for k in 0..2 {
                     let h = ctx.register(Variable::new(i * 10 + k));
-                    ctx.isend_detached(&h, Rank(0), Tag(i64::from(i)), |r| r.unwrap())
+                    ctx.send(&h, Rank(0), Tag(i64::from(i)))
+                        .detach(|r| r.unwrap())
                         .unwrap();
                 }
             }
@@ -874,7 +884,7 @@ fn more_early_messages_than_the_engine_holds_are_kept_in_order_and_delivered() {
             let mut ok = true;
             for i in 0..n {
                 for k in 0..2 {
-                    ctx.recv(&h, Rank(1), Tag(i64::from(i))).unwrap();
+                    ctx.recv(&h, Rank(1), Tag(i64::from(i))).wait().unwrap();
                     ok &= ctx.acquire(&h, AccessMode::R).get().get() == i * 10 + k;
                 }
             }
@@ -904,11 +914,11 @@ fn a_blocking_call_whose_message_comes_late_completes() {
                 if ctx.rank().0 == 0 {
                     std::thread::sleep(Duration::from_millis(50));
                     ctx.acquire(&v, AccessMode::W).get_mut().set(round + 10);
-                    ctx.send(&v, other, tag).unwrap();
+                    ctx.send(&v, other, tag).wait().unwrap();
                 } else if round == 1 {
-                    ctx.irecv(&v, other, tag).unwrap().wait().unwrap();
+                    ctx.recv(&v, other, tag).start().unwrap().wait().unwrap();
                 } else {
-                    ctx.recv(&v, other, tag).unwrap();
+                    ctx.recv(&v, other, tag).wait().unwrap();
                 }
                 ctx.barrier();
             }
@@ -944,12 +954,12 @@ fn payloads_around_every_eager_limit_arrive_intact() {
                 let tag = Tag(i as i64);
                 if me == 0 {
                     if i % 2 == 0 {
-                        ctx.send(&h, other, tag).unwrap();
+                        ctx.send(&h, other, tag).wait().unwrap();
                     } else {
-                        ctx.isend_detached(&h, other, tag, |r| r.unwrap()).unwrap();
+                        ctx.send(&h, other, tag).detach(|r| r.unwrap()).unwrap();
                     }
                 } else {
-                    ctx.recv(&h, other, tag).unwrap();
+                    ctx.recv(&h, other, tag).wait().unwrap();
                     let v = ctx.acquire(&h, AccessMode::R);
                     assert!(
                         v.get()
@@ -989,18 +999,22 @@ fn multiple_send_on_and_off_deliver_the_same() {
             let inc = Codelet::new("inc", |b| *b.w::<Variable<u64>>(0).value_mut() += 1);
             for lap in 0..20i64 {
                 if me != 0 {
-                    ctx.irecv_detached(&token, prev, Tag(lap), |r| r.unwrap())
+                    ctx.recv(&token, prev, Tag(lap))
+                        .detach(|r| r.unwrap())
                         .unwrap();
                 } else if lap > 0 {
-                    ctx.irecv_detached(&token, prev, Tag(lap - 1), |r| r.unwrap())
+                    ctx.recv(&token, prev, Tag(lap - 1))
+                        .detach(|r| r.unwrap())
                         .unwrap();
                 }
                 ctx.task(&inc).rw(&token).submit();
-                ctx.isend_detached(&token, next, Tag(lap), |r| r.unwrap())
+                ctx.send(&token, next, Tag(lap))
+                    .detach(|r| r.unwrap())
                     .unwrap();
             }
             if me == 0 {
-                ctx.irecv_detached(&token, prev, Tag(19), |r| r.unwrap())
+                ctx.recv(&token, prev, Tag(19))
+                    .detach(|r| r.unwrap())
                     .unwrap();
             }
             // A burst: rank 0 sends 16 handles to rank 1 with mixed priorities.
@@ -1010,14 +1024,12 @@ fn multiple_send_on_and_off_deliver_the_same() {
             for (i, h) in hs.iter().enumerate() {
                 let tag = Tag(1000 + i as i64);
                 if me == 0 {
-                    let opts = SendOpts {
-                        priority: (i % 5) as i32,
-                        ..SendOpts::default()
-                    };
-                    ctx.isend_detached_with(h, Rank(1), tag, opts, |r| r.unwrap())
+                    ctx.send(h, Rank(1), tag)
+                        .priority((i % 5) as i32)
+                        .detach(|r| r.unwrap())
                         .unwrap();
                 } else if me == 1 {
-                    ctx.irecv_detached(h, Rank(0), tag, |r| r.unwrap()).unwrap();
+                    ctx.recv(h, Rank(0), tag).detach(|r| r.unwrap()).unwrap();
                 }
             }
             ctx.wait_for_all();

@@ -285,12 +285,12 @@ fn matrix_children_are_sent_and_received_as_any_handle() {
         for (k, c) in cols.iter().enumerate() {
             let tag = Tag(k as i64);
             if me == Rank(0) {
-                ctx.send(c, peer, tag).unwrap();
-                ctx.recv(c, peer, tag).unwrap();
+                ctx.send(c, peer, tag).wait().unwrap();
+                ctx.recv(c, peer, tag).wait().unwrap();
             } else {
-                ctx.recv(c, peer, tag).unwrap();
+                ctx.recv(c, peer, tag).wait().unwrap();
                 ctx.task(&add).rw(c).submit();
-                ctx.send(c, peer, tag).unwrap();
+                ctx.send(c, peer, tag).wait().unwrap();
             }
         }
         ctx.unpartition(&m).unwrap();
@@ -418,8 +418,8 @@ fn a_partitioned_parent_and_a_retired_child_are_refused_with_typed_errors() {
         let insert = ctx.insert(&nop).rw(&v).submit().err();
         let migrate = ctx.migrate(&v, Rank(1)).err();
         let peer = Rank(1 - ctx.rank().0);
-        let send = ctx.isend(&v, peer, Tag(1)).err();
-        let recv = ctx.irecv_detached(&v, peer, Tag(1), |_| {}).err();
+        let send = ctx.send(&v, peer, Tag(1)).start().err();
+        let recv = ctx.recv(&v, peer, Tag(1)).detach(|_| {}).err();
         let twice = ctx.partition(&v, &VectorBlock { parts: 4 }).err();
         ctx.unpartition(&v).unwrap();
         let again = ctx.unpartition(&v).err();

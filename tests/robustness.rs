@@ -107,9 +107,9 @@ fn a_hostile_peer_cannot_make_a_rank_panic_or_lose_a_message() {
     let good = ctx.register(Variable::new(0u32));
     let small = ctx.register(Variable::new(0u32));
     let short = ctx.register(Variable::new(0u32));
-    let r_good = ctx.irecv(&good, Rank(1), Tag(5)).unwrap();
-    let r_small = ctx.irecv(&small, Rank(1), Tag(6)).unwrap();
-    let r_short = ctx.irecv(&short, Rank(1), Tag(7)).unwrap();
+    let r_good = ctx.recv(&good, Rank(1), Tag(5)).start().unwrap();
+    let r_small = ctx.recv(&small, Rank(1), Tag(6)).start().unwrap();
+    let r_short = ctx.recv(&short, Rank(1), Tag(7)).start().unwrap();
 
     let mut eager_inline_cut = envelope(Kind::Eager, 0, 5, 4, 1);
     eager_inline_cut.extend_from_slice(&[1, 2]); // declares 4 inline bytes, carries 2
@@ -272,8 +272,8 @@ fn tags_the_runtime_keeps_for_itself_are_refused_at_the_call() {
         let peer = Rank(1 - ctx.rank().0);
         let reserved = Tag(i64::MIN + 1); // the agreement check's
         (
-            ctx.isend(&h, peer, reserved).map(drop),
-            ctx.irecv_detached(&h, peer, Tag(i64::MIN), |_| {}),
+            ctx.send(&h, peer, reserved).start().map(drop),
+            ctx.recv(&h, peer, Tag(i64::MIN)).detach(|_| {}),
             ctx.mpi_register(&h, Tag(i64::MIN + 15), Owner::Rank(Rank(0))),
             // The first tag below them is the application's.
             ctx.mpi_register(&h, Tag(i64::MIN + 16), Owner::Rank(Rank(0))),

@@ -267,7 +267,7 @@ fn a_receive_whose_send_is_missing_returns_the_explanation_instead_of_hanging() 
     let (out, shutdown) = outcomes(2, with_watchdog(300), |ctx| {
         let h = ctx.register(Variable::new(0u32));
         if ctx.rank() == Rank(0) {
-            ctx.recv(&h, Rank(1), Tag(17)) // rank 1 never sends it
+            ctx.recv(&h, Rank(1), Tag(17)).wait() // rank 1 never sends it
         } else {
             Ok(())
         }
@@ -311,8 +311,8 @@ fn two_ranks_waiting_for_each_other_are_named_as_a_deadlock() {
         } else {
             (Rank(0), Tag(5))
         };
-        ctx.recv(&h, from, tag)?; // both receive first: neither sends
-        ctx.send(&h, from, tag)
+        ctx.recv(&h, from, tag).wait()?; // both receive first: neither sends
+        ctx.send(&h, from, tag).wait()
     });
     for o in &out {
         assert!(matches!(o, Some(Err(CommError::Stalled { .. }))), "{o:?}");
@@ -335,9 +335,9 @@ fn a_send_with_the_wrong_tag_is_pointed_at() {
     let (out, shutdown) = outcomes(2, with_watchdog(1000), |ctx| {
         let h = ctx.register(Variable::new(0u32));
         if ctx.rank() == Rank(0) {
-            ctx.recv(&h, Rank(1), Tag(17))
+            ctx.recv(&h, Rank(1), Tag(17)).wait()
         } else {
-            ctx.send(&h, Rank(0), Tag(18)) // a typo
+            ctx.send(&h, Rank(0), Tag(18)).wait() // a typo
         }
     });
     assert_eq!(out[1], Some(Ok(())));
@@ -373,11 +373,11 @@ fn rank_stuck_before_a_barrier(check: bool, what: &str) {
         let h = ctx.register(Variable::new(0u32));
         if ctx.rank() == Rank(2) {
             // Waits for a message rank 0 sends only after the barrier.
-            ctx.recv(&h, Rank(0), Tag(1))?;
+            ctx.recv(&h, Rank(0), Tag(1)).wait()?;
         }
         ctx.barrier();
         if ctx.rank() == Rank(0) {
-            ctx.send(&h, Rank(2), Tag(1))?;
+            ctx.send(&h, Rank(2), Tag(1)).wait()?;
         }
         Ok::<(), CommError>(())
     });
@@ -414,10 +414,10 @@ fn a_long_task_is_progress_not_a_hang() {
                 b.w::<Variable<u32>>(0).set(7);
             });
             ctx.task(&slow).rw(&h).submit();
-            ctx.send(&h, Rank(1), Tag(1))?;
+            ctx.send(&h, Rank(1), Tag(1)).wait()?;
             Ok(7)
         } else {
-            ctx.recv(&h, Rank(0), Tag(1))?;
+            ctx.recv(&h, Rank(0), Tag(1)).wait()?;
             Ok(ctx.acquire(&h, AccessMode::R).get().get())
         }
     });
@@ -438,7 +438,7 @@ fn a_peer_that_dies_leaves_an_explanation_not_a_hang() {
             if ctx.rank() == Rank(1) {
                 panic!("rank 1 dies");
             }
-            *s.lock().unwrap() = Some(ctx.recv(&h, Rank(1), Tag(4)));
+            *s.lock().unwrap() = Some(ctx.recv(&h, Rank(1), Tag(4)).wait());
         })
     }));
     assert!(result.is_err(), "the panic is resumed");
@@ -514,17 +514,18 @@ fn a_message_refused_at_its_receiver_goes_in_ahead_of_receives_waiting_for_room(
         if ctx.rank() == Rank(1) {
             let never: Vec<_> = (0..2).map(|_| ctx.register(Variable::new(0u32))).collect();
             for (i, n) in never.iter().enumerate() {
-                ctx.irecv_detached(n, Rank(0), Tag(100 + i as i64), |r| {
-                    assert!(r.is_err(), "never sent: given up by the watchdog");
-                })
-                .unwrap();
+                ctx.recv(n, Rank(0), Tag(100 + i as i64))
+                    .detach(|r| {
+                        assert!(r.is_err(), "never sent: given up by the watchdog");
+                    })
+                    .unwrap();
             }
             ctx.barrier();
             std::thread::sleep(Duration::from_millis(100));
-            ctx.recv(&h, Rank(0), Tag(5))
+            ctx.recv(&h, Rank(0), Tag(5)).wait()
         } else {
             ctx.barrier();
-            ctx.send(&h, Rank(1), Tag(5))
+            ctx.send(&h, Rank(1), Tag(5)).wait()
         }
     });
     assert_eq!(out[0], Some(Ok(())), "an eager send completes");
@@ -561,10 +562,11 @@ fn a_hang_with_thousands_of_stuck_receives_is_summarised_and_listed_in_a_file() 
         if ctx.rank() == Rank(1) {
             let hs: Vec<_> = (0..N).map(|_| ctx.register(Variable::new(0u32))).collect();
             for (i, h) in hs.iter().enumerate() {
-                ctx.irecv_detached(h, Rank(0), Tag(i as i64), |r| {
-                    assert!(r.is_err(), "never sent: given up by the watchdog");
-                })
-                .unwrap();
+                ctx.recv(h, Rank(0), Tag(i as i64))
+                    .detach(|r| {
+                        assert!(r.is_err(), "never sent: given up by the watchdog");
+                    })
+                    .unwrap();
             }
             ctx.wait_for_all();
         }

@@ -190,12 +190,12 @@ fn a_send_of_a_device_written_tile_stages_exactly_that_tile() {
         if ctx.rank() == Rank(0) {
             ctx.task(&scale).rw(&a).submit();
             ctx.task(&scale).rw(&b).submit();
-            ctx.send(&a, Rank(1), Tag(7)).unwrap();
+            ctx.send(&a, Rank(1), Tag(7)).wait().unwrap();
             ctx.wait_for_all();
             // Before shutdown, which brings every device-only copy home.
             g.stats().bytes_to_host as f64
         } else {
-            ctx.recv(&a, Rank(0), Tag(7)).unwrap();
+            ctx.recv(&a, Rank(0), Tag(7)).wait().unwrap();
             ctx.acquire(&a, AccessMode::R).get().get(3, 4)
         }
     })
@@ -461,11 +461,11 @@ fn a_large_device_value_goes_to_another_rank_of_the_process_without_main_memory(
         let a = ctx.register(Matrix::new(nb, nb, nb, vec![1.0; nb * nb]).unwrap());
         if ctx.rank() == Rank(0) {
             ctx.task(&scale).rw(&a).submit(); // 3, on the device only
-            ctx.send(&a, Rank(1), Tag(9)).unwrap();
+            ctx.send(&a, Rank(1), Tag(9)).wait().unwrap();
             ctx.wait_for_all();
             (0.0, 0)
         } else {
-            ctx.recv(&a, Rank(0), Tag(9)).unwrap();
+            ctx.recv(&a, Rank(0), Tag(9)).wait().unwrap();
             ctx.task(&scale).rw(&a).submit(); // 9, on the device copy it received
             ctx.wait_for_all();
             let moved = g.stats().bytes_to_host + g.stats().bytes_to_device;

@@ -9,10 +9,11 @@
 //! see `starling_mpi::transport`), so a split needs no MPI call: the members agree on
 //! the group and on the id by exchanging messages.
 //!
-//! **Ranks.** The [`Context`]'s calls take world ranks on every communicator
-//! ([`SendOpts::comm`] only changes the matching). A [`Comm`] numbers its members from 0
-//! as MPI does and translates: [`Comm::world_rank`], [`Comm::rank_of`]; its own calls
-//! ([`Comm::isend`], [`Comm::irecv`], …) take ranks in the communicator.
+//! **Ranks.** A [`Comm`] numbers its members from 0 as MPI does and translates:
+//! [`Comm::world_rank`], [`Comm::rank_of`]. A transfer is on a communicator as an option
+//! of its builder ([`crate::p2p`]): with `.on(&comm)` its peer is numbered in the
+//! communicator, as MPI's; with `.comm(comm.id())` it stays a world rank and only the
+//! matching changes.
 //!
 //! **Ids.** [`Context::comm_split`] and [`Comm::dup`] are collective over the parent: every
 //! member calls them, in the same order as the other members' calls on communicators they
@@ -24,8 +25,7 @@
 
 use starling_core::{CommId, Rank, Tag};
 
-use crate::context::{Context, RecvOpts, Request, SendOpts};
-use crate::data::{Handle, Interface};
+use crate::context::{Context, RecvOpts, SendOpts};
 use crate::error::CommError;
 use crate::interfaces::Vector;
 use crate::sync::{Arc, Ordering};
@@ -50,7 +50,7 @@ pub struct Comm {
 }
 
 impl Comm {
-    /// The communicator's id, for [`SendOpts::comm`] and [`RecvOpts::comm`].
+    /// The communicator's id (for a transfer's `.comm(id)`, world ranks: [`crate::p2p`]).
     pub fn id(&self) -> CommId {
         self.id
     }
@@ -84,126 +84,16 @@ impl Comm {
         &self.members
     }
 
-    fn world(&self, rank: Rank) -> Result<Rank, CommError> {
+    /// The world rank of member `rank`.
+    ///
+    /// # Errors
+    /// [`CommError::RankOutOfRange`] when `rank` is not below [`Comm::size`].
+    pub(crate) fn world(&self, rank: Rank) -> Result<Rank, CommError> {
         self.world_rank(rank)
             .ok_or_else(|| CommError::RankOutOfRange {
                 rank,
                 size: self.size(),
             })
-    }
-
-    /// [`Context::isend_with`] to member `dest` of this communicator.
-    ///
-    /// # Errors
-    /// [`CommError::RankOutOfRange`] when `dest` is not below [`Comm::size`]; as
-    /// [`Context::isend_with`] otherwise.
-    pub fn isend_with<I: Interface>(
-        &self,
-        ctx: &Context,
-        h: &Handle<I>,
-        dest: Rank,
-        tag: Tag,
-        opts: SendOpts,
-    ) -> Result<Request, CommError> {
-        let opts = SendOpts {
-            comm: self.id,
-            ..opts
-        };
-        ctx.isend_with(h, self.world(dest)?, tag, opts)
-    }
-
-    /// [`Context::isend`] to member `dest` of this communicator.
-    ///
-    /// # Errors
-    /// As [`Comm::isend_with`].
-    pub fn isend<I: Interface>(
-        &self,
-        ctx: &Context,
-        h: &Handle<I>,
-        dest: Rank,
-        tag: Tag,
-    ) -> Result<Request, CommError> {
-        self.isend_with(ctx, h, dest, tag, SendOpts::default())
-    }
-
-    /// A synchronous send ([`Context::issend`]) to member `dest` of this communicator.
-    ///
-    /// # Errors
-    /// As [`Comm::isend_with`].
-    pub fn issend<I: Interface>(
-        &self,
-        ctx: &Context,
-        h: &Handle<I>,
-        dest: Rank,
-        tag: Tag,
-    ) -> Result<Request, CommError> {
-        let opts = SendOpts {
-            sync: true,
-            ..SendOpts::default()
-        };
-        self.isend_with(ctx, h, dest, tag, opts)
-    }
-
-    /// A blocking send to member `dest` of this communicator.
-    ///
-    /// # Errors
-    /// As [`Comm::isend_with`], and the request's outcome.
-    pub fn send<I: Interface>(
-        &self,
-        ctx: &Context,
-        h: &Handle<I>,
-        dest: Rank,
-        tag: Tag,
-    ) -> Result<(), CommError> {
-        self.isend(ctx, h, dest, tag)?.wait()
-    }
-
-    /// [`Context::irecv_with`] from member `source` of this communicator.
-    ///
-    /// # Errors
-    /// [`CommError::RankOutOfRange`] when `source` is not below [`Comm::size`]; as
-    /// [`Context::irecv_with`] otherwise.
-    pub fn irecv_with<I: Interface>(
-        &self,
-        ctx: &Context,
-        h: &Handle<I>,
-        source: Rank,
-        tag: Tag,
-        opts: RecvOpts,
-    ) -> Result<Request, CommError> {
-        let opts = RecvOpts {
-            comm: self.id,
-            ..opts
-        };
-        ctx.irecv_with(h, self.world(source)?, tag, opts)
-    }
-
-    /// [`Context::irecv`] from member `source` of this communicator.
-    ///
-    /// # Errors
-    /// As [`Comm::irecv_with`].
-    pub fn irecv<I: Interface>(
-        &self,
-        ctx: &Context,
-        h: &Handle<I>,
-        source: Rank,
-        tag: Tag,
-    ) -> Result<Request, CommError> {
-        self.irecv_with(ctx, h, source, tag, RecvOpts::default())
-    }
-
-    /// A blocking receive from member `source` of this communicator.
-    ///
-    /// # Errors
-    /// As [`Comm::irecv_with`], and the request's outcome.
-    pub fn recv<I: Interface>(
-        &self,
-        ctx: &Context,
-        h: &Handle<I>,
-        source: Rank,
-        tag: Tag,
-    ) -> Result<(), CommError> {
-        self.irecv(ctx, h, source, tag)?.wait()
     }
 
     /// Blocks until every member called `barrier` on this communicator (`MPI_Barrier`
@@ -231,21 +121,21 @@ impl Comm {
             let others = &self.members[1..];
             let arrived = others
                 .iter()
-                .map(|m| ctx.irecv_with(&token, *m, BARRIER_TAG, ropts))
+                .map(|m| ctx.start_recv(&token, *m, BARRIER_TAG, ropts))
                 .collect::<Result<Vec<_>, _>>()?;
             for r in arrived {
                 r.wait()?;
             }
             let released = others
                 .iter()
-                .map(|m| ctx.isend_with(&token, *m, BARRIER_TAG, opts))
+                .map(|m| ctx.start_send(&token, *m, BARRIER_TAG, opts))
                 .collect::<Result<Vec<_>, _>>()?;
             for r in released {
                 r.wait()?;
             }
         } else {
-            ctx.isend_with(&token, first, BARRIER_TAG, opts)?.wait()?;
-            ctx.irecv_with(&token, first, BARRIER_TAG, ropts)?.wait()?;
+            ctx.start_send(&token, first, BARRIER_TAG, opts)?.wait()?;
+            ctx.start_recv(&token, first, BARRIER_TAG, ropts)?.wait()?;
         }
         Ok(())
     }
@@ -300,9 +190,9 @@ impl Context {
     ///     // Member 0 of each half is its larger world rank; it receives from member 1.
     ///     let v = ctx.register(Variable::new(ctx.rank().0));
     ///     if half.rank() == Rank(0) {
-    ///         half.recv(ctx, &v, Rank(1), Tag(5))?;
+    ///         ctx.recv(&v, Rank(1), Tag(5)).on(&half).wait()?;
     ///     } else {
-    ///         half.send(ctx, &v, Rank(0), Tag(5))?;
+    ///         ctx.send(&v, Rank(0), Tag(5)).on(&half).wait()?;
     ///     }
     ///     Ok::<_, starling_std::CommError>((half.rank(), ctx.unregister(v).get()))
     /// })?;
@@ -393,9 +283,9 @@ impl Context {
             if r == me {
                 continue;
             }
-            sends.push(self.isend_with(&out, *m, SPLIT_TAG, opts)?);
+            sends.push(self.start_send(&out, *m, SPLIT_TAG, opts)?);
             let h = self.register(Vector::<i64>::zeros(3));
-            recvs.push((r, self.irecv_with(&h, *m, SPLIT_TAG, ropts)?, h));
+            recvs.push((r, self.start_recv(&h, *m, SPLIT_TAG, ropts)?, h));
         }
         for s in sends {
             s.wait()?;

@@ -13,8 +13,11 @@ use crate::sync::{Arc, AtomicBool, AtomicU32, Mutex, Ordering, lock};
 use crate::task::{Access, Codelet, NodeId, Outcome, Runtime, TaskTag};
 use crate::trace::{self};
 
+mod access;
 mod p2p;
 mod request;
+
+pub(crate) use access::methods as access_methods;
 
 pub use request::Request;
 use request::drive_until;
@@ -70,30 +73,30 @@ impl core::fmt::Debug for Context {
     }
 }
 
-/// Options of a send (the reference's `_prio`, `issend`, `_unlock_tag` variants and
-/// communicator argument).
+/// Options of a send: what [`crate::p2p::SendBuilder`]'s options set, and what the
+/// transfers of the task flow pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SendOpts {
+pub(crate) struct SendOpts {
     /// The communicator ([`CommId::WORLD`] by default).
-    pub comm: CommId,
+    pub(crate) comm: CommId,
     /// The send's priority: among ready sends, higher leaves first.
-    pub priority: i32,
+    pub(crate) priority: i32,
     /// Synchronous mode: the payload leaves only once the receiver posted its receive.
-    pub sync: bool,
+    pub(crate) sync: bool,
     /// A task tag to unlock when the send completes.
-    pub unlock: Option<TaskTag>,
+    pub(crate) unlock: Option<TaskTag>,
 }
 
-/// Options of a receive.
+/// Options of a receive: what [`crate::p2p::RecvBuilder`]'s options set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecvOpts {
+pub(crate) struct RecvOpts {
     /// The communicator ([`CommId::WORLD`] by default).
-    pub comm: CommId,
+    pub(crate) comm: CommId,
     /// Order the receive after earlier accesses to the handle, and later ones after it
     /// (default `true`; the reference's `_sequential_consistency` variant switches it off).
-    pub sequential_consistency: bool,
+    pub(crate) sequential_consistency: bool,
     /// A task tag to unlock when the receive completes.
-    pub unlock: Option<TaskTag>,
+    pub(crate) unlock: Option<TaskTag>,
 }
 
 impl Default for RecvOpts {
@@ -106,7 +109,8 @@ impl Default for RecvOpts {
     }
 }
 
-/// A handle of any interface, for the array variants.
+/// A handle of any interface, for the arrays of transfers ([`Context::send_all`],
+/// [`Context::recv_all`]) and the collectives (`AnyHandle::from(&handle)`).
 #[derive(Clone)]
 pub struct AnyHandle {
     cell: Arc<dyn AnyCell>,
@@ -210,41 +214,7 @@ impl TaskBuilder<'_> {
         self
     }
 
-    /// Reads `h`.
-    #[must_use]
-    pub fn r<I: Interface>(self, h: &Handle<I>) -> Self {
-        self.access(h, AccessMode::R)
-    }
-
-    /// Writes `h` (its previous value is not read).
-    #[must_use]
-    pub fn w<I: Interface>(self, h: &Handle<I>) -> Self {
-        self.access(h, AccessMode::W)
-    }
-
-    /// Reads and writes `h`.
-    #[must_use]
-    pub fn rw<I: Interface>(self, h: &Handle<I>) -> Self {
-        self.access(h, AccessMode::RW)
-    }
-
-    /// Uses `h` as scratch space: no ordering with other accesses.
-    #[must_use]
-    pub fn scratch<I: Interface>(self, h: &Handle<I>) -> Self {
-        self.access(h, AccessMode::SCRATCH)
-    }
-
-    /// Contributes to a reduction of `h` (ordered like a write on one rank).
-    #[must_use]
-    pub fn redux<I: Interface>(self, h: &Handle<I>) -> Self {
-        self.access(h, AccessMode::REDUX)
-    }
-
-    /// Writes `h` in any order among other commuting writers.
-    #[must_use]
-    pub fn commute<I: Interface>(self, h: &Handle<I>) -> Self {
-        self.access(h, AccessMode::RW | AccessMode::COMMUTE)
-    }
+    access::methods!();
 
     /// The task's priority (higher runs first among ready tasks).
     #[must_use]

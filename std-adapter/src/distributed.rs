@@ -184,35 +184,7 @@ impl<'a> InsertBuilder<'a> {
         self
     }
 
-    /// Reads `h`.
-    #[must_use]
-    pub fn r<I: Interface>(self, h: &Handle<I>) -> Self {
-        self.access(h, AccessMode::R)
-    }
-
-    /// Writes `h` without reading it.
-    #[must_use]
-    pub fn w<I: Interface>(self, h: &Handle<I>) -> Self {
-        self.access(h, AccessMode::W)
-    }
-
-    /// Reads and writes `h`.
-    #[must_use]
-    pub fn rw<I: Interface>(self, h: &Handle<I>) -> Self {
-        self.access(h, AccessMode::RW)
-    }
-
-    /// Contributes to a reduction of `h` ([`Context::redux`]).
-    #[must_use]
-    pub fn redux<I: Interface>(self, h: &Handle<I>) -> Self {
-        self.access(h, AccessMode::REDUX)
-    }
-
-    /// Uses `h` as scratch space (never transferred).
-    #[must_use]
-    pub fn scratch<I: Interface>(self, h: &Handle<I>) -> Self {
-        self.access(h, AccessMode::SCRATCH)
-    }
+    crate::context::access_methods!();
 
     /// Runs the task on `rank` (the reference's `STARPU_EXECUTE_ON_NODE`). `None` changes
     /// nothing — the written data, an [`InsertBuilder::on_data`] or the policy decide — as

@@ -8,10 +8,11 @@
 //! * tasks of [`Codelet`]s with access modes, priorities, callbacks and [`TaskTag`]s,
 //!   ordered by implicit dependencies per handle (sequential consistency), run by a
 //!   worker pool; `acquire`/`release`; `wait_for_all`;
-//! * every point-to-point call of the reference on handles — blocking, non-blocking with
-//!   [`Request`]s, detached with callbacks, synchronous, with priorities, tag-unlocking
-//!   and array variants — plus barrier, communicators ([`Comm`]: the world, duplicates
-//!   and splits, [`comm`]) and statistics;
+//! * every point-to-point call of the reference on handles, as one builder per direction
+//!   ([`p2p`]: `ctx.send(&h, dest, tag)` and `ctx.recv(..)`, the mode an option, ending in
+//!   `.wait()`, `.start()` — a [`Request`] — or `.detach(callback)`; arrays through
+//!   iterators) — plus barrier, communicators ([`Comm`]: the world, duplicates and
+//!   splits, [`comm`]) and statistics;
 //! * [`partition`]: a handle cut by a filter into children that are handles of their own
 //!   (`starpu_data_partition` / `starpu_data_unpartition`), ordered like tasks;
 //! * the [`Transport`] trait that a rank's progression thread drives the core's engine
@@ -57,6 +58,7 @@ pub mod in_process;
 pub mod interfaces;
 mod meter;
 pub mod ms;
+pub mod p2p;
 pub mod partition;
 pub mod perfmodel;
 mod pool;
@@ -75,9 +77,7 @@ pub mod transport;
 pub use agreement::Divergence;
 pub use cluster::{ClusterConfig, run_fake, run_local, run_local_with};
 pub use comm::Comm;
-pub use context::{
-    Acquired, AnyHandle, Context, RecvOpts, Request, SendOpts, TaskBuilder, TaskHandle,
-};
+pub use context::{Acquired, AnyHandle, Context, Request, TaskBuilder, TaskHandle};
 pub use data::{DataError, DataMut, DataRef, Handle, Interface};
 pub use data::{FilterError, PartitionError};
 pub use device::{DeviceImpl, DeviceLayer, DeviceTask, HostRef};
@@ -86,6 +86,7 @@ pub use distributed::{
 };
 pub use error::{CommError, Leftover, ShutdownError, TaskError, TransferDirection, TransferError};
 pub use in_process::InProcess;
+pub use p2p::{RecvAllBuilder, RecvBuilder, SendAllBuilder, SendBuilder};
 pub use perfmodel::{Arch, Bus, Calibrate, ModelError, Models, PerfModel};
 pub use rank::{DriverMode, RankConfig, RankRunner, StartError, Tables};
 pub use sched::{SchedPolicy, SchedStats, WorkerStats};

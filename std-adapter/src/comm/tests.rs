@@ -4,9 +4,7 @@ use std::sync::Arc;
 use starling_core::{CommId, Rank, Tag};
 
 use crate::interfaces::Variable;
-use crate::{
-    ClusterConfig, CommError, RecvOpts, RuntimeConfig, SendOpts, run_fake, run_local_with,
-};
+use crate::{ClusterConfig, CommError, RuntimeConfig, run_fake, run_local_with};
 
 fn config() -> ClusterConfig {
     ClusterConfig {
@@ -78,14 +76,14 @@ fn matching_is_per_communicator_whatever_the_tags() {
                 ctx.acquire(&v, starling_core::AccessMode::W)
                     .get_mut()
                     .set(value);
-                comm.send(ctx, &v, Rank(1), Tag(7)).unwrap();
+                ctx.send(&v, Rank(1), Tag(7)).on(comm).wait().unwrap();
             }
             vec![]
         } else {
             [&dup, &world, &split]
                 .iter()
                 .map(|comm| {
-                    comm.recv(ctx, &v, Rank(0), Tag(7)).unwrap();
+                    ctx.recv(&v, Rank(0), Tag(7)).on(comm).wait().unwrap();
                     ctx.acquire(&v, starling_core::AccessMode::R).get().get()
                 })
                 .collect()
@@ -107,21 +105,17 @@ fn context_calls_take_world_ranks_on_a_split_communicator() {
         let v = ctx.register(Variable::new(me * 10));
         match (me, odd) {
             (1, Some(c)) => {
-                let opts = SendOpts {
-                    comm: c.id(),
-                    ..SendOpts::default()
-                };
-                ctx.isend_with(&v, Rank(3), Tag(1), opts)
+                ctx.send(&v, Rank(3), Tag(1))
+                    .comm(c.id())
+                    .start()
                     .unwrap()
                     .wait()
                     .unwrap();
             }
             (3, Some(c)) => {
-                let opts = RecvOpts {
-                    comm: c.id(),
-                    ..RecvOpts::default()
-                };
-                ctx.irecv_with(&v, Rank(1), Tag(1), opts)
+                ctx.recv(&v, Rank(1), Tag(1))
+                    .comm(c.id())
+                    .start()
                     .unwrap()
                     .wait()
                     .unwrap();
@@ -156,9 +150,9 @@ fn undefined_colors_get_none_and_nested_splits_and_dups_keep_ids_apart() {
                 // The duplicate carries traffic between its members.
                 let v = ctx.register(Variable::new(me));
                 if d.rank() == Rank(0) {
-                    d.recv(ctx, &v, Rank(1), Tag(0)).unwrap();
+                    ctx.recv(&v, Rank(1), Tag(0)).on(&d).wait().unwrap();
                 } else {
-                    d.send(ctx, &v, Rank(0), Tag(0)).unwrap();
+                    ctx.send(&v, Rank(0), Tag(0)).on(&d).wait().unwrap();
                 }
                 ids.push(CommId(ctx.unregister(v).get() as u16));
             }
@@ -213,7 +207,11 @@ fn a_member_outside_the_communicator_is_out_of_range() {
             .unwrap()
             .unwrap();
         let v = ctx.register(Variable::new(0u8));
-        c.isend(ctx, &v, Rank(1), Tag(0)).map(|_| ()).unwrap_err()
+        ctx.send(&v, Rank(1), Tag(0))
+            .on(&c)
+            .start()
+            .map(|_| ())
+            .unwrap_err()
     })
     .unwrap();
     for e in out {

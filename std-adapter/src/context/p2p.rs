@@ -1,5 +1,6 @@
-//! The point-to-point API of a [`Context`]: sends and receives (blocking, immediate,
-//! detached, synchronous, arrays), barriers and communication statistics.
+//! The point-to-point machinery of a [`Context`]: the checks and posts behind the send
+//! and receive builders of [`crate::p2p`] (blocking, immediate, detached, arrays), the
+//! transfers of the task flow, barriers and communication statistics.
 
 use std::sync::mpsc;
 
@@ -9,7 +10,7 @@ use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 use crate::data::{AnyCell, Handle, Interface};
 use crate::error::{CommError, Noted, TransferDirection, TransferError};
 use crate::progress::{Command, Done, Payload};
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering, lock};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, lock};
 use crate::task::{Access, TaskTag};
 use crate::trace::{self};
 
@@ -351,14 +352,15 @@ impl Context {
         )
     }
 
-    /// Starts a send of `h` to `dest` with `tag` and options; wait on the request.
+    /// Checks and posts a send of `h` to `dest` with `tag` and `opts`: the request of
+    /// [`SendBuilder::start`](crate::p2p::SendBuilder::start).
     ///
     /// # Errors
     /// [`CommError::RankOutOfRange`] for a destination outside the world;
     /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself;
     /// [`CommError::Partition`] for a partitioned handle or a retired child
     /// ([`crate::partition`]). Nothing was submitted then.
-    pub fn isend_with<I: Interface>(
+    pub(crate) fn start_send<I: Interface>(
         &self,
         h: &Handle<I>,
         dest: Rank,
@@ -368,7 +370,7 @@ impl Context {
         self.isend_from(h, dest, tag, opts, self.in_place_min)
     }
 
-    /// [`Context::isend_with`], lending the handle's data in place from `in_place_min`
+    /// [`Context::start_send`], lending the handle's data in place from `in_place_min`
     /// bytes up.
     pub(super) fn isend_from<I: Interface>(
         &self,
@@ -392,64 +394,34 @@ impl Context {
         Ok(req)
     }
 
-    /// Starts a send (`starpu_mpi_isend`).
+    /// Sends `h` and waits for the send to complete: the blocking send of
+    /// [`SendBuilder::wait`](crate::p2p::SendBuilder::wait).
     ///
     /// # Errors
-    /// As for [`Context::isend_with`].
-    pub fn isend<I: Interface>(
+    /// As for [`Context::start_send`], and the request's failure.
+    pub(crate) fn wait_send<I: Interface>(
         &self,
         h: &Handle<I>,
         dest: Rank,
         tag: Tag,
-    ) -> Result<Request, CommError> {
-        self.isend_with(h, dest, tag, SendOpts::default())
-    }
-
-    /// Starts a synchronous send (`starpu_mpi_issend`): it completes once the receiver
-    /// posted the matching receive, and never creates early data there.
-    ///
-    /// # Errors
-    /// As for [`Context::isend_with`].
-    pub fn issend<I: Interface>(
-        &self,
-        h: &Handle<I>,
-        dest: Rank,
-        tag: Tag,
-    ) -> Result<Request, CommError> {
-        let opts = SendOpts {
-            sync: true,
-            ..SendOpts::default()
-        };
-        self.isend_with(h, dest, tag, opts)
-    }
-
-    /// Sends `h` and waits for the send to complete (`starpu_mpi_send`).
-    ///
-    /// # Errors
-    /// As for [`Context::isend_with`], and the request's failure.
-    pub fn send<I: Interface>(&self, h: &Handle<I>, dest: Rank, tag: Tag) -> Result<(), CommError> {
+        opts: SendOpts,
+    ) -> Result<(), CommError> {
         // Drive from before the send is posted, so that posting it wakes no thread.
         let driving = self.driver.as_ref().map(|d| d.enter());
         // The caller waits until the send completes: holding the handle for reading
         // until then costs nothing, so every payload that travels as its own message
         // is sent from the handle's memory.
-        self.isend_from(
-            h,
-            dest,
-            tag,
-            SendOpts::default(),
-            self.blocking_in_place_min,
-        )?
-        .wait_driving(driving)
+        self.isend_from(h, dest, tag, opts, self.blocking_in_place_min)?
+            .wait_driving(driving)
     }
 
-    /// Starts a send and forgets it; `callback` runs once with its outcome, on the thread
-    /// driving the rank's progress — the progression thread, or a thread blocked in a
-    /// wait — so it must not block (`starpu_mpi_isend_detached`).
+    /// Posts a send and forgets it; `callback` runs once with its outcome, on the thread
+    /// driving the rank's progress: the detached send of
+    /// [`SendBuilder::detach`](crate::p2p::SendBuilder::detach).
     ///
     /// # Errors
-    /// As for [`Context::isend_with`].
-    pub fn isend_detached_with<I: Interface>(
+    /// As for [`Context::start_send`].
+    pub(crate) fn detach_send<I: Interface>(
         &self,
         h: &Handle<I>,
         dest: Rank,
@@ -463,77 +435,44 @@ impl Context {
         self.post_send(h.erased(), dest, tag, opts, callback)
     }
 
-    /// Starts a detached send (`starpu_mpi_isend_detached`).
+    /// Posts detached sends of several handles (destinations in the world), every one
+    /// checked before any is posted; once all completed, unlocks `unlock` and runs
+    /// `callback` with the first failure, or `Ok`: the sends of
+    /// [`SendAllBuilder::detach`](crate::p2p::SendAllBuilder::detach).
     ///
     /// # Errors
-    /// As for [`Context::isend_with`].
-    pub fn isend_detached<I: Interface>(
-        &self,
-        h: &Handle<I>,
-        dest: Rank,
-        tag: Tag,
-        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
-    ) -> Result<(), CommError> {
-        self.isend_detached_with(h, dest, tag, SendOpts::default(), callback)
-    }
-
-    /// Starts a detached synchronous send (`starpu_mpi_issend_detached`).
-    ///
-    /// # Errors
-    /// As for [`Context::isend_with`].
-    pub fn issend_detached<I: Interface>(
-        &self,
-        h: &Handle<I>,
-        dest: Rank,
-        tag: Tag,
-        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
-    ) -> Result<(), CommError> {
-        let opts = SendOpts {
-            sync: true,
-            ..SendOpts::default()
-        };
-        self.isend_detached_with(h, dest, tag, opts, callback)
-    }
-
-    /// Starts detached sends of several handles and unlocks `unlock` once all completed
-    /// (`starpu_mpi_isend_array_detached_unlock_tag`).
-    ///
-    /// # Errors
-    /// [`CommError::RankOutOfRange`] for any destination outside the world, or
-    /// [`CommError::ReservedTag`] for any reserved tag (then nothing
-    /// is sent).
-    pub fn isend_array_detached_unlock_tag(
+    /// [`CommError::RankOutOfRange`], [`CommError::ReservedTag`] or
+    /// [`CommError::Partition`] for the first item refused; nothing was sent then.
+    pub(crate) fn detach_sends(
         &self,
         sends: &[(AnyHandle, Rank, Tag)],
-        unlock: TaskTag,
+        opts: SendOpts,
+        unlock: Option<TaskTag>,
+        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
         for (h, dest, tag) in sends {
             self.check_rank(*dest)?;
             self.check_user_tag(*tag)?;
             h.cell.usable()?;
         }
-        let all = self.countdown(sends.len(), unlock);
+        let callback = self.guarded(format!("{} sends", sends.len()), callback);
+        let all = self.all_done(sends.len(), unlock, callback);
         for (h, dest, tag) in sends {
             let all = Arc::clone(&all);
-            self.post_send(
-                Arc::clone(&h.cell),
-                *dest,
-                *tag,
-                SendOpts::default(),
-                Box::new(move |_| all()),
-            )?;
+            self.post_send(h.cell(), *dest, *tag, opts, Box::new(move |r| all(r)))?;
         }
         Ok(())
     }
 
-    /// Starts a receive into `h` from `source` with `tag` and options.
+    /// Checks and posts a receive into `h` from `source` with `tag` and `opts`: the
+    /// request of [`RecvBuilder::start`](crate::p2p::RecvBuilder::start).
     ///
     /// # Errors
     /// [`CommError::RankOutOfRange`] for a source outside the world;
     /// [`CommError::ReservedTag`] for a tag the runtime keeps for itself;
     /// [`CommError::Partition`] for a partitioned handle or a retired child
     /// ([`crate::partition`]). Nothing was submitted then.
-    pub fn irecv_with<I: Interface>(
+    pub(crate) fn start_recv<I: Interface>(
         &self,
         h: &Handle<I>,
         source: Rank,
@@ -554,40 +493,29 @@ impl Context {
         Ok(req)
     }
 
-    /// Starts a receive (`starpu_mpi_irecv`).
+    /// Receives into `h` and waits: the blocking receive of
+    /// [`RecvBuilder::wait`](crate::p2p::RecvBuilder::wait).
     ///
     /// # Errors
-    /// As for [`Context::irecv_with`].
-    pub fn irecv<I: Interface>(
+    /// As for [`Context::start_recv`], and the request's failure (a size mismatch).
+    pub(crate) fn wait_recv<I: Interface>(
         &self,
         h: &Handle<I>,
         source: Rank,
         tag: Tag,
-    ) -> Result<Request, CommError> {
-        self.irecv_with(h, source, tag, RecvOpts::default())
-    }
-
-    /// Receives into `h` and waits (`starpu_mpi_recv`).
-    ///
-    /// # Errors
-    /// As for [`Context::irecv_with`], and the request's failure (a size mismatch).
-    pub fn recv<I: Interface>(
-        &self,
-        h: &Handle<I>,
-        source: Rank,
-        tag: Tag,
+        opts: RecvOpts,
     ) -> Result<(), CommError> {
         let driving = self.driver.as_ref().map(|d| d.enter());
-        self.irecv(h, source, tag)?.wait_driving(driving)
+        self.start_recv(h, source, tag, opts)?.wait_driving(driving)
     }
 
-    /// Starts a detached receive with options; `callback` runs once with its outcome on
-    /// the thread driving the rank's progress (it must not block)
-    /// (`starpu_mpi_irecv_detached`).
+    /// Posts a receive and forgets it; `callback` runs once with its outcome on the
+    /// thread driving the rank's progress: the detached receive of
+    /// [`RecvBuilder::detach`](crate::p2p::RecvBuilder::detach).
     ///
     /// # Errors
-    /// As for [`Context::irecv_with`].
-    pub fn irecv_detached_with<I: Interface>(
+    /// As for [`Context::start_recv`].
+    pub(crate) fn detach_recv<I: Interface>(
         &self,
         h: &Handle<I>,
         source: Rank,
@@ -604,61 +532,69 @@ impl Context {
         self.post_recv(h.erased(), source, tag, opts, callback)
     }
 
-    /// Starts a detached receive (`starpu_mpi_irecv_detached`).
+    /// Posts detached receives into several handles (sources in the world), every one
+    /// checked before any is posted; once all completed, unlocks `unlock` and runs
+    /// `callback` with the first failure, or `Ok`: the receives of
+    /// [`RecvAllBuilder::detach`](crate::p2p::RecvAllBuilder::detach).
     ///
     /// # Errors
-    /// As for [`Context::irecv_with`].
-    pub fn irecv_detached<I: Interface>(
-        &self,
-        h: &Handle<I>,
-        source: Rank,
-        tag: Tag,
-        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
-    ) -> Result<(), CommError> {
-        self.irecv_detached_with(h, source, tag, RecvOpts::default(), callback)
-    }
-
-    /// Starts detached receives into several handles and unlocks `unlock` once all
-    /// completed (`starpu_mpi_irecv_array_detached_unlock_tag`).
-    ///
-    /// # Errors
-    /// [`CommError::RankOutOfRange`] for any source outside the world, or
-    /// [`CommError::ReservedTag`] for any reserved tag (then nothing is
-    /// received).
-    pub fn irecv_array_detached_unlock_tag(
+    /// [`CommError::RankOutOfRange`], [`CommError::ReservedTag`] or
+    /// [`CommError::Partition`] for the first item refused; nothing was received then.
+    pub(crate) fn detach_recvs(
         &self,
         recvs: &[(AnyHandle, Rank, Tag)],
-        unlock: TaskTag,
+        opts: RecvOpts,
+        unlock: Option<TaskTag>,
+        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
         for (h, source, tag) in recvs {
             self.check_rank(*source)?;
             self.check_user_tag(*tag)?;
             h.cell.usable()?;
         }
-        let all = self.countdown(recvs.len(), unlock);
+        let callback = self.guarded(format!("{} receives", recvs.len()), callback);
+        let all = self.all_done(recvs.len(), unlock, callback);
         for (h, source, tag) in recvs {
             let all = Arc::clone(&all);
-            self.post_recv(
-                Arc::clone(&h.cell),
-                *source,
-                *tag,
-                RecvOpts::default(),
-                Box::new(move |_| all()),
-            )?;
+            self.post_recv(h.cell(), *source, *tag, opts, Box::new(move |r| all(r)))?;
         }
         Ok(())
     }
 
-    /// A function to call `n` times; the last call unlocks `tag`.
-    pub(super) fn countdown(&self, n: usize, tag: TaskTag) -> Arc<dyn Fn() + Send + Sync> {
+    /// A function to call `n` times with each outcome of a group of requests; the last
+    /// call unlocks `unlock`, if any, then runs `done` with the first failure it was
+    /// given, or `Ok`. With `n == 0`, both happen at once.
+    fn all_done(
+        &self,
+        n: usize,
+        unlock: Option<TaskTag>,
+        done: Done,
+    ) -> Arc<dyn Fn(Result<(), CommError>) + Send + Sync> {
         let runtime = self.runtime.clone();
+        let left = AtomicUsize::new(n);
+        // The first failure, and the completion until it runs.
+        let state: Mutex<(Option<CommError>, Option<Done>)> = Mutex::new((None, Some(done)));
+        let finish = move |state: &Mutex<(Option<CommError>, Option<Done>)>| {
+            if let Some(t) = unlock {
+                runtime.unlock_tag(t);
+            }
+            let (first, done) = {
+                let mut s = lock(state);
+                (s.0.take(), s.1.take())
+            };
+            if let Some(done) = done {
+                done(first.map_or(Ok(()), Err));
+            }
+        };
         if n == 0 {
-            runtime.unlock_tag(tag);
+            finish(&state);
         }
-        let left = Arc::new(AtomicUsize::new(n));
-        Arc::new(move || {
+        Arc::new(move |result| {
+            if let Err(e) = result {
+                lock(&state).0.get_or_insert(e);
+            }
             if left.fetch_sub(1, Ordering::SeqCst) == 1 {
-                runtime.unlock_tag(tag);
+                finish(&state);
             }
         })
     }

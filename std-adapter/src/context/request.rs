@@ -71,6 +71,7 @@ impl core::fmt::Display for ReqWhat {
 
 /// A non-detached point-to-point request: [`Request::wait`] or [`Request::test`] it.
 /// A request dropped before it was waited on is reported at shutdown.
+#[must_use = "a request must be waited on or tested to completion; dropped, it is reported at shutdown"]
 pub struct Request {
     inner: Arc<ReqInner>,
 }

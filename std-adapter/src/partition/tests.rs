@@ -354,7 +354,10 @@ fn the_partition_states_refuse_what_they_must() {
         let not_yet = ctx.unpartition(&v);
         let kids = ctx.partition(&v, &VectorBlock { parts: 2 }).unwrap();
         let twice = ctx.partition(&v, &VectorBlock { parts: 2 }).map(|_| ());
-        let send = ctx.isend(&v, Rank(1 - ctx.rank().0), Tag(1)).map(|_| ());
+        let send = ctx
+            .send(&v, Rank(1 - ctx.rank().0), Tag(1))
+            .start()
+            .map(|_| ());
         // A hierarchy: a child partitioned in turn blocks its parent's unpartition.
         let grandkids = ctx.partition(&kids[0], &VectorBlock { parts: 2 }).unwrap();
         let inner_first = ctx.unpartition(&v);
@@ -362,7 +365,8 @@ fn the_partition_states_refuse_what_they_must() {
         ctx.unpartition(&kids[0]).unwrap();
         ctx.unpartition(&v).unwrap();
         let retired = ctx
-            .irecv(&kids[1], Rank(1 - ctx.rank().0), Tag(2))
+            .recv(&kids[1], Rank(1 - ctx.rank().0), Tag(2))
+            .start()
             .map(|_| ());
         let retired_grandchild = ctx.partition(&grandkids[0], &VectorBlock { parts: 1 });
         let again = ctx

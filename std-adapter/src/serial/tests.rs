@@ -95,15 +95,20 @@ fn ring(ctx: &Context, loops: u32, len: usize) -> u32 {
     for l in 0..loops {
         let tag = Tag(i64::from(l * size + rank));
         if l > 0 || rank > 0 {
-            ctx.recv(&token, prev, tag).expect("receive the token");
+            ctx.recv(&token, prev, tag)
+                .wait()
+                .expect("receive the token");
         }
         ctx.task(&increment).rw(&token).submit();
         if l < loops - 1 || rank < size - 1 {
             let next_tag = Tag(tag.0 + 1);
             let sent = if l % 3 == 2 {
-                ctx.issend(&token, next, next_tag).and_then(|r| r.wait())
-            } else {
                 ctx.send(&token, next, next_tag)
+                    .sync()
+                    .start()
+                    .and_then(|r| r.wait())
+            } else {
+                ctx.send(&token, next, next_tag).wait()
             };
             sent.expect("send the token");
         }
