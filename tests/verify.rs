@@ -503,7 +503,7 @@ fn a_message_refused_at_its_receiver_goes_in_ahead_of_receives_waiting_for_room(
     // goes in ahead of the waiting receive and completes: a full table is a wait, never a
     // hang (issue 17). Before that fix this receive stalled behind the never-sent ones;
     // how the hang explainer words a refused message whose receive waits for room is
-    // checked in `std-adapter/src/hang/tests.rs`
+    // checked in `std-adapter/src/tools/hang/tests.rs`
     // (`a_message_sent_but_refused_at_its_receiver_is_not_blamed_on_its_sender`).
     let config = ClusterConfig {
         tables: Tables::TINY,

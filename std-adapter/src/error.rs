@@ -4,7 +4,107 @@ use starling_core::engine::{RequestError, SubmitError};
 use starling_core::request::{Kind as RequestKind, State as RequestState};
 use starling_core::{CommId, DataId, Rank, Tag};
 
-use crate::data::{DataError, PartitionError};
+/// Why data could not be moved into or out of a handle.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataError {
+    /// The bytes that arrived are not the size of the handle's data: nothing was copied
+    /// (no silent partial copy). Register the receiving handle with the sender's shape.
+    #[error("a payload of {got} bytes cannot fill a handle of {expected} bytes")]
+    SizeMismatch {
+        /// Bytes the handle holds.
+        expected: usize,
+        /// Bytes that arrived.
+        got: usize,
+    },
+    /// A shape is invalid (a leading dimension smaller than a row, storage shorter than
+    /// its span), or a user-defined interface could not parse its packed form.
+    #[error("malformed data: {0}")]
+    Malformed(&'static str),
+    /// The bytes that arrived are the handle's size but not a valid packed form of its
+    /// interface: a header announcing another shape, or a sparse matrix whose row
+    /// pointers do not start at its first entry, decrease, or do not end at its number of
+    /// entries, or whose column index is out of range. Nothing was copied. The sender is
+    /// at fault (its data, or a registration of another shape), not this rank: register
+    /// the datum with one shape on every rank, and check the sender's data.
+    #[error("invalid payload: {0}")]
+    InvalidPayload(&'static str),
+}
+
+/// Why a partitioning call was refused, or a handle cannot be used now because of one
+/// ([`crate::partition`]).
+///
+/// Nothing changed when a call returns one: no handle was registered, no state moved.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PartitionError {
+    /// The handle is partitioned: while it is, only its children may be used (tasks,
+    /// inserts, transfers, acquisitions). Use the children, or
+    /// [`unpartition`](crate::Context::unpartition) it first.
+    #[error("{0} is partitioned: use its children, or unpartition it first")]
+    Partitioned(DataId),
+    /// The handle was a child of a partition that was undone
+    /// ([`unpartition`](crate::Context::unpartition)): its data went back into the parent
+    /// and it can no longer be used. Partition the parent again for new children.
+    #[error("{0} was a child of an undone partition: it can no longer be used")]
+    Retired(DataId),
+    /// [`unpartition`](crate::Context::unpartition) of a handle that is not partitioned.
+    #[error("{0} is not partitioned")]
+    NotPartitioned(DataId),
+    /// [`unpartition`](crate::Context::unpartition) of a handle one of whose children is
+    /// partitioned itself: unpartition that child first (innermost first).
+    #[error("{parent} cannot be unpartitioned: its child {child} is partitioned")]
+    ChildPartitioned {
+        /// The handle being unpartitioned.
+        parent: DataId,
+        /// Its child that is partitioned.
+        child: DataId,
+    },
+    /// The filter refused the handle's shape: nothing was partitioned.
+    #[error("the filter cannot cut {data}: {cause}")]
+    Filter {
+        /// The handle being partitioned.
+        data: DataId,
+        /// Why.
+        cause: FilterError,
+    },
+}
+
+/// Why a filter cannot cut data in the pieces asked ([`crate::partition::Filter`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FilterError {
+    /// Zero parts were asked: a partition has at least one child.
+    #[error("a partition needs at least one part")]
+    NoParts,
+    /// More parts than elements along the cut dimension (the reference asserts
+    /// `nparts <= n`): ask for at most `len` parts.
+    #[error("cannot cut {len} elements in {parts} parts")]
+    TooManyParts {
+        /// Parts asked.
+        parts: usize,
+        /// Elements along the cut dimension.
+        len: usize,
+    },
+    /// The sizes given ([`crate::partition::VectorList`]) do not add up to the length of
+    /// the data (`sum` is `None` when the sum overflows `usize`).
+    #[error("the sizes add up to {sum:?} elements, the data has {len}")]
+    SizesMismatch {
+        /// What the sizes add up to.
+        sum: Option<usize>,
+        /// Elements of the data.
+        len: usize,
+    },
+    /// A piece does not lie inside the data (a user-defined filter's piece out of range,
+    /// or a matrix piece whose leading dimension is shorter than its rows).
+    #[error("piece {index} does not fit the data: {what}")]
+    BadPiece {
+        /// The piece's index.
+        index: usize,
+        /// What is wrong with it.
+        what: &'static str,
+    },
+}
 
 /// A point-to-point call, or the request it started, failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -41,54 +41,52 @@
 //! Concurrency goes through one private `sync` module so that `loom` can replace it.
 #![forbid(unsafe_code)]
 
-mod admission;
-pub mod agreement;
+mod api;
 mod buffer;
-mod cluster;
-pub mod codelet;
-pub mod comm;
-mod context;
-pub mod data;
-pub mod device;
-mod distributed;
 mod error;
-pub mod hang;
+mod flow;
 mod id_hash;
-pub mod in_process;
-pub mod interfaces;
-mod meter;
+mod io;
+mod launch;
 pub mod ms;
-pub mod p2p;
-pub mod partition;
-pub mod perfmodel;
-mod pool;
-mod progress;
-pub mod rank;
-mod ready;
-pub mod sched;
-pub mod serial;
+mod runtime;
 pub mod sim;
 mod sync;
 pub mod tags;
-mod task;
+mod tools;
 pub mod trace;
-pub mod transport;
 
-pub use agreement::Divergence;
-pub use cluster::{ClusterConfig, run_fake, run_local, run_local_with};
-pub use comm::Comm;
-pub use context::{Acquired, AnyHandle, Context, Request, TaskBuilder, TaskHandle};
-pub use data::{DataError, DataMut, DataRef, Handle, Interface};
-pub use data::{FilterError, PartitionError};
-pub use device::{DeviceImpl, DeviceLayer, DeviceTask, HostRef};
-pub use distributed::{
+pub use api::comm;
+pub use api::p2p;
+pub use flow::partition;
+pub use io::in_process;
+pub use io::serial;
+pub use io::transport;
+pub use launch::rank;
+pub use runtime::codelet;
+pub use runtime::data;
+pub use runtime::device;
+pub use runtime::interfaces;
+pub use runtime::perfmodel;
+pub use runtime::sched;
+pub use tools::agreement;
+pub use tools::hang;
+
+pub use api::comm::Comm;
+pub use api::context::{Acquired, AnyHandle, Context, Request, TaskBuilder, TaskHandle};
+pub use api::p2p::{RecvAllBuilder, RecvBuilder, SendAllBuilder, SendBuilder};
+pub use error::{CommError, Leftover, ShutdownError, TaskError, TransferDirection, TransferError};
+pub use flow::distributed::{
     Built, BuiltTask, InsertBuilder, InsertError, Inserted, PostBuild, TagChoice,
 };
-pub use error::{CommError, Leftover, ShutdownError, TaskError, TransferDirection, TransferError};
-pub use in_process::InProcess;
-pub use p2p::{RecvAllBuilder, RecvBuilder, SendAllBuilder, SendBuilder};
-pub use perfmodel::{Arch, Bus, Calibrate, ModelError, Models, PerfModel};
-pub use rank::{DriverMode, RankConfig, RankRunner, StartError, Tables};
-pub use sched::{SchedPolicy, SchedStats, WorkerStats};
-pub use task::{Buffers, Codelet, Kernel, RuntimeConfig, TaskTag, WorkerStart};
-pub use transport::Transport;
+pub use io::in_process::InProcess;
+pub use io::transport::Transport;
+pub use launch::cluster::{ClusterConfig, run_fake, run_local, run_local_with};
+pub use launch::rank::{DriverMode, RankConfig, RankRunner, StartError, Tables};
+pub use runtime::data::{DataError, DataMut, DataRef, Handle, Interface};
+pub use runtime::data::{FilterError, PartitionError};
+pub use runtime::device::{DeviceImpl, DeviceLayer, DeviceTask, HostRef};
+pub use runtime::perfmodel::{Arch, Bus, Calibrate, ModelError, Models, PerfModel};
+pub use runtime::sched::{SchedPolicy, SchedStats, WorkerStats};
+pub use runtime::task::{Buffers, Codelet, Kernel, RuntimeConfig, TaskTag, WorkerStart};
+pub use tools::agreement::Divergence;

@@ -62,13 +62,13 @@ use std::collections::HashMap;
 
 use starling_core::{CommId, Rank, Tag};
 
-use crate::context::{Context, RecvOpts, SendOpts};
-use crate::data::{AnyCell, Cell, DataError, Interface, blob, temporary_id};
+use crate::api::context::{Context, RecvOpts, SendOpts};
 use crate::error::{CommError, ShutdownError};
-use crate::interfaces::{Bcsr, Block, Complex, Csr, Matrix, Ndim, Variable, Vector};
-use crate::progress::Done;
+use crate::io::progress::Done;
+use crate::runtime::data::{AnyCell, Cell, DataError, Interface, blob, temporary_id};
+use crate::runtime::interfaces::{Bcsr, Block, Complex, Csr, Matrix, Ndim, Variable, Vector};
+use crate::runtime::task::{Buffers, Codelet, Kernel};
 use crate::sync::Arc;
-use crate::task::{Buffers, Codelet, Kernel};
 
 mod master;
 mod slave;
@@ -136,7 +136,7 @@ impl MsConfig {
             c.slave_threads = Some(usize::try_from(n).unwrap_or(usize::MAX).max(1));
         }
         c.slave_memory = num("STARLING_MS_MEMORY");
-        c.stats = crate::task::env_flag("STARLING_MS_STATS");
+        c.stats = crate::runtime::task::env_flag("STARLING_MS_STATS");
         if let Some(s) = num("STARLING_MS_TIMEOUT_SECS") {
             c.timeout = Duration::from_secs(s.max(1));
         }

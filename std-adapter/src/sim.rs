@@ -47,7 +47,7 @@ use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
 use starling_core::{CommId, PhysTag, Rank, ReqId};
 
-use crate::admission::{Admission, Admit, Direction};
+use crate::io::admission::{Admission, Admit, Direction};
 
 mod explorer;
 mod wire;

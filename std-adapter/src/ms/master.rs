@@ -11,11 +11,11 @@ use starling_core::{AccessMode, Rank, Tag};
 
 use super::wire::{Bundle, Op, Reply, WireAccess};
 use super::{CMD, FIRST_DATA_TAG, Kind, MsConfig, MsError, REPLY, Registry};
-use crate::context::{Context, RecvOpts, SendOpts};
-use crate::data::AnyCell;
+use crate::api::context::{Context, RecvOpts, SendOpts};
 use crate::error::{CommError, ShutdownError};
+use crate::runtime::data::AnyCell;
+use crate::runtime::task::{Access, Codelet, Finish, Offload};
 use crate::sync::Arc;
-use crate::task::{Access, Codelet, Finish, Offload};
 
 mod memory;
 
@@ -267,7 +267,7 @@ where
     app_config.runtime.workers = 1;
     app_config.trace_file = None;
     app_config.watchdog = None;
-    let app = crate::cluster::solo(&app_config);
+    let app = crate::launch::cluster::solo(&app_config);
     app.context()
         .runtime
         .set_offload(Arc::new(Link { tx: tx.clone() }));

@@ -8,11 +8,11 @@ use starling_core::Rank;
 
 use super::wire::{Bundle, Op, Reply};
 use super::{CMD, MsConfig, MsError, REPLY, Registry};
-use crate::context::{Context, RecvOpts, SendOpts};
-use crate::data::AnyCell;
+use crate::api::context::{Context, RecvOpts, SendOpts};
 use crate::error::CommError;
+use crate::runtime::data::AnyCell;
+use crate::runtime::task::{Access, Codelet};
 use crate::sync::{Arc, Mutex, lock};
-use crate::task::{Access, Codelet};
 
 /// What the slave's loop is told.
 enum Event {
@@ -145,7 +145,7 @@ impl Slave<'_> {
     }
 
     /// A completion that reports a failed transfer of datum `uid`.
-    fn report(&self, what: String) -> crate::progress::Done {
+    fn report(&self, what: String) -> crate::io::progress::Done {
         let tx = self.tx.clone();
         Box::new(move |r| {
             if let Err(e) = r {

@@ -3,7 +3,7 @@ use core::time::Duration;
 use starling_core::{AccessMode, Rank};
 
 use super::{MsConfig, MsError, Registry, run_local};
-use crate::interfaces::{Matrix, Variable, Vector};
+use crate::runtime::interfaces::{Matrix, Variable, Vector};
 use crate::{ClusterConfig, Codelet, Context};
 
 fn cluster() -> ClusterConfig {
@@ -343,7 +343,7 @@ fn rebuilt<I: super::Remote + core::fmt::Debug>(data: &I) -> I {
 
 #[test]
 fn ndim_and_sparse_shapes_rebuild_copies_that_take_the_packed_form() {
-    use crate::interfaces::{Bcsr, Csr, Ndim};
+    use crate::runtime::interfaces::{Bcsr, Csr, Ndim};
     let a = Ndim::new(vec![2, 3], vec![1, 4], (0..12_i32).collect()).unwrap();
     let b = rebuilt(&a);
     assert!(b.is_dense());
@@ -358,8 +358,8 @@ fn ndim_and_sparse_shapes_rebuild_copies_that_take_the_packed_form() {
 #[test]
 fn ndim_and_sparse_shapes_from_a_peer_are_checked() {
     use super::Remote;
-    use crate::data::DataError;
-    use crate::interfaces::{Bcsr, Csr, Ndim};
+    use crate::runtime::data::DataError;
+    use crate::runtime::interfaces::{Bcsr, Csr, Ndim};
     let le = |xs: &[u64]| -> Vec<u8> { xs.iter().flat_map(|x| x.to_le_bytes()).collect() };
     let malformed = |r: Result<(), DataError>| matches!(r, Err(DataError::Malformed(_)));
     // An Ndim announcing more sizes than it carries, or an element count that overflows.

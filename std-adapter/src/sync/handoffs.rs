@@ -22,11 +22,11 @@
 use loom::thread;
 use starling_core::DataId;
 
-use crate::context::request_pair;
-use crate::data::Cell;
+use crate::api::context::request_pair;
 use crate::error::{CommError, Noted};
-use crate::interfaces::Variable;
-use crate::progress::models::explore;
+use crate::io::progress::models::explore;
+use crate::runtime::data::Cell;
+use crate::runtime::interfaces::Variable;
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, lock};
 
 fn reports() -> Arc<Mutex<Vec<Noted>>> {

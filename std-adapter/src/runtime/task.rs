@@ -1,0 +1,951 @@
+//! The task runtime of one rank: codelets, implicit dependencies, the worker pool.
+//!
+//! Everything the application submits on a rank — a task, a send, a receive, an
+//! acquisition — is a **node** that accesses handles with access modes. Nodes are ordered
+//! per handle by *sequential consistency* (the reference's implicit dependencies): a node
+//! that reads a handle waits for the last node that wrote it; a node that writes it waits
+//! for the last writer and for every reader since. Reads therefore run concurrently and
+//! writes serialize, in submission order. A handle can opt out
+//! ([`crate::Context::set_sequential_consistency`]); `SCRATCH` accesses never wait.
+//! `COMMUTE` and `REDUX` accesses are ordered like writes (a legal schedule of
+//! commuting writes).
+//!
+//! A node whose dependencies are met either joins the **ready queue** (a task: the
+//! highest priority first, FIFO among equals, run by the worker pool) or runs its
+//! **hook** at once (a send packs its data, a receive is handed to the progression
+//! thread, an acquisition wakes its caller). A hook node completes when its event
+//! happens, through [`Runtime::complete`].
+
+use core::fmt;
+use std::collections::HashMap;
+
+use starling_core::{AccessMode, DataId};
+
+use crate::error::{TaskError, TransferError};
+use crate::id_hash::IdMap;
+use crate::runtime::codelet::DeviceTask;
+pub(crate) use crate::runtime::codelet::{Access, Finish, panic_text};
+pub use crate::runtime::codelet::{Buffers, Codelet, Kernel};
+use crate::runtime::data::AnyCell;
+use crate::runtime::device::Layers;
+use crate::runtime::perfmodel::{Arch, Calibrate, Store};
+pub(crate) use crate::runtime::ready::NodeId;
+use crate::runtime::sched::{SchedPolicy, Scheduler, Target};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, MutexGuard, Ordering, lock};
+use crate::trace::{self, Recorder, WorkerTrace};
+use placement::{CURRENT, DeviceEnd};
+
+/// A task tag: tasks and requests can unlock one when they finish, and the application
+/// can wait for it (the reference's `starpu_tag_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskTag(pub u64);
+
+/// What runs when a hook node's dependencies are met. It receives the node's id, to pass
+/// to [`Runtime::complete`] when its event happens.
+pub(crate) type Hook = Box<dyn FnOnce(NodeId) + Send>;
+
+/// A task's completion callback.
+pub(crate) type Callback = Box<dyn FnOnce() + Send>;
+
+/// Where a runtime runs its tasks' kernels instead of its own workers (master-slave
+/// mode, [`crate::ms`]): the worker that takes a ready task hands it over and goes on at
+/// once; the task completes when `finish` is called.
+pub(crate) trait Offload: Send + Sync {
+    /// Runs a task of `codelet` on `accesses` elsewhere; calls `finish` exactly once.
+    fn start(&self, codelet: &Codelet, accesses: Vec<Access>, priority: i32, finish: Finish);
+
+    /// Makes main memory's copy of `cell` valid for an access in `mode` by this process
+    /// (an acquisition, an unregistration), then calls `then`.
+    fn to_host(&self, cell: Arc<dyn AnyCell>, mode: AccessMode, then: Box<dyn FnOnce() + Send>);
+
+    /// The handle `cell` is unregistered: forget its copies elsewhere.
+    fn forget(&self, cell: &Arc<dyn AnyCell>);
+}
+
+enum Work {
+    Task {
+        codelet: Codelet,
+        callback: Option<Callback>,
+        tag: Option<TaskTag>,
+    },
+    Hook(Hook),
+}
+
+/// Why a node is poisoned: the first failed transfer that its input depends on.
+pub(crate) type Poison = Arc<TransferError>;
+
+/// A task's outcome, set once when it completes (under the runtime's state lock), read by
+/// its [`crate::TaskHandle`].
+pub(crate) type Outcome = Arc<Mutex<Option<Result<(), TaskError>>>>;
+
+struct Node {
+    deps: usize,
+    successors: Vec<NodeId>,
+    priority: i32,
+    accesses: Vec<Access>,
+    /// `None` once handed to a worker or run.
+    work: Option<Work>,
+    /// A value this node reads depends on a failed transfer (or, set by
+    /// [`Runtime::fail`], this node's own transfer failed): a task does not run, and the
+    /// data it writes are poisoned in turn for the nodes after it.
+    poison: Option<Poison>,
+    /// A hook that asks the device layers itself how to read its data (a send: a device
+    /// value or main memory), instead of main memory being brought up to date before it.
+    own_host: bool,
+    /// A task's outcome, for its handle: set when the node completes.
+    outcome: Option<Outcome>,
+    /// Where the scheduler placed the task once ready, and the duration it expects there.
+    placed: Target,
+    expected: Option<f64>,
+    /// When it was handed to its device (seconds of the scheduler's clock).
+    begin: f64,
+}
+
+#[derive(Default)]
+struct HandleDeps {
+    last_writer: Option<NodeId>,
+    readers: Vec<NodeId>,
+    /// Sequential consistency switched off for this handle.
+    unordered: bool,
+    /// The value left by the last completed writer depends on a failed transfer: a node
+    /// submitted with no writer pending that reads it is poisoned from the start.
+    poison: Option<Poison>,
+    /// `dmda`'s estimate of where valid copies are, as its placements leave them: bit 0
+    /// main memory, bit `d + 1` device slot `d`; 0 is read as "main memory only". An
+    /// estimate for the transfer model, never a coherence decision (the device layers
+    /// make those).
+    copies: u64,
+}
+
+/// Whether an access in `mode` depends on the value before it (R, RW, COMMUTE, REDUX):
+/// a poisoned value poisons it. A plain W replaces the value.
+fn reads_value(mode: AccessMode) -> bool {
+    mode.reads() || mode.intersects(AccessMode::COMMUTE.union(AccessMode::REDUX))
+}
+
+/// Whether an access in `mode` produces a new value (W, RW, COMMUTE, REDUX).
+fn writes_value(mode: AccessMode) -> bool {
+    mode.writes() || mode.contains(AccessMode::COMMUTE)
+}
+
+struct State {
+    nodes: IdMap<NodeId, Node>,
+    handles: IdMap<DataId, HandleDeps>,
+    sched: Scheduler,
+    next_id: NodeId,
+    /// Nodes submitted and not complete, plus requests in flight: what `wait_for_all`
+    /// waits to reach zero.
+    outstanding: usize,
+    /// Tasks being run by a worker.
+    running: usize,
+    /// Nodes completed so far: a witness of progress.
+    completed: u64,
+    unlocked_tags: HashMap<TaskTag, bool>,
+    stopping: bool,
+    /// Threads asleep on `progress` for any change.
+    progress_waiters: usize,
+    /// Threads asleep on `progress` in [`Runtime::wait_for_all`]: they need waking only
+    /// when `outstanding` reaches zero (a ring's `wait_for_all` would otherwise be woken
+    /// by each of the several completions of every hop, to sleep again at once).
+    idle_waiters: usize,
+    /// Tasks whose kernel or callback panicked, reported at shutdown.
+    panics: Vec<String>,
+    /// Tasks submitted and tasks run so far (the progress line).
+    tasks_submitted: u64,
+    tasks_done: u64,
+    /// Failed transfers the task flow depends on, in the order they failed.
+    failures: Vec<Poison>,
+    /// Poisoned tasks made ready and not completed yet (they complete without running).
+    skipped: Vec<NodeId>,
+    /// Tasks that did not run because an input depended on a failed transfer.
+    tasks_skipped: u64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Worker `w` waits on `work[w]` for ready tasks.
+    work: Vec<Condvar>,
+    /// Counts the tasks queued for the workers (changed under the state lock): a worker
+    /// that polls for work before it sleeps reads it without the lock.
+    readied: AtomicU64,
+    /// The workers are stopping (as `State::stopping`, read without the lock).
+    stop: AtomicBool,
+    /// `wait_for_all`, tag waiters and quiescence checks wait here.
+    progress: Condvar,
+    disable_kernels: bool,
+    /// Called when a task becomes ready (driver mode wakes the progression thread).
+    on_ready: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Drives the rank's progress once on the calling thread unless another thread does
+    /// (an idle worker polling for work, [`Runtime::set_idle_drive`]).
+    idle_drive: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// How many worker threads run tasks.
+    threads: usize,
+    /// The rank's timeline trace, when tracing.
+    trace: Option<Arc<Recorder>>,
+    /// Where tasks with a kernel run, when not on this runtime's workers.
+    offload: std::sync::OnceLock<Arc<dyn Offload>>,
+    /// The device layers asked before every host access ([`crate::device`]).
+    layers: Layers,
+    /// A transfer failed once ([`Runtime::fail`], [`Runtime::record_failure`]): until
+    /// then no node can be poisoned, and the checks skip the lock.
+    failed: AtomicBool,
+    /// The performance models, when used (`dmda`, or `STARLING_CALIBRATE` set).
+    models: Option<Arc<Store>>,
+    /// Worker `w`'s speed percent (the test hook) and arch.
+    speed: Vec<u32>,
+    /// Time each task (models, statistics or the speed hook need it).
+    measure: bool,
+    /// Print the scheduler's statistics at shutdown.
+    sched_stats: bool,
+    /// The scheduling policy (also in the scheduler: read here without the lock).
+    policy: SchedPolicy,
+    /// The runtime's name (for reports).
+    name: String,
+}
+
+/// The task runtime of one rank. Cheap to clone (shared).
+#[derive(Clone)]
+pub(crate) struct Runtime {
+    shared: Arc<Shared>,
+}
+
+/// The worker threads of a runtime; joined by [`Workers::stop`].
+pub(crate) struct Workers {
+    runtime: Runtime,
+    threads: Vec<crate::sync::thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    /// Stops the workers once the ready queue is empty and joins them.
+    pub(crate) fn stop(self) {
+        {
+            let mut st = lock(&self.runtime.shared.state);
+            st.stopping = true;
+            self.runtime.shared.stop.store(true, Ordering::Release);
+        }
+        for w in &self.runtime.shared.work {
+            w.notify_all();
+        }
+        for t in self.threads {
+            let _ = t.join();
+        }
+        // Nothing runs any more: every copy valid only on a device comes home.
+        self.runtime.shared.layers.flush();
+        let shared = &self.runtime.shared;
+        if shared.sched_stats {
+            eprint!("{}", lock(&shared.state).sched.report(&shared.name));
+        }
+        if let Some(models) = &shared.models {
+            models.save();
+        }
+    }
+}
+
+impl Runtime {
+    /// A runtime and its started workers.
+    #[cfg(test)]
+    pub(crate) fn start(config: &RuntimeConfig, name: &str) -> (Self, Workers) {
+        Self::start_threads(config, name, config.workers.max(1), None)
+    }
+
+    /// A runtime and its started workers, recording what they run into `trace`.
+    pub(crate) fn start_traced(
+        config: &RuntimeConfig,
+        name: &str,
+        trace: Option<Arc<Recorder>>,
+    ) -> (Self, Workers) {
+        Self::start_threads(config, name, config.workers.max(1), trace)
+    }
+
+    /// A runtime and `threads` started workers (0 in driver mode with one worker: the
+    /// progression thread runs the tasks, [`Runtime::try_run_one`]), recording what they
+    /// run into `trace`.
+    pub(crate) fn start_threads(
+        config: &RuntimeConfig,
+        name: &str,
+        threads: usize,
+        trace: Option<Arc<Recorder>>,
+    ) -> (Self, Workers) {
+        let speed: Vec<u32> = (0..threads).map(|w| config.speed(w)).collect();
+        let arch: Vec<Arch> = speed.iter().map(|&p| Arch::cpu_at(p)).collect();
+        let policy = Scheduler::effective(config.sched, threads);
+        let models = (policy == SchedPolicy::Dmda || config.calibrate.is_some()).then(|| {
+            Store::open(
+                config.model_home.as_deref(),
+                config.calibrate.unwrap_or_default(),
+            )
+        });
+        let state = State {
+            nodes: IdMap::default(),
+            handles: IdMap::default(),
+            sched: Scheduler::new(config.sched, &arch),
+            next_id: 0,
+            outstanding: 0,
+            running: 0,
+            completed: 0,
+            unlocked_tags: HashMap::new(),
+            stopping: false,
+            progress_waiters: 0,
+            idle_waiters: 0,
+            panics: Vec::new(),
+            tasks_submitted: 0,
+            tasks_done: 0,
+            failures: Vec::new(),
+            skipped: Vec::new(),
+            tasks_skipped: 0,
+        };
+        let runtime = Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                work: (0..threads).map(|_| Condvar::new()).collect(),
+                readied: AtomicU64::new(0),
+                stop: AtomicBool::new(false),
+                progress: Condvar::new(),
+                disable_kernels: config.disable_kernels,
+                on_ready: std::sync::OnceLock::new(),
+                idle_drive: std::sync::OnceLock::new(),
+                trace,
+                threads,
+                offload: std::sync::OnceLock::new(),
+                layers: Layers::default(),
+                failed: AtomicBool::new(false),
+                measure: models.is_some() || config.sched_stats || speed.iter().any(|&p| p < 100),
+                models,
+                speed,
+                sched_stats: config.sched_stats,
+                policy: Scheduler::effective(config.sched, threads),
+                name: name.to_owned(),
+            }),
+        };
+        let threads = (0..threads)
+            .map(|w| {
+                let rt = runtime.clone();
+                let hook = config.on_worker_start.clone();
+                crate::sync::thread::Builder::new()
+                    .name(format!("{name}-worker{w}"))
+                    .spawn(move || {
+                        if let Some(hook) = hook {
+                            (hook.0)(w);
+                        }
+                        rt.worker_loop(w as u32);
+                    })
+                    .expect("spawning a worker thread")
+            })
+            .collect();
+        let workers = Workers {
+            runtime: runtime.clone(),
+            threads,
+        };
+        (runtime, workers)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.shared.state)
+    }
+
+    /// The rank's timeline trace, when tracing.
+    pub(crate) fn tracer(&self) -> Option<&Arc<Recorder>> {
+        self.shared.trace.as_ref()
+    }
+
+    /// Tasks run and tasks submitted so far.
+    pub(crate) fn task_counts(&self) -> (u64, u64) {
+        let st = self.state();
+        (st.tasks_done, st.tasks_submitted)
+    }
+
+    /// Submits a task; its outcome is set once it completes: `Ok` when it ran,
+    /// [`TaskError`] when it did not run (a failed transfer upstream) or failed.
+    pub(crate) fn submit_task(
+        &self,
+        codelet: Codelet,
+        accesses: Vec<Access>,
+        priority: i32,
+        callback: Option<Callback>,
+        tag: Option<TaskTag>,
+    ) -> Outcome {
+        if let Some(device) = codelet.device() {
+            if self.shared.layers.attach(&device.layer) {
+                self.measure_bus(&device.layer);
+            }
+        }
+        let work = Work::Task {
+            codelet,
+            callback,
+            tag,
+        };
+        let outcome = Outcome::default();
+        self.submit_node(
+            work,
+            accesses,
+            priority,
+            0,
+            false,
+            Some(Arc::clone(&outcome)),
+        );
+        outcome
+    }
+
+    /// Blocks until `outcome` (of [`Runtime::submit_task`]) is set, and returns it.
+    pub(crate) fn wait_outcome(&self, outcome: &Outcome) -> Result<(), TaskError> {
+        let _wait = trace::wait(self.tracer(), "task_wait");
+        let mut st = self.state();
+        loop {
+            if let Some(r) = lock(outcome).clone() {
+                return r;
+            }
+            st = self.wait_progress(st);
+        }
+    }
+
+    /// Submits a hook node: `hook` runs once the accesses' dependencies are met (on the
+    /// submitting thread if they already are), and the node completes when someone calls
+    /// [`Runtime::complete`] with its id.
+    pub(crate) fn submit_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
+        self.submit(Work::Hook(hook), accesses, priority, 0, false);
+    }
+
+    /// [`Runtime::submit_hook`] for a request: also counts the request in flight, as
+    /// [`Runtime::begin_request`] does, under the same lock.
+    pub(crate) fn submit_request_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
+        self.submit(Work::Hook(hook), accesses, priority, 1, false);
+    }
+
+    /// [`Runtime::submit_request_hook`] for a send: the hook reads its data itself, asking
+    /// the device layers how ([`crate::device::Layers::export`], else `to_host`).
+    pub(crate) fn submit_send_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
+        self.submit(Work::Hook(hook), accesses, priority, 1, true);
+    }
+
+    /// Records a host access that could not bring its data back from a device: reported
+    /// at shutdown like a failed task.
+    pub(crate) fn record_device_failure(&self, what: String) {
+        self.state().panics.push(what);
+    }
+
+    /// Submits a node, counting `requests` requests in flight with it.
+    fn submit(
+        &self,
+        work: Work,
+        accesses: Vec<Access>,
+        priority: i32,
+        requests: usize,
+        own_host: bool,
+    ) {
+        self.submit_node(work, accesses, priority, requests, own_host, None);
+    }
+
+    /// [`Runtime::submit`], with the outcome a task's handle reads.
+    fn submit_node(
+        &self,
+        work: Work,
+        accesses: Vec<Access>,
+        priority: i32,
+        requests: usize,
+        own_host: bool,
+        outcome: Option<Outcome>,
+    ) {
+        let mut st = self.state();
+        let id = st.next_id;
+        st.next_id += 1;
+        st.outstanding += 1 + requests;
+        st.tasks_submitted += u64::from(matches!(work, Work::Task { .. }));
+        let mut deps = 0;
+        let mut preds: Vec<NodeId> = Vec::new();
+        let mut poison = None;
+        for (i, a) in accesses.iter().enumerate() {
+            if a.mode == AccessMode::SCRATCH {
+                continue;
+            }
+            let data = a.cell.id();
+            // One handle accessed twice by a node: order it once, by the strongest mode
+            // (a SCRATCH access, skipped above, does not count).
+            if accesses[..i]
+                .iter()
+                .any(|b| b.mode != AccessMode::SCRATCH && b.cell.id() == data)
+            {
+                continue;
+            }
+            let writes = accesses
+                .iter()
+                .filter(|b| b.cell.id() == data)
+                .any(|b| b.mode.writes() || b.mode.contains(AccessMode::COMMUTE));
+            let hd = st.handles.entry(data).or_default();
+            if hd.unordered {
+                continue;
+            }
+            if let Some(w) = hd.last_writer {
+                preds.push(w);
+            } else if poison.is_none()
+                && hd.poison.is_some()
+                && accesses
+                    .iter()
+                    .any(|b| b.cell.id() == data && reads_value(b.mode))
+            {
+                // No writer pending: the value is the last completed writer's.
+                poison.clone_from(&hd.poison);
+            }
+            if writes {
+                preds.append(&mut hd.readers);
+                hd.last_writer = Some(id);
+            } else {
+                hd.readers.push(id);
+            }
+        }
+        preds.sort_unstable();
+        preds.dedup();
+        for p in preds {
+            if let Some(pred) = st.nodes.get_mut(&p) {
+                pred.successors.push(id);
+                deps += 1;
+            }
+        }
+        st.nodes.insert(
+            id,
+            Node {
+                deps,
+                successors: Vec::new(),
+                priority,
+                accesses,
+                work: Some(work),
+                poison,
+                own_host,
+                outcome,
+                placed: Target::Any,
+                expected: None,
+                begin: 0.0,
+            },
+        );
+        let mut hooks = Hooks::default();
+        if deps == 0 {
+            self.make_ready(&mut st, id, &mut hooks);
+            self.complete_skipped(&mut st, &mut hooks);
+        }
+        drop(st);
+        self.run_hooks(hooks);
+    }
+
+    /// A node's dependencies are met: queue a task, or collect a hook to run unlocked.
+    fn make_ready(&self, st: &mut State, id: NodeId, hooks: &mut Hooks) {
+        let Some(node) = st.nodes.get_mut(&id) else {
+            return;
+        };
+        match node.work.take() {
+            Some(Work::Hook(h)) => {
+                // A hook accesses host memory: the device layers bring it up to date first.
+                let host = if self.shared.layers.any() && !node.own_host {
+                    node.accesses.clone()
+                } else {
+                    Vec::new()
+                };
+                if !host.is_empty() && self.shared.policy == SchedPolicy::Dmda {
+                    // The layers bring main memory up to date (the transfer estimate).
+                    for a in &host {
+                        if let Some(h) = st.handles.get_mut(&a.cell.id()) {
+                            h.copies |= 1;
+                        }
+                    }
+                }
+                hooks.push(id, h, host);
+            }
+            Some(task @ Work::Task { .. }) if node.poison.is_some() => {
+                // An input depends on a failed transfer: the task does not run (nor its
+                // callback); it completes at once, poisoning what it writes.
+                node.work = Some(task);
+                st.skipped.push(id);
+            }
+            Some(task @ Work::Task { .. }) => {
+                node.work = Some(task);
+                let target = if self.shared.policy == SchedPolicy::Dmda {
+                    self.place(st, id)
+                } else {
+                    // `prio` and `ws` need no bookkeeping per task.
+                    let priority = node.priority;
+                    let from = match self.shared.policy {
+                        SchedPolicy::Ws => self.current_worker(),
+                        _ => None,
+                    };
+                    st.sched.push(priority, id, from)
+                };
+                if let Target::Device(_) = target {
+                    // Handed to its device layer once the lock is released.
+                    let rt = self.clone();
+                    hooks.push(id, Box::new(move |id| rt.start_on_device(id)), Vec::new());
+                    return;
+                }
+                self.shared.readied.fetch_add(1, Ordering::Release);
+                if let Some(w) = st.sched.wake(target) {
+                    self.shared.work[w].notify_one();
+                }
+                if let Some(f) = self.shared.on_ready.get() {
+                    f();
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Completes node `id`: its successors may become ready.
+    pub(crate) fn complete(&self, id: NodeId) {
+        let mut st = self.state();
+        let mut hooks = Hooks::default();
+        self.complete_locked(&mut st, id, &mut hooks);
+        drop(st);
+        self.run_hooks(hooks);
+    }
+
+    /// Completes hook node `id` whose transfer failed with `failure`: the failure is
+    /// recorded for the rank's reports, and the data the node writes are poisoned, so
+    /// that the nodes that read them after it do not run on the stale value.
+    pub(crate) fn fail(&self, id: NodeId, failure: TransferError) {
+        let failure = Arc::new(failure);
+        let mut st = self.state();
+        self.shared.failed.store(true, Ordering::SeqCst);
+        st.failures.push(Arc::clone(&failure));
+        if let Some(node) = st.nodes.get_mut(&id) {
+            node.poison = Some(failure);
+        }
+        let mut hooks = Hooks::default();
+        self.complete_locked(&mut st, id, &mut hooks);
+        drop(st);
+        self.run_hooks(hooks);
+    }
+
+    /// Records a failed transfer that poisons no local data (a send): reported like the
+    /// others.
+    pub(crate) fn record_failure(&self, failure: TransferError) {
+        let mut st = self.state();
+        self.shared.failed.store(true, Ordering::SeqCst);
+        st.failures.push(Arc::new(failure));
+        self.notify_progress(&st);
+    }
+
+    /// Why hook node `id` must not use its data: a value it reads depends on a failed
+    /// transfer. `None` for a node with sound inputs (or unknown).
+    pub(crate) fn poison_of(&self, id: NodeId) -> Option<Poison> {
+        if !self.any_failure() {
+            return None;
+        }
+        self.state().nodes.get(&id).and_then(|n| n.poison.clone())
+    }
+
+    /// Whether a transfer ever failed on this runtime (no lock taken).
+    fn any_failure(&self) -> bool {
+        self.shared.failed.load(Ordering::SeqCst)
+    }
+
+    /// The first failed transfer, if any (no lock taken while there is none).
+    pub(crate) fn first_failure(&self) -> Option<Poison> {
+        if !self.any_failure() {
+            return None;
+        }
+        self.state().failures.first().cloned()
+    }
+
+    /// Why the current value of `data` must not be used, as of the accesses completed so
+    /// far: it depends on a failed transfer.
+    pub(crate) fn data_poison(&self, data: DataId) -> Option<Poison> {
+        self.state()
+            .handles
+            .get(&data)
+            .and_then(|h| h.poison.clone())
+    }
+
+    /// The failed transfers so far, oldest first, and how many tasks did not run because
+    /// of them.
+    pub(crate) fn failures(&self) -> (Vec<Poison>, u64) {
+        let st = self.state();
+        (st.failures.clone(), st.tasks_skipped)
+    }
+
+    fn complete_locked(&self, st: &mut State, id: NodeId, hooks: &mut Hooks) {
+        self.complete_one(st, id, hooks);
+        self.complete_skipped(st, hooks);
+    }
+
+    /// Completes the poisoned tasks made ready, without running them (a worklist, not
+    /// recursion: a poison may run down a long chain of tasks).
+    fn complete_skipped(&self, st: &mut State, hooks: &mut Hooks) {
+        while let Some(id) = st.skipped.pop() {
+            st.tasks_skipped += 1;
+            st.tasks_done += 1;
+            // Its tag is unlocked as if it ran, so that `tag_wait` returns (the failure
+            // that skipped it is reported by the waits and at shutdown) instead of hanging.
+            let tag = match st.nodes.get_mut(&id).and_then(|n| n.work.take()) {
+                Some(Work::Task { tag, .. }) => tag,
+                _ => None,
+            };
+            if let Some(t) = tag {
+                st.unlocked_tags.insert(t, true);
+            }
+            self.complete_one(st, id, hooks);
+        }
+    }
+
+    fn complete_one(&self, st: &mut State, id: NodeId, hooks: &mut Hooks) {
+        let Some(node) = st.nodes.remove(&id) else {
+            return;
+        };
+        if let Some(outcome) = &node.outcome {
+            // Set under the state lock, before `notify_progress`: a waiter cannot miss it.
+            // A failure already set (by `finish_task`) stays.
+            lock(outcome).get_or_insert_with(|| match &node.poison {
+                Some(p) => Err(TaskError::Upstream(Box::new((**p).clone()))),
+                None => Ok(()),
+            });
+        }
+        for a in &node.accesses {
+            if let Some(hd) = st.handles.get_mut(&a.cell.id()) {
+                if hd.last_writer == Some(id) {
+                    hd.last_writer = None;
+                    let data = a.cell.id();
+                    if node
+                        .accesses
+                        .iter()
+                        .any(|b| b.cell.id() == data && writes_value(b.mode))
+                    {
+                        // The value now is this node's: sound, or poisoned with it.
+                        hd.poison.clone_from(&node.poison);
+                    }
+                }
+                hd.readers.retain(|r| *r != id);
+            }
+        }
+        for s in node.successors {
+            if let Some(succ) = st.nodes.get_mut(&s) {
+                if let Some(p) = &node.poison {
+                    // A successor that reads a datum this node wrote inherits the poison.
+                    if succ.poison.is_none()
+                        && succ.accesses.iter().any(|b| {
+                            reads_value(b.mode)
+                                && node
+                                    .accesses
+                                    .iter()
+                                    .any(|a| writes_value(a.mode) && a.cell.id() == b.cell.id())
+                        })
+                    {
+                        succ.poison = Some(Arc::clone(p));
+                    }
+                }
+                succ.deps -= 1;
+                if succ.deps == 0 {
+                    self.make_ready(st, s, hooks);
+                }
+            }
+        }
+        st.outstanding -= 1;
+        st.completed += 1;
+        self.notify_progress(st);
+    }
+
+    /// Runs the hooks made ready, in order, each once the device layers made main memory's
+    /// copies of its accesses valid. A copy that failed is reported at shutdown like a
+    /// failed task, so that the run cannot end with `Ok`.
+    fn run_hooks(&self, hooks: Hooks) {
+        for (id, hook, host) in hooks.first.into_iter().chain(hooks.rest) {
+            if !host.is_empty() {
+                if let Err(e) = self.shared.layers.to_host(&host) {
+                    self.state()
+                        .panics
+                        .push(format!("a host access could not bring its data back: {e}"));
+                }
+            }
+            hook(id);
+        }
+    }
+
+    /// The device layers attached to this runtime.
+    pub(crate) fn layers(&self) -> &Layers {
+        &self.shared.layers
+    }
+
+    /// Wakes the threads waiting on `progress`, if any waits for what may have changed.
+    fn notify_progress(&self, st: &State) {
+        if st.progress_waiters > 0 || (st.idle_waiters > 0 && st.outstanding == 0) {
+            self.shared.progress.notify_all();
+        }
+    }
+
+    /// Waits on `progress`, counted so that notifiers know someone waits.
+    fn wait_progress<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        st.progress_waiters += 1;
+        let mut st = self
+            .shared
+            .progress
+            .wait(st)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.progress_waiters -= 1;
+        st
+    }
+
+    /// Counts a request in flight (so that `wait_for_all` waits for it). Only the
+    /// threaded tests use it (none runs under `cfg(loom)`).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn begin_request(&self) {
+        self.state().outstanding += 1;
+    }
+
+    /// A request counted by [`Runtime::begin_request`] finished.
+    pub(crate) fn end_request(&self) {
+        let mut st = self.state();
+        st.outstanding -= 1;
+        self.notify_progress(&st);
+    }
+
+    /// Switches sequential consistency for one handle.
+    pub(crate) fn set_ordered(&self, data: DataId, ordered: bool) {
+        self.state().handles.entry(data).or_default().unordered = !ordered;
+    }
+
+    /// Blocks until every node and request submitted so far has completed.
+    pub(crate) fn wait_for_all(&self) {
+        let _wait = trace::wait(self.tracer(), "wait_for_all");
+        let mut st = self.state();
+        while st.outstanding > 0 {
+            st.idle_waiters += 1;
+            st = self
+                .shared
+                .progress
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st.idle_waiters -= 1;
+        }
+    }
+
+    /// Blocks until `done` holds or `timeout` passes; returns whether it holds.
+    pub(crate) fn wait_until(
+        &self,
+        timeout: core::time::Duration,
+        mut done: impl FnMut(&RuntimeView) -> bool,
+    ) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut st = self.state();
+        loop {
+            let view = RuntimeView {
+                outstanding: st.outstanding,
+                busy: st.running + st.sched.len(),
+                completed: st.completed,
+            };
+            if done(&view) {
+                return true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st.progress_waiters += 1;
+            st = self
+                .shared
+                .progress
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+            st.progress_waiters -= 1;
+        }
+    }
+
+    /// The panics of tasks so far (emptied).
+    pub(crate) fn take_panics(&self) -> Vec<String> {
+        core::mem::take(&mut self.state().panics)
+    }
+
+    /// Marks `tag` unlocked and wakes its waiters.
+    pub(crate) fn unlock_tag(&self, tag: TaskTag) {
+        let mut st = self.state();
+        st.unlocked_tags.insert(tag, true);
+        self.notify_progress(&st);
+    }
+
+    /// Blocks until every tag of `tags` is unlocked.
+    pub(crate) fn wait_tags(&self, tags: &[TaskTag]) {
+        let _wait = trace::wait(self.tracer(), "tag_wait");
+        let mut st = self.state();
+        while !tags
+            .iter()
+            .all(|t| st.unlocked_tags.get(t).copied().unwrap_or(false))
+        {
+            st = self.wait_progress(st);
+        }
+    }
+
+    /// Forgets that `tag` was unlocked, so it can be reused.
+    pub(crate) fn reset_tag(&self, tag: TaskTag) {
+        self.state().unlocked_tags.remove(&tag);
+    }
+
+    /// Calls `f` whenever a task becomes ready (once set, for the rank's life).
+    pub(crate) fn set_on_ready(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.shared.on_ready.set(f);
+    }
+
+    /// Lets an idle worker that expects work drive the rank's progress while it polls for
+    /// it (once set, for the rank's life): a message that makes a task ready is then
+    /// taken by the worker that runs the task.
+    pub(crate) fn set_idle_drive(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.shared.idle_drive.set(f);
+    }
+
+    /// Hands every task with a kernel to `offload` from now on (once set, for the
+    /// runtime's life).
+    pub(crate) fn set_offload(&self, offload: Arc<dyn Offload>) {
+        let _ = self.shared.offload.set(offload);
+    }
+
+    /// How many worker threads run tasks.
+    pub(crate) fn threads(&self) -> usize {
+        self.shared.threads
+    }
+
+    /// Where tasks run when not here, if anywhere.
+    pub(crate) fn offload(&self) -> Option<&Arc<dyn Offload>> {
+        self.shared.offload.get()
+    }
+}
+
+/// A snapshot of a runtime's activity, for quiescence checks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RuntimeView {
+    /// Nodes and requests not complete.
+    pub(crate) outstanding: usize,
+    /// Tasks running or ready to run.
+    pub(crate) busy: usize,
+    /// Nodes completed so far.
+    pub(crate) completed: u64,
+}
+
+/// Whether the environment variable `name` is set to something other than empty or `0`.
+pub(crate) fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Hooks whose nodes became ready under the lock, to run once it is released, in order.
+/// The first is kept inline: most completions make at most one hook ready, and then
+/// nothing is allocated.
+#[derive(Default)]
+struct Hooks {
+    first: Option<ReadyHook>,
+    rest: Vec<ReadyHook>,
+}
+
+/// A hook node made ready: its id, its hook, and the accesses the device layers bring to
+/// main memory before it runs (empty when no layer is attached).
+type ReadyHook = (NodeId, Hook, Vec<Access>);
+
+impl Hooks {
+    fn push(&mut self, id: NodeId, hook: Hook, host: Vec<Access>) {
+        if self.first.is_none() {
+            self.first = Some((id, hook, host));
+        } else {
+            self.rest.push((id, hook, host));
+        }
+    }
+}
+
+mod config;
+mod placement;
+mod worker;
+
+pub use config::{RuntimeConfig, WorkerStart};
+
+#[cfg(test)]
+mod tests;
