@@ -450,18 +450,10 @@ impl Context {
         unlock: Option<TaskTag>,
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
-        for (h, dest, tag) in sends {
-            self.check_rank(*dest)?;
-            self.check_user_tag(*tag)?;
-            h.cell.usable()?;
-        }
-        let callback = self.guarded(format!("{} sends", sends.len()), callback);
-        let all = self.all_done(sends.len(), unlock, callback);
-        for (h, dest, tag) in sends {
-            let all = Arc::clone(&all);
-            self.post_send(h.cell(), *dest, *tag, opts, Box::new(move |r| all(r)))?;
-        }
-        Ok(())
+        let what = format!("{} sends", sends.len());
+        self.detach_many(sends, what, unlock, callback, |cell, dest, tag, done| {
+            self.post_send(cell, dest, tag, opts, done)
+        })
     }
 
     /// Checks and posts a receive into `h` from `source` with `tag` and `opts`: the
@@ -547,16 +539,34 @@ impl Context {
         unlock: Option<TaskTag>,
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
-        for (h, source, tag) in recvs {
-            self.check_rank(*source)?;
+        let what = format!("{} receives", recvs.len());
+        self.detach_many(recvs, what, unlock, callback, |cell, source, tag, done| {
+            self.post_recv(cell, source, tag, opts, done)
+        })
+    }
+
+    /// Checks every item (peer, tag, handle) before posting any, then posts each with
+    /// `post` and a completion that counts down to `unlock` and `callback` (named
+    /// `what` in a report of its panic): the body of [`Context::detach_sends`] and
+    /// [`Context::detach_recvs`].
+    fn detach_many(
+        &self,
+        items: &[(AnyHandle, Rank, Tag)],
+        what: String,
+        unlock: Option<TaskTag>,
+        callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
+        post: impl Fn(Arc<dyn AnyCell>, Rank, Tag, Done) -> Result<(), CommError>,
+    ) -> Result<(), CommError> {
+        for (h, peer, tag) in items {
+            self.check_rank(*peer)?;
             self.check_user_tag(*tag)?;
             h.cell.usable()?;
         }
-        let callback = self.guarded(format!("{} receives", recvs.len()), callback);
-        let all = self.all_done(recvs.len(), unlock, callback);
-        for (h, source, tag) in recvs {
+        let callback = self.guarded(what, callback);
+        let all = self.all_done(items.len(), unlock, callback);
+        for (h, peer, tag) in items {
             let all = Arc::clone(&all);
-            self.post_recv(h.cell(), *source, *tag, opts, Box::new(move |r| all(r)))?;
+            post(h.cell(), *peer, *tag, Box::new(move |r| all(r)))?;
         }
         Ok(())
     }
