@@ -1,0 +1,248 @@
+use starling_core::Tag;
+
+use super::*;
+
+/// An engine stand-in: an envelope is `[tag, payload tag or 0]`; it refuses the tags
+/// in `full` (for `table`) and records what went in; a submission is a number, refused
+/// while `room` is 0.
+#[derive(Default)]
+struct Fake {
+    full: Vec<u8>,
+    table: Option<Table>,
+    went_in: Vec<u8>,
+    room: usize,
+    submitted: Vec<u32>,
+    /// Free receive slots (`None`: no budget).
+    slots: Option<usize>,
+    /// Keys with early data in the engine.
+    early: Vec<Key>,
+    /// Tables with no room ([`Admit::has_room`]).
+    no_room: Vec<Table>,
+}
+
+impl Admit for Fake {
+    type Cmd = u32;
+
+    fn submit(&mut self, c: u32) -> Result<Option<Key>, u32> {
+        if self.room == 0 {
+            return Err(c);
+        }
+        self.room -= 1;
+        self.submitted.push(c);
+        // Odd numbers are receives of tag `c`.
+        Ok((c % 2 == 1).then(|| Key::new(CommId::WORLD, Rank(0), Tag(i64::from(c)))))
+    }
+
+    fn hand_in(&mut self, _: Rank, _: CommId, bytes: Vec<u8>) -> Result<(), (Vec<u8>, Table)> {
+        if self.full.contains(&bytes[0]) {
+            return Err((bytes, self.table.unwrap_or(Table::Requests)));
+        }
+        self.went_in.push(bytes[0]);
+        Ok(())
+    }
+
+    fn has_room(&self, table: Table) -> bool {
+        !self.no_room.contains(&table)
+    }
+
+    fn refusal_order(&self, source: Rank, comm: CommId, b: &[u8]) -> Option<RefusalOrder> {
+        Some(RefusalOrder {
+            key: Key::new(comm, source, Tag(i64::from(b[0]))),
+            payload: (b[1] != 0).then_some(PhysTag(i32::from(b[1]))),
+        })
+    }
+
+    fn recv_key(&self, c: &u32) -> Option<Key> {
+        (c % 2 == 1).then(|| Key::new(CommId::WORLD, Rank(0), Tag(i64::from(*c))))
+    }
+
+    fn free_recv_slots(&self) -> Option<usize> {
+        self.slots
+    }
+
+    fn has_early(&self, key: Key) -> bool {
+        self.early.contains(&key)
+    }
+
+    fn early_keys(&self, f: &mut dyn FnMut(Key)) {
+        for k in &self.early {
+            f(*k);
+        }
+    }
+
+    fn waiting_arrivals(&self) -> u64 {
+        self.early.len() as u64
+    }
+}
+
+fn arrive(a: &mut Admission<u32>, f: &mut Fake, tag: u8, payload: u8) -> bool {
+    a.on_envelope(f, Rank(0), CommId::WORLD, vec![tag, payload])
+}
+
+#[test]
+fn a_refused_envelope_holds_back_its_key_and_payload_tag_only() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    f.full = vec![1];
+    f.table = Some(Table::MatchKeys);
+    assert!(!arrive(&mut a, &mut f, 1, 9)); // refused
+    f.full.clear();
+    assert!(!arrive(&mut a, &mut f, 1, 0), "same key: behind it");
+    assert!(!arrive(&mut a, &mut f, 2, 9), "same payload tag: behind it");
+    assert!(
+        arrive(&mut a, &mut f, 3, 8),
+        "another key and payload tag go by"
+    );
+    assert_eq!(f.went_in, [3]);
+    assert_eq!(a.refusals(), 1);
+    // Retried in arrival order, each behind what it must stay behind.
+    assert!(a.retry_refused(&mut f));
+    assert_eq!(f.went_in, [3, 1, 1, 2]);
+    assert!(a.is_empty());
+}
+
+#[test]
+fn a_pass_tries_only_the_envelopes_whose_table_may_have_room() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    f.full = vec![1, 2, 3];
+    f.table = Some(Table::MatchKeys);
+    for tag in 1..=3 {
+        assert!(!arrive(&mut a, &mut f, tag, 0));
+    }
+    assert_eq!(a.refusals(), 3);
+    // Their table is full: a pass hands none of them in (not even to be refused).
+    f.no_room = vec![Table::MatchKeys];
+    for _ in 0..10 {
+        assert!(!a.retry_refused(&mut f));
+    }
+    assert_eq!(a.refusals(), 3);
+    // Room frees: they are tried, oldest first.
+    f.no_room.clear();
+    f.full = vec![2, 3];
+    assert!(a.retry_refused(&mut f));
+    assert_eq!(f.went_in, [1]);
+    f.full.clear();
+    assert!(a.retry_refused(&mut f));
+    assert_eq!(f.went_in, [1, 2, 3]);
+    assert!(a.is_empty());
+}
+
+#[test]
+fn an_envelope_freed_by_the_one_before_it_is_tried_whatever_refused_that_one() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    // Key 1 (payload tag 9) is refused for the key table; key 2 on the same payload
+    // tag waits behind it.
+    f.full = vec![1];
+    f.table = Some(Table::MatchKeys);
+    assert!(!arrive(&mut a, &mut f, 1, 9));
+    assert!(!arrive(&mut a, &mut f, 2, 9));
+    // The key table stays full, but a receive of key 1 takes its envelope ...
+    f.full.clear();
+    f.no_room = vec![Table::MatchKeys];
+    f.room = 1;
+    a.offer(&mut f, Direction::Recv, 1);
+    assert_eq!(f.went_in, [1]);
+    // ... and key 2's envelope, free now, is tried by the next pass (its receive may
+    // be posted: it may need no room).
+    assert!(a.retry_refused(&mut f));
+    assert_eq!(f.went_in, [1, 2]);
+    assert!(a.is_empty());
+}
+
+#[test]
+fn a_posted_receive_lets_its_refused_envelopes_in_and_a_full_slab_stops_a_pass() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    f.full = vec![5, 7];
+    assert!(!arrive(&mut a, &mut f, 5, 0));
+    assert!(!arrive(&mut a, &mut f, 7, 0));
+    f.full = vec![5];
+    // A pass stops at the first envelope refused for want of a slot (the next would
+    // need one too) ...
+    assert!(!a.retry_refused(&mut f));
+    assert!(f.went_in.is_empty());
+    // ... but a receive of key 7, once in, takes its envelope at once.
+    f.room = 1;
+    a.offer(&mut f, Direction::Recv, 7);
+    assert_eq!(
+        (f.submitted.as_slice(), f.went_in.as_slice()),
+        (&[7][..], &[7][..])
+    );
+    // A receive that waits for room takes its envelope when it goes in.
+    a.offer(&mut f, Direction::Recv, 5);
+    assert_eq!(f.submitted, [7], "no room: it waits");
+    f.full.clear();
+    f.room = 1;
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.went_in, [7, 5]);
+    assert!(a.is_empty());
+}
+
+fn key(tag: u32) -> Key {
+    Key::new(CommId::WORLD, Rank(0), Tag(i64::from(tag)))
+}
+
+#[test]
+fn the_last_receive_slot_is_kept_for_a_receive_whose_message_is_here() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    f.full = vec![5];
+    assert!(!arrive(&mut a, &mut f, 5, 0)); // refused: 5's message is here
+    f.full.clear();
+    f.room = 5;
+    f.slots = Some(1);
+    // 3's message is not here: it may not take the last slot, and waits.
+    a.offer(&mut f, Direction::Recv, 3);
+    assert!(f.submitted.is_empty());
+    // 5's message is here (refused): it goes by 3, and takes its envelope.
+    a.offer(&mut f, Direction::Recv, 5);
+    assert_eq!((&f.submitted[..], &f.went_in[..]), (&[5][..], &[5][..]));
+    // So does 7, whose message waits in the engine as early data.
+    f.early = vec![key(7)];
+    a.offer(&mut f, Direction::Recv, 7);
+    assert_eq!(f.submitted, [5, 7]);
+    // 9's is not here: behind 3; nothing goes in while the last slot is all there is.
+    f.early.clear();
+    a.offer(&mut f, Direction::Recv, 9);
+    assert!(!a.admit_waiting(&mut f));
+    // 9's message arrives (early data): it goes ahead of 3.
+    f.early = vec![key(9)];
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.submitted, [5, 7, 9]);
+    // 3 goes in once the slot it would take is not the last.
+    f.early.clear();
+    f.slots = Some(2);
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.submitted, [5, 7, 9, 3]);
+    assert!(a.is_empty());
+}
+
+#[test]
+fn a_receive_whose_message_is_here_stays_behind_a_waiting_one_of_its_key() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    f.slots = Some(1);
+    f.room = 5;
+    a.offer(&mut f, Direction::Recv, 3); // not here: waits
+    f.early = vec![key(3)];
+    a.offer(&mut f, Direction::Recv, 3); // here, but behind the first of its key
+    assert!(f.submitted.is_empty());
+    // The first of key 3 is now the one whose message is here: it goes, then the
+    // second (its message still counts as here in this stand-in).
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.submitted, [3, 3]);
+}
+
+#[test]
+fn submissions_wait_in_order_per_direction() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    a.offer(&mut f, Direction::Send, 2);
+    f.room = 5;
+    a.offer(&mut f, Direction::Send, 4); // behind 2, though there is room
+    a.offer(&mut f, Direction::Recv, 1);
+    assert_eq!(f.submitted, [1]);
+    assert_eq!(
+        a.waiting(Direction::Send).copied().collect::<Vec<_>>(),
+        [2, 4]
+    );
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.submitted, [1, 2, 4]);
+    assert_eq!(a.queued(), 2);
+    assert!(a.is_empty());
+}
