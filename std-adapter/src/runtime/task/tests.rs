@@ -924,7 +924,7 @@ mod config {
         for (vars, expected) in cases {
             let mut probe = Command::new(&exe);
             probe
-                .args(["--exact", "task::tests::config::from_env_probe"])
+                .args(["--exact", "runtime::task::tests::config::from_env_probe"])
                 .args(["--ignored", "--test-threads=1"])
                 .env(EXPECT, &expected);
             for v in VARS {
