@@ -9,6 +9,12 @@
 #
 #   bash scripts/bench-against.sh [base-commit]      # default e5327fd (before issue 17)
 #   REPS=7 BASE_DIR=/tmp/base bash scripts/bench-against.sh e5327fd
+#   OWN_EXAMPLE=1 bash scripts/bench-against.sh e5327fd   # each side its own compare.rs
+#
+# OWN_EXAMPLE=1 builds the base commit's own `examples/compare.rs` instead of this tree's:
+# for a base older than an API change (the point-to-point builders of issue 19), whose
+# library cannot build this tree's example; both run the same workloads and print the same
+# SAMPLE lines, each in its own API's spelling.
 #
 # Per run: `compare insert 256 10 3 unpruned` and `pruned` (µs per logical task, fake
 # rank 2 of 1024, kernels off: bench/compare's insert row) and `compare pingpong 2000 3`
@@ -25,7 +31,11 @@ base_target="${BASE_TARGET:-$base_dir-target}"
 if [ ! -d "$base_dir" ]; then
     git worktree add --detach "$base_dir" "$base_rev" >&2
 fi
-cp examples/compare.rs "$base_dir/examples/compare.rs"
+if [ "${OWN_EXAMPLE:-0}" = 1 ]; then
+    git -C "$base_dir" checkout --quiet -- examples/compare.rs
+else
+    cp examples/compare.rs "$base_dir/examples/compare.rs"
+fi
 echo "# building this tree ($(git rev-parse --short HEAD)) and $base_rev, release" >&2
 cargo build --quiet --release --example compare
 (cd "$base_dir" && CARGO_TARGET_DIR="$base_target" cargo build --quiet --release --example compare)
