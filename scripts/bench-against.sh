@@ -9,12 +9,13 @@
 #
 #   bash scripts/bench-against.sh [base-commit]      # default e5327fd (before issue 17)
 #   REPS=7 BASE_DIR=/tmp/base bash scripts/bench-against.sh e5327fd
-#   OWN_EXAMPLE=1 bash scripts/bench-against.sh e5327fd   # each side its own compare.rs
+#   OWN_EXAMPLE=1 bash scripts/bench-against.sh 305f071   # each side its own compare.rs
 #
 # OWN_EXAMPLE=1 builds the base commit's own `examples/compare.rs` instead of this tree's:
 # for a base older than an API change (the point-to-point builders of issue 19), whose
 # library cannot build this tree's example; both run the same workloads and print the same
-# SAMPLE lines, each in its own API's spelling.
+# SAMPLE lines, each in its own API's spelling (the base needs the same subcommands:
+# `pingpong` came after e5327fd, so compare e5327fd and this tree through 305f071).
 #
 # Per run: `compare insert 256 10 3 unpruned` and `pruned` (µs per logical task, fake
 # rank 2 of 1024, kernels off: bench/compare's insert row) and `compare pingpong 2000 3`
