@@ -15,7 +15,10 @@
 # for a base older than an API change (the point-to-point builders of issue 19), whose
 # library cannot build this tree's example; both run the same workloads and print the same
 # SAMPLE lines, each in its own API's spelling (the base needs the same subcommands:
-# `pingpong` came after e5327fd, so compare e5327fd and this tree through 305f071).
+# `pingpong` came after e5327fd). BASE_EXAMPLE_FROM=<rev> builds that commit's
+# compare.rs against the base instead: `BASE_EXAMPLE_FROM=305f071 bash
+# scripts/bench-against.sh e5327fd` runs the old API's example (with `pingpong`) on
+# e5327fd's library, and this tree's example on this tree's.
 #
 # Per run: `compare insert 256 10 3 unpruned` and `pruned` (µs per logical task, fake
 # rank 2 of 1024, kernels off: bench/compare's insert row) and `compare pingpong 2000 3`
@@ -32,7 +35,9 @@ base_target="${BASE_TARGET:-$base_dir-target}"
 if [ ! -d "$base_dir" ]; then
     git worktree add --detach "$base_dir" "$base_rev" >&2
 fi
-if [ "${OWN_EXAMPLE:-0}" = 1 ]; then
+if [ -n "${BASE_EXAMPLE_FROM:-}" ]; then
+    git show "$BASE_EXAMPLE_FROM:examples/compare.rs" >"$base_dir/examples/compare.rs"
+elif [ "${OWN_EXAMPLE:-0}" = 1 ]; then
     git -C "$base_dir" checkout --quiet -- examples/compare.rs
 else
     cp examples/compare.rs "$base_dir/examples/compare.rs"
