@@ -367,12 +367,12 @@ impl Context {
         tag: Tag,
         opts: SendOpts,
     ) -> Result<Request, CommError> {
-        self.isend_from(h, dest, tag, opts, self.in_place_min)
+        self.start_send_from(h, dest, tag, opts, self.in_place_min)
     }
 
     /// [`Context::start_send`], lending the handle's data in place from `in_place_min`
     /// bytes up.
-    pub(super) fn isend_from<I: Interface>(
+    pub(super) fn start_send_from<I: Interface>(
         &self,
         h: &Handle<I>,
         dest: Rank,
@@ -411,7 +411,7 @@ impl Context {
         // The caller waits until the send completes: holding the handle for reading
         // until then costs nothing, so every payload that travels as its own message
         // is sent from the handle's memory.
-        self.isend_from(h, dest, tag, opts, self.blocking_in_place_min)?
+        self.start_send_from(h, dest, tag, opts, self.blocking_in_place_min)?
             .wait_driving(driving)
     }
 
