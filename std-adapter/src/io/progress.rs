@@ -313,8 +313,9 @@ struct Progress<T: Transport> {
     early_device: IdMap<ReqId, DeviceValue>,
     /// What waits outside the engine for room: submissions in order per direction,
     /// envelopes refused for a full table in order per key ([`crate::io::admission`], the
-    /// code the simulator's explorer checks).
-    admission: Admission<Command>,
+    /// code the simulator's explorer checks). Boxed and `None` only while
+    /// [`Progress::with_admission`] lends it out: lending moves one pointer.
+    admission: Option<Box<Admission<Command>>>,
     barriers: HashMap<u64, Box<dyn FnOnce() + Send>>,
     next_barrier: u64,
     trace: bool,
@@ -365,14 +366,15 @@ impl<T: Transport> Progress<T> {
             Command::Leftovers(reply) => {
                 // The envelopes still refused were never received either, and the
                 // submissions waiting for room never reached the engine.
-                let refused = self
-                    .admission
-                    .refused()
+                let admission = self.admission.as_deref();
+                let refused = admission
+                    .into_iter()
+                    .flat_map(Admission::refused)
                     .filter_map(|(s, c, b)| self.engine.orphan_of(s, c, b))
                     .collect();
                 let queued = [Direction::Send, Direction::Recv]
                     .into_iter()
-                    .flat_map(|d| self.admission.waiting(d))
+                    .flat_map(|d| admission.into_iter().flat_map(move |a| a.waiting(d)))
                     .filter_map(|c| match c {
                         Command::Send { args, .. } => {
                             Some((Kind::Send, args.comm, args.dest, args.tag))
@@ -404,10 +406,15 @@ impl<T: Transport> Progress<T> {
     }
 
     /// Runs `f` on the rank's [`Admission`] with this thread as its driver.
+    ///
+    /// The admission is lent out of `self` for the call (one pointer moved each way, no
+    /// placeholder built and dropped: this is on every send's and receive's path). It is
+    /// never lent twice: nothing `f` reaches through `self` runs an admission step.
     fn with_admission<R>(&mut self, f: impl FnOnce(&mut Admission<Command>, &mut Self) -> R) -> R {
-        let mut a = core::mem::take(&mut self.admission);
+        debug_assert!(self.admission.is_some(), "the admission is lent once");
+        let mut a = self.admission.take().unwrap_or_default();
         let r = f(&mut a, self);
-        self.admission = a;
+        self.admission = Some(a);
         r
     }
 
@@ -481,7 +488,7 @@ impl<T: Transport> Progress<T> {
     /// Submits what waits for room and hands refused envelopes in again; whether any
     /// went in.
     fn admit_waiting(&mut self) -> bool {
-        if self.admission.is_empty() {
+        if self.admission.as_deref().is_none_or(Admission::is_empty) {
             return false;
         }
         self.with_admission(|a, p| a.admit_waiting(p) | a.retry_refused(p))

@@ -225,9 +225,15 @@ impl<T: Transport> Driver<T> {
         *stamp |= moved;
         let in_flight = !moved && self.polling && p.transport.busy();
         // The epoch moves before the inputs stop counting as queued: a witness
-        // (`Shared::settled`) that finds them gone finds the epoch moved too.
-        self.shared.epoch.fetch_add(1, Ordering::SeqCst);
-        self.shared.queued.fetch_sub(taken, Ordering::SeqCst);
+        // (`Shared::settled`) that finds them gone finds the epoch moved too. A drive that
+        // took nothing and moved nothing changes neither (two locked writes saved on
+        // each idle turn of a waiting thread's loop).
+        if moved {
+            self.shared.epoch.fetch_add(1, Ordering::SeqCst);
+            if taken > 0 {
+                self.shared.queued.fetch_sub(taken, Ordering::SeqCst);
+            }
+        }
         if stop {
             // The transport is dropped by the progression thread (see `run`).
             *stopping = true;
@@ -289,7 +295,7 @@ pub(crate) fn start<T: Transport>(
         pending: IdMap::default(),
         early: IdMap::default(),
         early_device: IdMap::default(),
-        admission: Admission::default(),
+        admission: Some(Box::default()),
         barriers: HashMap::new(),
         next_barrier: 0,
         trace: config.trace,

@@ -141,7 +141,11 @@ impl<T: Transport> Progress<T> {
     /// behind wait refused (the core says which: [`RankEngine::refusal_order`]), it
     /// waits behind them; a message of another key goes in.
     pub(super) fn on_envelope(&mut self, source: Rank, comm: CommId, bytes: Vec<u8>) {
-        if self.admission.nothing_refused() {
+        if self
+            .admission
+            .as_deref()
+            .is_none_or(Admission::nothing_refused)
+        {
             // Nothing holds it back.
             match self.handle_envelope(source, comm, bytes) {
                 Ok(()) => return,
