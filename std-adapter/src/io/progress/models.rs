@@ -22,20 +22,21 @@ use starling_core::tags::{DEFAULT_BASE, MIN_TAG_UB, TagSpace};
 use starling_core::{CommId, PhysTag, Rank, ReqId, Tag};
 
 use super::driver::Driver;
-use super::{Command, Drive, InboxTx, Input, ProgressConfig, Shared, run, start};
+use super::{Command, Drive, Driven, InboxTx, Input, ProgressConfig, Shared, run, start};
 use crate::io::in_process::{Deliver, InProcess, InProcessWire};
 use crate::io::progress::config::DriverMode;
 use crate::io::transport::{Completion, Transport};
 use crate::runtime::task::{Codelet, Runtime, RuntimeConfig};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering, inbox, lock, thread};
 
-/// A transport that takes `()` from peers and reports each on `delivered`, and counts
-/// what it is asked to send in `sent`. With `inside` it checks that no two threads are
+/// A transport that takes `()` from peers and reports each on `delivered` (and counts
+/// them in `accepted`), and counts what it is asked to send in `sent`. With `inside` it checks that no two threads are
 /// in it (drive the engine) at once.
 struct Probe {
     delivered: mpsc::Sender<()>,
     inside: Option<Arc<AtomicBool>>,
     sent: Arc<AtomicUsize>,
+    accepted: Arc<AtomicUsize>,
 }
 
 impl Probe {
@@ -81,6 +82,7 @@ impl Transport for Probe {
     }
     fn accept(&mut self, (): ()) {
         self.enter();
+        self.accepted.fetch_add(1, Ordering::SeqCst);
         let _ = self.delivered.send(());
         self.leave();
     }
@@ -101,6 +103,8 @@ struct Rank0 {
     shared: Arc<Shared>,
     /// What the transport was asked to send.
     sent: Arc<AtomicUsize>,
+    /// The inputs the transport took.
+    accepted: Arc<AtomicUsize>,
     /// Dropped only once the thread stopped (`loom`'s receiver drains itself on drop,
     /// which a model that failed cannot do).
     driver: ManuallyDrop<mpsc::Receiver<Arc<Driver<Probe>>>>,
@@ -142,6 +146,8 @@ fn rank0_with(
     let shared = Arc::new(Shared::new());
     let sent = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&sent);
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let taken = Arc::clone(&accepted);
     let (driver_tx, driver) = mpsc::channel();
     let pshared = Arc::clone(&shared);
     let thread = thread::Builder::new()
@@ -151,6 +157,7 @@ fn rank0_with(
                 delivered,
                 inside,
                 sent: counted,
+                accepted: taken,
             };
             let d = start(transport, rx, config, pshared);
             let _ = driver_tx.send(Arc::clone(&d));
@@ -161,6 +168,7 @@ fn rank0_with(
         tx: Arc::new(InboxTx::new(tx, Arc::clone(&shared))),
         shared,
         sent,
+        accepted,
         driver: ManuallyDrop::new(driver),
         thread,
     }
@@ -251,6 +259,36 @@ fn loom_an_input_queued_as_a_driver_drops_its_guard_is_taken() {
 #[test]
 fn loom_an_input_queued_as_a_driver_hands_back_is_taken() {
     a_driver_and_the_progression_thread_take_turns(Leave::HandBack);
+}
+
+/// A waiting thread drives until its input is taken (as `drive_until` does), its first
+/// drives finding nothing: an input a peer queues at any point of that is taken by the
+/// waiter (the progression thread stands back while the waiter drives: a drive that
+/// missed it for good would leave the waiter spinning for ever, which `loom` reports).
+/// A shortcut that skipped drives on a rank known to be quiet (tried: a flag set by a
+/// drive that found nothing, read with `queued` and `posted`) fails this model if it
+/// ignores `queued`.
+#[test]
+fn loom_a_waiter_whose_drives_found_nothing_takes_an_input_queued_meanwhile() {
+    explore(Some(3), || {
+        let (delivered, _arrivals) = mpsc::channel();
+        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))), None);
+        let d = rank.driver.recv().expect("the driver");
+        let guard = d.enter();
+        let peer = {
+            let tx = Arc::clone(&rank.tx);
+            thread::spawn(move || tx.send(Input::Net(())))
+        };
+        while rank.accepted.load(Ordering::SeqCst) == 0 {
+            if d.try_drive() != Driven::Progressed {
+                thread::yield_now();
+            }
+        }
+        drop(guard);
+        peer.join().expect("the peer");
+        drop(d);
+        rank.stop();
+    });
 }
 
 /// A thread posts a send straight into the engine ([`Drive::post`]; into the inbox when
