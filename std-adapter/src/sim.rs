@@ -161,7 +161,8 @@ enum Wire {
         comm: CommId,
         tag: PhysTag,
         bytes: Vec<u8>,
-        sender: ReqId,
+        /// The send it completes; none for a marker (protocol §19).
+        sender: Option<ReqId>,
     },
 }
 

@@ -12,7 +12,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
             Network::PerTag => {
                 let sender = match msg {
                     Wire::Envelope { inline, .. } => inline,
-                    Wire::Payload { sender, .. } => Some(sender),
+                    Wire::Payload { sender, .. } => sender,
                 };
                 if let Some(req) = sender {
                     self.unsent.push((src, req));
@@ -41,8 +41,8 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                 bytes,
                 sender,
             } => {
-                if self.network == Network::PerPair {
-                    self.sent(src, sender);
+                if let (Some(req), Network::PerPair) = (sender, self.network) {
+                    self.sent(src, req);
                 }
                 let node = &mut self.nodes[dst.index()];
                 let pos = node
@@ -222,7 +222,16 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                     comm,
                     tag,
                     bytes,
-                    sender: req,
+                    sender: Some(req),
+                };
+                self.push(rank, dest, comm, tag, msg);
+            }
+            Transmit::Marker { dest, comm, tag } => {
+                let msg = Wire::Payload {
+                    comm,
+                    tag,
+                    bytes: Vec::new(),
+                    sender: None,
                 };
                 self.push(rank, dest, comm, tag, msg);
             }
