@@ -243,6 +243,8 @@ pub struct Cluster<
     rng: SplitMix64,
     delivered: u64,
     next_ticket: u64,
+    /// Fast messages and markers sent ([`Cluster::fast_counts`]).
+    fast_counts: (u64, u64),
 }
 
 impl<const REQ: usize, const KEYS: usize, const PEERS: usize> core::fmt::Debug
@@ -311,6 +313,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
             rng: SplitMix64::new(seed),
             delivered: 0,
             next_ticket: 0,
+            fast_counts: (0, 0),
         }
     }
 
@@ -340,6 +343,11 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
     /// again later; a retry refused again counts again).
     pub fn refusals(&self) -> u64 {
         self.nodes.iter().map(|n| n.admission.refusals()).sum()
+    }
+
+    /// Messages sent on fast tags so far (protocol §19): (fast messages, markers).
+    pub const fn fast_counts(&self) -> (u64, u64) {
+        self.fast_counts
     }
 
     /// Submissions made with [`Cluster::post_send`] / [`Cluster::post_recv`] that waited
@@ -633,6 +641,16 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
             .refused()
             .filter_map(|(s, c, b)| node.engine.orphan_of(s, c, b));
         node.engine.leftovers().chain(refused).collect()
+    }
+
+    /// Whether the simulated transports hold nothing: no message arrived that no
+    /// receive took (the transport's unexpected queue: a fast message or a marker with
+    /// no receive, protocol §19), no receive posted that got nothing. At the end of a
+    /// run, with [`Cluster::is_quiet`].
+    pub fn transports_empty(&self) -> bool {
+        self.nodes
+            .iter()
+            .all(|n| n.unexpected.is_empty() && n.posted.is_empty())
     }
 
     /// Whether every rank is idle and nothing is in flight.

@@ -3,6 +3,7 @@
 //! events performed.
 
 use super::*;
+use starling_core::tags::TagClass;
 
 impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS, PEERS> {
     /// Queues `msg` from `src` to `dst`, sent on `comm` with physical tag `tag`.
@@ -217,6 +218,10 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                 tag,
                 ..
             } => {
+                let node = &self.nodes[rank.index()];
+                if node.engine.config().tags.classify(tag) == Some(TagClass::Fast) {
+                    self.fast_counts.0 += 1;
+                }
                 let bytes = self.nodes[rank.index()].buffers[&req].clone();
                 let msg = Wire::Payload {
                     comm,
@@ -227,6 +232,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                 self.push(rank, dest, comm, tag, msg);
             }
             Transmit::Marker { dest, comm, tag } => {
+                self.fast_counts.1 += 1;
                 let msg = Wire::Payload {
                     comm,
                     tag,
