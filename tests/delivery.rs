@@ -1154,3 +1154,42 @@ fn every_interleaving_of_crossing_fast_and_synchronous_sends_on_one_tag() {
         &msgs,
     );
 }
+
+#[test]
+fn every_interleaving_of_fast_and_envelope_messages_on_tiny_tables() {
+    // The threaded runtime's smallest tables with the fast path: envelope messages are
+    // refused for want of an early buffer while their receive, marked, waits for them
+    // (they go in when the marker comes), and a receive whose fast message waits in the
+    // transport gets the last receive slot (admission asks the transport).
+    let tiny_fast = Setup {
+        fast_limit: 4,
+        ..TINY
+    };
+    let (paths, refusals, queued) =
+        every_interleaving_overflowing("one tag, tiny tables, fast path", tiny_fast, &one_tag(4));
+    assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+    let mut msgs = reverse_order();
+    msgs[1].size = 6;
+    msgs[3].size = 20;
+    let (paths, refusals, queued) = every_interleaving_overflowing(
+        "reverse order, tiny tables, fast path",
+        tiny_fast,
+        &msgs,
+    );
+    assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+    // Three keys received last first, each message behind a marker: the first one waits
+    // as early data, the other two are refused, and the receive of the last, marked,
+    // must get its envelope past the refused one of the middle key.
+    let mut msgs = burst(0, 1, 3, 20, |i| i as i64);
+    for (i, m) in msgs.iter_mut().enumerate() {
+        m.recv_order = -(i as i64);
+    }
+    let (paths, refusals, _) = every_interleaving_overflowing(
+        "three keys behind markers, reverse order, tiny tables",
+        tiny_fast,
+        &msgs,
+    );
+    assert!(refusals > 0, "{refusals} {paths}");
+    let (fast, markers) = FAST_COUNTS.with(core::cell::Cell::get);
+    assert!(fast > 0 && markers > 0, "{fast} fast messages, {markers} markers");
+}

@@ -183,6 +183,37 @@ const JOBS: &[Job] = &[
     },
     Job {
         ranks: 2,
+        name: "fast",
+        // The fast path (protocol §19), traced: its markers show in the trace.
+        env: &[("STARLING_MPI_COMM", "1")],
+        expect: &["rank 0: fast passed", "rank 1: fast passed", "post Marker {"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
+        name: "fast",
+        // The same with a lowered fast limit and the smallest tables: receives wait for
+        // room, and a receive whose fast message waits in MPI gets the last slot.
+        env: &[
+            ("STARLING_MPI_FAST", "16"),
+            ("STARLING_ENGINE_TABLES", "4,2"),
+        ],
+        expect: &["rank 0: fast passed", "rank 1: fast passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
+        name: "fast",
+        // And with the fast path off: the envelope path alone.
+        env: &[("STARLING_MPI_FAST", "0")],
+        expect: &["rank 0: fast passed", "rank 1: fast passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
         name: "big",
         // A payload over 2 GiB: two MPI messages (i32 counts). About 9 GB of memory.
         env: &[],
@@ -340,6 +371,7 @@ fn main() -> ExitCode {
         "eager" => eager(),
         "oversize" => oversize(),
         "late" => late(),
+        "fast" => fast(),
         other => panic!("unknown job {other:?}"),
     }
     ExitCode::SUCCESS
@@ -1554,6 +1586,104 @@ fn eager() {
     ctx.barrier();
     rank.shutdown().expect("a clean shutdown");
     println!("rank {me}: eager passed");
+}
+
+/// The fast path (protocol §19) mixed with the envelope path on one key: messages of
+/// every size and mode on one tag — fast ones (1 byte to the fast limit), empty, just
+/// past the limit, two-message payloads, synchronous ones — all started at once and
+/// received by receives all posted at once; then the same on tags with no fast tag (a
+/// negative one, the largest), and on two keys whose receives are posted in the reverse
+/// order of the sends. Each receive must get its own message, whole.
+fn fast() {
+    let rank = starling::mpi::init(config()).expect("MPI starts");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    let other = Rank(1 - me);
+    // (size, synchronous)
+    let seq: &[(usize, bool)] = &[
+        (8, false),
+        (5000, false),
+        (1, false),
+        (0, false),
+        (16, true),
+        (17, false),
+        (1024, false),
+        (100_000, false),
+        (4, false),
+        (3968, false),
+        (3969, false),
+        (8, true),
+        (64, false),
+        (2, false),
+    ];
+    let fill = |tag: Tag, i: usize, k: usize| ((i * 31 + k * 7 + tag.0 as usize % 97) % 251) as u8;
+    // Rank 0 sends `msgs` (tag, size, sync) in order, all at once; rank 1 posts the
+    // receives in `order` (indices into `msgs`) all at once, then checks each.
+    let exchange = |msgs: &[(Tag, usize, bool)], order: &[usize]| {
+        let handles: Vec<_> = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, &(tag, n, _))| {
+                ctx.register(Vector::from_vec(if me == 0 {
+                    (0..n).map(|k| fill(tag, i, k)).collect()
+                } else {
+                    vec![0u8; n]
+                }))
+            })
+            .collect();
+        if me == 0 {
+            let sends: Vec<_> = msgs
+                .iter()
+                .zip(&handles)
+                .map(|(&(tag, _, sync), h)| {
+                    let s = ctx.send(h, other, tag);
+                    if sync { s.sync() } else { s }.start().unwrap()
+                })
+                .collect();
+            for s in sends {
+                s.wait().unwrap();
+            }
+        } else {
+            let recvs: Vec<_> = order
+                .iter()
+                .map(|&i| ctx.recv(&handles[i], other, msgs[i].0).start().unwrap())
+                .collect();
+            for r in recvs {
+                r.wait().unwrap();
+            }
+            for (i, h) in handles.iter().enumerate() {
+                let (tag, n, _) = msgs[i];
+                let v = ctx.acquire(h, AccessMode::R);
+                let value = v.get();
+                let got = value.as_slice();
+                assert_eq!(got.len(), n);
+                assert!(
+                    got.iter().enumerate().all(|(k, b)| *b == fill(tag, i, k)),
+                    "message {i} ({n} bytes) on {tag:?} got another's bytes"
+                );
+            }
+        }
+        for h in handles {
+            let _ = ctx.unregister(h);
+        }
+    };
+    for tag in [Tag(5), Tag(-7), Tag(i64::MAX)] {
+        let msgs: Vec<_> = seq.iter().map(|&(n, sync)| (tag, n, sync)).collect();
+        let order: Vec<_> = (0..msgs.len()).collect();
+        exchange(&msgs, &order);
+    }
+    // Two keys interleaved; the receives of tag 9 are posted before those of tag 8.
+    let msgs: Vec<_> = seq
+        .iter()
+        .enumerate()
+        .map(|(i, &(n, sync))| (Tag(8 + (i % 2) as i64), n, sync))
+        .collect();
+    let mut order: Vec<_> = (0..msgs.len()).filter(|i| i % 2 == 1).collect();
+    order.extend((0..msgs.len()).filter(|i| i % 2 == 0));
+    exchange(&msgs, &order);
+    ctx.barrier();
+    rank.shutdown().expect("a clean shutdown");
+    println!("rank {me}: fast passed");
 }
 
 /// Two Starling worlds in one job (`starpu_mpi_init_comm` with the application's

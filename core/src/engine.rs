@@ -157,6 +157,10 @@ pub struct Engine<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     /// A fast key's oldest receive is marked while an envelope message of its key waits:
     /// the next `poll_transmit` matches them ([`Engine::retry_fast`]).
     fast_dirty: bool,
+    /// Receives in `fast` that got their marker and wait for their envelope message: an
+    /// envelope refused for a full table may go in now without room
+    /// ([`Engine::room_for`]).
+    fast_marked: u32,
     transmits: Deque<Transmit, OUTPUTS>,
     events: Deque<Event, OUTPUTS>,
     next_msg: MsgId,
@@ -212,6 +216,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             deferred_matchable: false,
             fast: KeyedFifo::new(Table::MatchKeys),
             fast_dirty: false,
+            fast_marked: 0,
             transmits: Deque::new(),
             events: Deque::new(),
             next_msg: MsgId(0),
@@ -535,6 +540,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         if fast_key {
             if let Some(req) = self.fast_waiting(key) {
                 let _ = self.fast.pop_front(key);
+                self.fast_marked -= 1;
                 return Ok(self.on_matched_arrival(req, unexpected, decoded.inline));
             }
             return self.on_early_arrival(key, unexpected, decoded.inline);

@@ -42,13 +42,14 @@
 //! Both sides decide from values they share ([`Config::fast_limit`], the tag space), so
 //! they agree on which keys use `F`: every rank must use the same ones.
 //!
-//! # Why not with a request limit
+//! # With a request limit
 //!
 //! A fast message waits in the transport, not in the engine, so the engine cannot tell
 //! that a receive's message is already here. The adapter's admission (protocol §15)
-//! keeps the last receive slot of a [`Config::request_limit`] for such a receive; without
-//! that knowledge it could keep a receive whose message has arrived out forever.
-//! [`enabled`] is therefore false with a request limit.
+//! keeps the last receive slot of a [`Config::request_limit`] for a receive whose
+//! message is here; for a key with a fast tag it asks the transport whether a message
+//! waits on that tag (an `MPI_Iprobe`): one that does is the message, or the marker, of
+//! the key's oldest receive not yet posted, since the posted ones took theirs first.
 //!
 //! ```
 //! use starling_core::engine::Config;
@@ -83,10 +84,10 @@ pub enum Route {
     Envelope,
 }
 
-/// Whether the fast path runs with `config`: a fast limit, no request limit (see the
-/// [module docs](self)), and a tag space with a fast class.
+/// Whether the fast path runs with `config`: a fast limit and a tag space with a fast
+/// class.
 pub const fn enabled(config: &Config) -> bool {
-    config.fast_limit > 0 && config.request_limit == 0 && config.tags.fast_len() > 0
+    config.fast_limit > 0 && config.tags.fast_len() > 0
 }
 
 /// The fast tag of user tag `tag`, when the fast path runs and `tag` has one: the tag
@@ -165,13 +166,10 @@ mod tests {
     }
 
     #[test]
-    fn off_without_a_limit_a_fast_class_or_with_a_request_limit() {
+    fn off_without_a_limit_or_a_fast_class() {
         assert!(enabled(&config(1)));
         assert!(!enabled(&config(0)));
-        let mut c = config(64);
-        c.request_limit = 4;
-        assert!(!enabled(&c));
-        assert_eq!(route(&c, Tag(3), 8, false), Route::Envelope);
+        assert_eq!(route(&config(0), Tag(3), 8, false), Route::Envelope);
         let mut c = config(64);
         c.tags = TagSpace::with_base(42, 1042).unwrap();
         assert!(!enabled(&c));

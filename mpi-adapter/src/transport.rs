@@ -856,6 +856,23 @@ impl Transport for MpiTransport {
         true
     }
 
+    /// MPI matches every tag by (communicator, source, tag) in posting order.
+    fn fast_path(&self) -> bool {
+        true
+    }
+
+    fn has_message(&self, source: Rank, comm: CommId, tag: PhysTag) -> bool {
+        let i = usize::from(comm.0).min(self.comms.len() - 1);
+        let Ok(source) = i32::try_from(source.0) else {
+            return false;
+        };
+        self.comms[i]
+            .comm
+            .process_at_rank(source)
+            .immediate_probe_with_tag(tag.0)
+            .is_some()
+    }
+
     fn spent(&mut self) -> Option<Vec<u8>> {
         self.spent.pop()
     }

@@ -198,6 +198,9 @@ struct Node<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     early: HashMap<ReqId, Vec<u8>>,
     posted: Vec<PostedRecv>,
     unexpected: Vec<UnexpectedPayload>,
+    /// Keys whose receive got its marker (protocol §19): their refused envelopes are
+    /// handed in again at the next settling.
+    marked: Vec<Key>,
     completions: Vec<Completion>,
 }
 
@@ -301,6 +304,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                     early: HashMap::new(),
                     posted: Vec::new(),
                     unexpected: Vec::new(),
+                    marked: Vec::new(),
                     completions: Vec::new(),
                 }
             })
@@ -471,10 +475,14 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         while moved {
             moved = false;
             for r in 0..self.nodes.len() {
+                let marked = core::mem::take(&mut self.nodes[r].marked);
                 if self.nodes[r].admission.is_empty() {
                     continue;
                 }
                 moved |= self.with_admission(Rank(r as u32), |a, at| {
+                    for key in marked {
+                        a.retry_key(at, key);
+                    }
                     a.admit_waiting(at) | a.retry_refused(at)
                 });
             }
@@ -727,6 +735,15 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
 
     fn has_early(&self, key: Key) -> bool {
         self.cluster.nodes[self.rank.index()].engine.has_early(key)
+    }
+
+    fn fast_message_here(&self, key: Key) -> bool {
+        let node = &self.cluster.nodes[self.rank.index()];
+        starling_core::fast::fast_tag(node.engine.config(), key.tag).is_some_and(|tag| {
+            node.unexpected
+                .iter()
+                .any(|u| u.source == key.peer && u.comm == key.comm && u.tag == tag)
+        })
     }
 
     fn early_keys(&self, f: &mut dyn FnMut(Key)) {

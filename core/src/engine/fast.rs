@@ -5,6 +5,23 @@
 use super::*;
 
 impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, PEERS> {
+    /// The key of receive `req` when it got its marker (protocol §19) and waits for its
+    /// key's next envelope message, which it takes with no room: after reporting its
+    /// completion ([`Engine::handle_received`]), an adapter that keeps envelopes refused
+    /// for a full table hands those of this key in again, as after submitting a receive.
+    pub fn marked_key(&self, req: ReqId) -> Option<Key> {
+        let r = self.requests.get(req)?;
+        let key = Key {
+            comm: r.comm,
+            peer: r.peer,
+            tag: r.tag,
+        };
+        let marked = r.kind == Kind::Recv
+            && r.state == State::AwaitingEnvelope
+            && self.fast.iter_key(key).any(|&id| id == req);
+        marked.then_some(key)
+    }
+
     /// Posts a ready receive of a key with a fast tag on that tag, behind the key's
     /// other receives posted there (rule 2). Nothing changes on error.
     pub(super) fn post_fast_recv(
@@ -68,6 +85,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         };
         if crate::fast::is_marker(len) {
             self.step(req, Step::Marked);
+            self.fast_marked += 1;
             // A marked oldest receive takes the oldest waiting envelope message now.
             self.fast_advance(key);
             return;
@@ -116,6 +134,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             return false;
         }
         let _ = self.fast.pop_front(key);
+        self.fast_marked -= 1;
         let _ = self.matcher.take_unexpected(key);
         self.deferred_dirty = true;
         self.match_recv(req, u);

@@ -58,10 +58,10 @@ pub struct Config {
     /// of 1 to `fast_limit` bytes on a user tag that has a fast tag
     /// ([`TagSpace::fast`], so `tags` must have a fast class: [`TagSpace::with_fast`])
     /// travels as its payload alone on that tag, and every receive of such a tag is
-    /// posted there. 0 (the default) turns it off, as does a [`Config::request_limit`]
-    /// (see [`crate::fast::enabled`]). **Every rank of a job must agree** on it, on
-    /// `tags` and on whether `request_limit` is 0: a receiver posts on the fast tag
-    /// exactly when its sender sends there.
+    /// posted there. 0 (the default) turns it off. **Every rank of a job must agree**
+    /// on it and on `tags`: a receiver posts on the fast tag exactly when its sender
+    /// sends there. With a [`Config::request_limit`], the adapter's admission must ask
+    /// the transport whether a message waits on a key's fast tag (see [`crate::fast`]).
     pub fast_limit: u32,
 }
 

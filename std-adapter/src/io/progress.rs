@@ -302,6 +302,9 @@ pub(crate) struct ProgressConfig {
     pub(crate) eager_limit: u32,
     /// [`crate::RankConfig::tables`].
     pub(crate) tables: config::Tables,
+    /// [`crate::RankConfig::fast_limit`]: the fast path runs when it is not 0 and the
+    /// transport offers it ([`Transport::fast_path`]).
+    pub(crate) fast_limit: u32,
 }
 
 struct Progress<T: Transport> {
@@ -315,6 +318,9 @@ struct Progress<T: Transport> {
     /// envelopes refused for a full table in order per key ([`crate::io::admission`], the
     /// code the simulator's explorer checks).
     admission: Admission<Command>,
+    /// Keys whose receive got its marker (protocol §19): their refused envelopes are
+    /// handed in again at the next [`Progress::admit_waiting`].
+    marked: Vec<Key>,
     barriers: HashMap<u64, Box<dyn FnOnce() + Send>>,
     next_barrier: u64,
     trace: bool,
@@ -482,9 +488,25 @@ impl<T: Transport> Progress<T> {
     /// went in.
     fn admit_waiting(&mut self) -> bool {
         if self.admission.is_empty() {
+            self.marked.clear();
             return false;
         }
-        self.with_admission(|a, p| a.admit_waiting(p) | a.retry_refused(p))
+        let marked = core::mem::take(&mut self.marked);
+        self.with_admission(|a, p| {
+            for key in marked {
+                a.retry_key(p, key);
+            }
+            a.admit_waiting(p) | a.retry_refused(p)
+        })
+    }
+
+    /// Reports a finished receive to the engine; a receive that got its marker
+    /// (protocol §19) makes its key's refused envelopes go in again.
+    fn received(&mut self, req: ReqId, len: u64) {
+        let _ = self.engine.handle_received(req, len);
+        if let Some(key) = self.engine.marked_key(req) {
+            self.marked.push(key);
+        }
     }
 
     /// Hands a request whose data is ready to the engine. A send only joins the ready
@@ -613,6 +635,11 @@ impl<T: Transport> Admit for Progress<T> {
 
     fn has_early(&self, key: Key) -> bool {
         self.engine.has_early(key)
+    }
+
+    fn fast_message_here(&self, key: Key) -> bool {
+        starling_core::fast::fast_tag(self.engine.config(), key.tag)
+            .is_some_and(|tag| self.transport.has_message(key.peer, key.comm, tag))
     }
 
     fn early_keys(&self, f: &mut dyn FnMut(Key)) {

@@ -166,6 +166,21 @@ pub trait Transport: Send + 'static {
     fn accept(&mut self, wire: Self::Wire);
     /// The next completion, if any.
     fn poll(&mut self) -> Option<Completion>;
+    /// Whether the engine's fast path (protocol §19) may run on this transport: every
+    /// physical tag in `0..=tag_ub` is matched as MPI matches (communicator, source,
+    /// tag, receives in posting order, a message with no receive kept until one is
+    /// posted, an empty message delivered as one), and [`Transport::has_message`]
+    /// answers. The default is `false`.
+    fn fast_path(&self) -> bool {
+        false
+    }
+    /// Whether a message from `source` on `comm` and `tag` waits that no posted receive
+    /// took (`MPI_Iprobe`). Asked only when [`Transport::fast_path`] is on; the default
+    /// is `false`.
+    fn has_message(&self, source: Rank, comm: CommId, tag: PhysTag) -> bool {
+        let _ = (source, comm, tag);
+        false
+    }
     /// Whether the progression thread must poll actively (a transport that learns of
     /// arrivals only by polling, like MPI). When `false`, everything arrives through the
     /// inbox and the thread may block on it.

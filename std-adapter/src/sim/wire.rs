@@ -172,6 +172,9 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         node.engine
             .handle_received(req, bytes.len() as u64)
             .expect("handle_received");
+        if let Some(key) = node.engine.marked_key(req) {
+            node.marked.push(key);
+        }
         self.drain(rank);
     }
 

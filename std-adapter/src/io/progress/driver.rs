@@ -273,6 +273,12 @@ pub(crate) fn start<T: Transport>(
     );
     let eager_limit = config.eager_limit;
     let mut engine_config = Config::new(rank, size, config.tags);
+    // The fast path (protocol §19) where the transport offers it: every rank of a job
+    // runs the same transport and configuration, so all agree.
+    if config.fast_limit > 0 && transport.fast_path() {
+        engine_config.tags = config.tags.with_fast();
+        engine_config.fast_limit = config.fast_limit;
+    }
     engine_config.eager_limit = eager_limit;
     engine_config.priorities = config.priorities;
     engine_config.max_inflight_sends = config.max_inflight_sends;
@@ -290,6 +296,7 @@ pub(crate) fn start<T: Transport>(
         early: IdMap::default(),
         early_device: IdMap::default(),
         admission: Admission::default(),
+        marked: Vec::new(),
         barriers: HashMap::new(),
         next_barrier: 0,
         trace: config.trace,

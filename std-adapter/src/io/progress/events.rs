@@ -120,7 +120,7 @@ impl<T: Transport> Progress<T> {
                         self.early.insert(req, bytes);
                     }
                 }
-                let _ = self.engine.handle_received(req, len);
+                self.received(req, len);
             }
             Completion::Envelope {
                 source,
@@ -140,13 +140,13 @@ impl<T: Transport> Progress<T> {
                         self.early_device.insert(req, value);
                     }
                 }
-                let _ = self.engine.handle_received(req, len);
+                self.received(req, len);
             }
             Completion::ReceivedInPlace(req, len) => {
                 if let Some(Pending::Recv { in_place, .. }) = self.pending.get_mut(&req) {
                     *in_place = Some(len);
                 }
-                let _ = self.engine.handle_received(req, len as u64);
+                self.received(req, len as u64);
             }
         }
         self.admit_waiting();
