@@ -421,7 +421,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             peer: r.peer,
             tag: r.tag,
         };
-        if let Some(tag) = crate::fast::fast_tag(&self.config, r.tag) {
+        if let Some(tag) = crate::fast::fast_tag(&self.config, r.comm, r.tag) {
             return self.post_fast_recv(req, r, next, key, tag);
         }
         if let Some(u) = self.matcher.peek_unexpected(key).copied() {
@@ -518,7 +518,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         // receives must still accept the envelopes that complete them).
         // On a key with a fast tag, an envelope message goes to the oldest receive of the
         // key once it is marked, and to no other (protocol §19).
-        let fast_key = crate::fast::fast_tag(&self.config, env.tag).is_some();
+        let fast_key = crate::fast::fast_tag(&self.config, comm, env.tag).is_some();
         let waiting = if fast_key {
             self.fast_waiting(key)
         } else {

@@ -8,17 +8,18 @@
 //!
 //! # The rule
 //!
-//! A user tag `t` **has a fast tag** when the fast path is [`enabled`] and `t` lies in
-//! `0..fast_len` of the tag space. For every key (communicator, source, `t`) with a
-//! fast tag `F`:
+//! A user tag `t` on communicator `c` **has a fast tag** when the fast path is
+//! [`enabled`], `t` lies in `0..fast_len` of the tag space and `c` is one of the
+//! [`Config::fast_comms`] communicators that the transport keeps apart. For every key
+//! (`c`, source, `t`) with a fast tag `F`:
 //!
 //! 1. **Every message of the key puts exactly one message on `F`, in send order.** A
 //!    standard send of 1 to [`Config::fast_limit`] bytes sends its payload there and
 //!    nothing else ([`Route::Fast`]). Any other message of the key (empty, longer,
 //!    synchronous) sends an empty message there, a **marker**, and goes through the
 //!    envelope path as before ([`Route::Marked`]).
-//! 2. **Every receive of the key is posted on `F`, in the key's receive order**, with
-//!    room for [`recv_size`] bytes. A message of at least one byte completes it (a
+//! 2. **Every receive of the key is posted on `F`, in the key's receive order**, for
+//!    [`recv_size`] bytes. A message of at least one byte completes it (a
 //!    longer one than its capacity fails it with `Truncated`). A marker says that its
 //!    message is the key's next envelope message: it then waits for that one.
 //! 3. **The envelope messages of the key go to the marked receives in their posting
@@ -55,22 +56,25 @@
 //! use starling_core::engine::Config;
 //! use starling_core::fast::{self, Route};
 //! use starling_core::tags::TagSpace;
-//! use starling_core::{Rank, Tag};
+//! use starling_core::{CommId, Rank, Tag};
 //!
 //! let mut config = Config::new(Rank(0), 2, TagSpace::new(32767).unwrap().with_fast());
 //! config.fast_limit = 1024;
 //! let f = config.tags.fast(Tag(5)).unwrap();
-//! assert_eq!(fast::route(&config, Tag(5), 8, false), Route::Fast(f));
-//! assert_eq!(fast::route(&config, Tag(5), 4096, false), Route::Marked(f));
-//! assert_eq!(fast::route(&config, Tag(5), 8, true), Route::Marked(f));
-//! assert_eq!(fast::route(&config, Tag(-5), 8, false), Route::Envelope);
+//! let w = CommId::WORLD;
+//! assert_eq!(fast::route(&config, w, Tag(5), 8, false), Route::Fast(f));
+//! assert_eq!(fast::route(&config, w, Tag(5), 4096, false), Route::Marked(f));
+//! assert_eq!(fast::route(&config, w, Tag(5), 8, true), Route::Marked(f));
+//! assert_eq!(fast::route(&config, w, Tag(-5), 8, false), Route::Envelope);
+//! config.fast_comms = 0; // no communicator of its own in the transport
+//! assert_eq!(fast::route(&config, w, Tag(5), 8, false), Route::Envelope);
 //! assert_eq!(fast::recv_size(&config, 8), 1024);
 //! ```
 
 #[cfg(doc)]
 use crate::tags::TagSpace;
 use crate::engine::Config;
-use crate::types::{PhysTag, Tag};
+use crate::types::{CommId, PhysTag, Tag};
 
 /// How a send leaves ([`route`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -90,31 +94,35 @@ pub const fn enabled(config: &Config) -> bool {
     config.fast_limit > 0 && config.tags.fast_len() > 0
 }
 
-/// The fast tag of user tag `tag`, when the fast path runs and `tag` has one: the tag
-/// every message and every receive of its keys goes through.
-pub const fn fast_tag(config: &Config, tag: Tag) -> Option<PhysTag> {
-    if !enabled(config) {
+/// The fast tag of user tag `tag` on communicator `comm`, when the fast path runs there
+/// and `tag` has one: the tag every message and every receive of its keys goes through.
+/// Only communicators below [`Config::fast_comms`] have one: the transport keeps them
+/// apart (the rule needs MPI's order per (communicator, source, fast tag)).
+pub const fn fast_tag(config: &Config, comm: CommId, tag: Tag) -> Option<PhysTag> {
+    if !enabled(config) || comm.0 >= config.fast_comms {
         return None;
     }
     config.tags.fast(tag)
 }
 
-/// How a send of `size` bytes on user tag `tag` leaves (rule 1 of the [module
-/// docs](self)).
-pub const fn route(config: &Config, tag: Tag, size: u64, sync: bool) -> Route {
-    match fast_tag(config, tag) {
+/// How a send of `size` bytes on user tag `tag` and communicator `comm` leaves (rule 1
+/// of the [module docs](self)).
+pub const fn route(config: &Config, comm: CommId, tag: Tag, size: u64, sync: bool) -> Route {
+    match fast_tag(config, comm, tag) {
         None => Route::Envelope,
         Some(f) if !sync && size >= 1 && size <= config.fast_limit as u64 => Route::Fast(f),
         Some(f) => Route::Marked(f),
     }
 }
 
-/// The bytes a receive of `capacity` posts on a fast tag: at least
-/// [`Config::fast_limit`], so that any fast message is received whole and one longer
-/// than `capacity` fails the receive instead of being cut to fit.
+/// The bytes a receive posts on a fast tag, whatever its capacity:
+/// [`Config::fast_limit`], the most a fast message holds. Any fast message is received
+/// whole (one longer than the capacity then fails the receive instead of being cut to
+/// fit), and as one message: a transport that splits long messages into pieces splits
+/// a receive as its sender splits the send only when both sizes agree.
 pub const fn recv_size(config: &Config, capacity: u64) -> u64 {
-    let limit = config.fast_limit as u64;
-    if capacity > limit { capacity } else { limit }
+    let _ = capacity;
+    config.fast_limit as u64
 }
 
 /// Whether a receive posted on a fast tag that got `len` bytes got a marker (a fast
@@ -129,6 +137,8 @@ mod tests {
     use crate::tags::TagSpace;
     use crate::types::Rank;
 
+    const W: CommId = CommId::WORLD;
+
     fn config(fast_limit: u32) -> Config {
         let mut c = Config::new(Rank(0), 2, TagSpace::with_base(42, 1042).unwrap().with_fast());
         c.fast_limit = fast_limit;
@@ -140,7 +150,7 @@ mod tests {
         let c = config(64);
         let f = c.tags.fast(Tag(3)).unwrap();
         for size in [1, 8, 64] {
-            assert_eq!(route(&c, Tag(3), size, false), Route::Fast(f));
+            assert_eq!(route(&c, W, Tag(3), size, false), Route::Fast(f));
         }
     }
 
@@ -148,9 +158,9 @@ mod tests {
     fn empty_long_and_synchronous_sends_leave_a_marker() {
         let c = config(64);
         let f = c.tags.fast(Tag(3)).unwrap();
-        assert_eq!(route(&c, Tag(3), 0, false), Route::Marked(f));
-        assert_eq!(route(&c, Tag(3), 65, false), Route::Marked(f));
-        assert_eq!(route(&c, Tag(3), 1, true), Route::Marked(f));
+        assert_eq!(route(&c, W, Tag(3), 0, false), Route::Marked(f));
+        assert_eq!(route(&c, W, Tag(3), 65, false), Route::Marked(f));
+        assert_eq!(route(&c, W, Tag(3), 1, true), Route::Marked(f));
     }
 
     #[test]
@@ -159,21 +169,30 @@ mod tests {
         let len = i64::from(c.tags.fast_len());
         assert_eq!(len, 500);
         for tag in [-1, i64::MIN, len, i64::MAX] {
-            assert_eq!(route(&c, Tag(tag), 8, false), Route::Envelope);
-            assert_eq!(fast_tag(&c, Tag(tag)), None);
+            assert_eq!(route(&c, W, Tag(tag), 8, false), Route::Envelope);
+            assert_eq!(fast_tag(&c, W, Tag(tag)), None);
         }
-        assert!(fast_tag(&c, Tag(len - 1)).is_some());
+        assert!(fast_tag(&c, W, Tag(len - 1)).is_some());
     }
 
     #[test]
     fn off_without_a_limit_or_a_fast_class() {
         assert!(enabled(&config(1)));
         assert!(!enabled(&config(0)));
-        assert_eq!(route(&config(0), Tag(3), 8, false), Route::Envelope);
+        assert_eq!(route(&config(0), W, Tag(3), 8, false), Route::Envelope);
         let mut c = config(64);
         c.tags = TagSpace::with_base(42, 1042).unwrap();
         assert!(!enabled(&c));
-        assert_eq!(fast_tag(&c, Tag(3)), None);
+        assert_eq!(fast_tag(&c, W, Tag(3)), None);
+    }
+
+    #[test]
+    fn communicators_the_transport_shares_keep_the_envelope_path() {
+        let mut c = config(64);
+        c.fast_comms = 2;
+        assert!(fast_tag(&c, CommId(1), Tag(3)).is_some());
+        assert_eq!(fast_tag(&c, CommId(2), Tag(3)), None);
+        assert_eq!(route(&c, CommId(16384), Tag(3), 8, false), Route::Envelope);
     }
 
     #[test]
@@ -181,10 +200,10 @@ mod tests {
         let c = config(64);
         assert_eq!(recv_size(&c, 0), 64);
         assert_eq!(recv_size(&c, 8), 64);
-        assert_eq!(recv_size(&c, 100), 100);
+        assert_eq!(recv_size(&c, 100), 64);
         // Whatever the sender routes fast fits the receive posted for it.
         for size in 0..200 {
-            if let Route::Fast(_) = route(&c, Tag(1), size, false) {
+            if let Route::Fast(_) = route(&c, W, Tag(1), size, false) {
                 assert!(size <= recv_size(&c, 1) && !is_marker(size));
             }
         }

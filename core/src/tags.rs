@@ -202,6 +202,16 @@ impl TagSpace {
         self.fast_len.unsigned_abs()
     }
 
+    /// The user tag whose fast tag is `tag` (the inverse of [`TagSpace::fast`]); `None`
+    /// for a tag outside the fast class.
+    pub const fn fast_user_tag(&self, tag: PhysTag) -> Option<Tag> {
+        let offset = tag.0 as i64 - self.fast_start() as i64;
+        if offset < 0 || offset >= self.fast_len as i64 {
+            return None;
+        }
+        Some(Tag(offset))
+    }
+
     /// The physical tag of user tag `tag` in the fast class, `fast_start + tag`; `None`
     /// when `tag` is outside `0..fast_len` (negative, too large, or no fast class).
     #[inline]

@@ -739,7 +739,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
 
     fn fast_message_here(&self, key: Key) -> bool {
         let node = &self.cluster.nodes[self.rank.index()];
-        starling_core::fast::fast_tag(node.engine.config(), key.tag).is_some_and(|tag| {
+        starling_core::fast::fast_tag(node.engine.config(), key.comm, key.tag).is_some_and(|tag| {
             node.unexpected
                 .iter()
                 .any(|u| u.source == key.peer && u.comm == key.comm && u.tag == tag)

@@ -11,7 +11,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         // not the receive of the key's next envelope message (protocol §19).
         if !self.deferred_keys.contains_key(&key)
             || self.matcher.peek_unexpected(key).is_some()
-            || crate::fast::fast_tag(&self.config, key.tag).is_some()
+            || crate::fast::fast_tag(&self.config, key.comm, key.tag).is_some()
         {
             return None;
         }

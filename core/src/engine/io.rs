@@ -63,6 +63,12 @@ pub struct Config {
     /// sends there. With a [`Config::request_limit`], the adapter's admission must ask
     /// the transport whether a message waits on a key's fast tag (see [`crate::fast`]).
     pub fast_limit: u32,
+    /// The communicators `CommId(0)..CommId(fast_comms)` on which the fast path may run:
+    /// those the transport keeps apart in its own matching (for MPI, those with an MPI
+    /// communicator of their own). A communicator that shares the transport's matching
+    /// with another keeps the envelope path, which names its communicator. `u16::MAX`
+    /// (the default): all but the last id.
+    pub fast_comms: u16,
 }
 
 /// How the request slab is shared out (a pure function of the request limit, the same
@@ -120,6 +126,7 @@ impl Config {
             request_limit: 0,
             key_limit: 0,
             fast_limit: 0,
+            fast_comms: u16::MAX,
         }
     }
 }

@@ -36,7 +36,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         let req = self.ready.pop()?;
         let r = *self.requests.get(req)?;
         // A key with a fast tag puts one message on it per message (protocol §19).
-        let marker = match crate::fast::route(&self.config, r.tag, r.size, r.sync) {
+        let marker = match crate::fast::route(&self.config, r.comm, r.tag, r.size, r.sync) {
             Route::Fast(tag) => {
                 self.inflight_sends += 1;
                 self.step(req, Step::Posted);

@@ -144,6 +144,8 @@ fn a_fast_class_takes_the_upper_half_and_leaves_one_tag_per_payload_class() {
     assert_eq!((small.fast_len(), small.class_len()), (1, 1));
     assert_eq!(small.fast(Tag(0)), Some(PhysTag(103)));
     // Too small for one: unchanged, no user tag is fast.
+    assert_eq!(t.fast_user_tag(PhysTag(1000)), Some(Tag(449)));
+    assert_eq!(t.fast_user_tag(PhysTag(550)), None);
     let tiny = TagSpace::with_base(100, 102).unwrap();
     assert_eq!(tiny.with_fast(), tiny);
     assert_eq!(tiny.fast(Tag(0)), None);
@@ -175,6 +177,7 @@ proptest! {
                 prop_assert!((0..=space.tag_ub()).contains(&t.0), "{t:?} out of bounds");
                 prop_assert_eq!(space.classify(t), Some(TagClass::Fast));
                 prop_assert_eq!(t.0 as i64 - tag, space.sync_tags().end().0 as i64 + 1);
+                prop_assert_eq!(space.fast_user_tag(t), Some(Tag(tag)));
             }
             None => prop_assert!(tag < 0 || tag >= space.fast_len() as i64),
         }

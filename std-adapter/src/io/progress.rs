@@ -16,6 +16,7 @@ use starling_core::engine::{
 };
 use starling_core::error::Table;
 use starling_core::lists::Key;
+use starling_core::matcher::{Orphan, UnexpectedKind};
 use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
 use starling_core::{CommId, Rank, ReqId};
@@ -90,6 +91,9 @@ pub(crate) enum Command {
     SetStats(bool, Box<dyn FnOnce(()) + Send>),
     /// Answer with what is left in the engine and what waits outside it.
     Leftovers(Box<dyn FnOnce(Held) + Send>),
+    /// At shutdown: take the fast messages (protocol §19) that wait in the transport and
+    /// that no receive took, to report them as leftovers from now on; then answer.
+    TakeStrays(Box<dyn FnOnce(()) + Send>),
     /// Answer with the statistics report (`None`: statistics were never on).
     Report(Box<dyn FnOnce(Option<String>) + Send>),
     /// Answer with how many messages arrived as early data.
@@ -303,7 +307,7 @@ pub(crate) struct ProgressConfig {
     /// [`crate::RankConfig::tables`].
     pub(crate) tables: config::Tables,
     /// [`crate::RankConfig::fast_limit`]: the fast path runs when it is not 0 and the
-    /// transport offers it ([`Transport::fast_path`]).
+    /// transport offers it ([`Transport::fast_comms`]).
     pub(crate) fast_limit: u32,
 }
 
@@ -321,6 +325,8 @@ struct Progress<T: Transport> {
     /// Keys whose receive got its marker (protocol §19): their refused envelopes are
     /// handed in again at the next [`Progress::admit_waiting`].
     marked: Vec<Key>,
+    /// Fast messages no receive took, found at shutdown ([`Command::TakeStrays`]).
+    strays: Vec<Leftover>,
     barriers: HashMap<u64, Box<dyn FnOnce() + Send>>,
     next_barrier: u64,
     trace: bool,
@@ -368,6 +374,25 @@ impl<T: Transport> Progress<T> {
                 }
                 reply(());
             }
+            Command::TakeStrays(reply) => {
+                let tags = self.engine.config().tags;
+                let taken = self
+                    .transport
+                    .take_strays(&|t| tags.fast_user_tag(t).is_some());
+                for (source, comm, tag, bytes) in taken {
+                    // A marker's envelope message is reported on its own.
+                    if let (Some(tag), false) = (tags.fast_user_tag(tag), bytes == 0) {
+                        self.strays.push(Leftover::Orphan(Orphan {
+                            comm,
+                            source,
+                            tag,
+                            size: bytes as u64,
+                            kind: UnexpectedKind::Eager,
+                        }));
+                    }
+                }
+                reply(());
+            }
             Command::Leftovers(reply) => {
                 // The envelopes still refused were never received either, and the
                 // submissions waiting for room never reached the engine.
@@ -390,7 +415,11 @@ impl<T: Transport> Progress<T> {
                     })
                     .collect();
                 reply(Held {
-                    engine: self.engine.leftovers().collect(),
+                    engine: self
+                        .engine
+                        .leftovers()
+                        .chain(self.strays.iter().copied())
+                        .collect(),
                     refused,
                     queued,
                 });
@@ -638,7 +667,7 @@ impl<T: Transport> Admit for Progress<T> {
     }
 
     fn fast_message_here(&self, key: Key) -> bool {
-        starling_core::fast::fast_tag(self.engine.config(), key.tag)
+        starling_core::fast::fast_tag(self.engine.config(), key.comm, key.tag)
             .is_some_and(|tag| self.transport.has_message(key.peer, key.comm, tag))
     }
 

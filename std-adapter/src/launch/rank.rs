@@ -505,6 +505,8 @@ impl RankRunner {
     /// may still be in flight.
     pub fn leftovers(&self) -> Vec<Leftover> {
         let rank = self.ctx.rank();
+        // Fast messages no receive took wait in the transport, not in the engine.
+        ask(&self.ctx, Command::TakeStrays);
         let held = ask(&self.ctx, Command::Leftovers);
         let mut out: Vec<Leftover> = held.engine.iter().map(|l| typed(rank, l)).collect();
         out.extend(held.refused.iter().map(|l| match typed(rank, l) {

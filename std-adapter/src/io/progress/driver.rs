@@ -273,11 +273,14 @@ pub(crate) fn start<T: Transport>(
     );
     let eager_limit = config.eager_limit;
     let mut engine_config = Config::new(rank, size, config.tags);
-    // The fast path (protocol §19) where the transport offers it: every rank of a job
-    // runs the same transport and configuration, so all agree.
-    if config.fast_limit > 0 && transport.fast_path() {
+    // The fast path (protocol §19) where the transport offers it, for messages it sends
+    // whole: every rank of a job runs the same transport and configuration, so all agree.
+    let fast_comms = transport.fast_comms();
+    let fast_limit = (config.fast_limit as usize).min(transport.max_message()) as u32;
+    if fast_limit > 0 && fast_comms > 0 {
         engine_config.tags = config.tags.with_fast();
-        engine_config.fast_limit = config.fast_limit;
+        engine_config.fast_limit = fast_limit;
+        engine_config.fast_comms = fast_comms;
     }
     engine_config.eager_limit = eager_limit;
     engine_config.priorities = config.priorities;
@@ -297,6 +300,7 @@ pub(crate) fn start<T: Transport>(
         early_device: IdMap::default(),
         admission: Admission::default(),
         marked: Vec::new(),
+        strays: Vec::new(),
         barriers: HashMap::new(),
         next_barrier: 0,
         trace: config.trace,
