@@ -425,7 +425,10 @@ fn execute<const REQ: usize, const KEYS: usize, const PEERS: usize>(
         assert!(left.is_empty(), "{run}: rank {r} left {left:?}");
     }
     assert!(cluster.is_quiet(), "{run}: cluster not quiet");
-    assert!(cluster.transports_empty(), "{run}: a message or a receive left in a transport");
+    assert!(
+        cluster.transports_empty(),
+        "{run}: a message or a receive left in a transport"
+    );
     let (fast, markers) = cluster.fast_counts();
     FAST_COUNTS.with(|c| c.set((c.get().0 + fast, c.get().1 + markers)));
     REFUSALS.with(|r| r.set(r.get() + cluster.refusals()));
@@ -1063,7 +1066,11 @@ fn every_interleaving_of_a_fast_message_between_envelope_messages_on_one_key() {
         ..FAST
     };
     let on5 = |size| msg(0, 1, 0, 5, size);
-    every_interleaving_fast("inline, fast, two-message", per_pair, &[on5(6), on5(2), on5(20)]);
+    every_interleaving_fast(
+        "inline, fast, two-message",
+        per_pair,
+        &[on5(6), on5(2), on5(20)],
+    );
     every_interleaving_fast("fast, inline, fast", per_pair, &[on5(1), on5(6), on5(2)]);
 }
 
@@ -1101,7 +1108,11 @@ fn every_interleaving_of_fast_and_envelope_messages_on_several_keys_received_in_
         network: Network::PerPair,
         ..FAST
     };
-    every_interleaving_fast("two keys and a negative tag, reverse receives", scripted, &msgs);
+    every_interleaving_fast(
+        "two keys and a negative tag, reverse receives",
+        scripted,
+        &msgs,
+    );
     // Over MPI's ordering, two keys received in reverse.
     let mut msgs = vec![msg(0, 1, 0, 1, 20), msg(0, 1, 0, 2, 1)];
     for (i, m) in msgs.iter_mut().enumerate() {
@@ -1144,7 +1155,11 @@ fn every_interleaving_of_a_short_receive_on_a_fast_key() {
 
 #[test]
 fn every_interleaving_of_crossing_fast_and_synchronous_sends_on_one_tag() {
-    let msgs = [sync(msg(0, 1, 0, 3, 2)), msg(1, 0, 0, 3, 1), msg(0, 1, 0, 3, 1)];
+    let msgs = [
+        sync(msg(0, 1, 0, 3, 2)),
+        msg(1, 0, 0, 3, 1),
+        msg(0, 1, 0, 3, 1),
+    ];
     every_interleaving_fast(
         "crossing synchronous and fast",
         Setup {
@@ -1171,11 +1186,8 @@ fn every_interleaving_of_fast_and_envelope_messages_on_tiny_tables() {
     let mut msgs = reverse_order();
     msgs[1].size = 6;
     msgs[3].size = 20;
-    let (paths, refusals, queued) = every_interleaving_overflowing(
-        "reverse order, tiny tables, fast path",
-        tiny_fast,
-        &msgs,
-    );
+    let (paths, refusals, queued) =
+        every_interleaving_overflowing("reverse order, tiny tables, fast path", tiny_fast, &msgs);
     assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
     // Three keys received last first, each message behind a marker: the first one waits
     // as early data, the other two are refused, and the receive of the last, marked,
@@ -1191,5 +1203,8 @@ fn every_interleaving_of_fast_and_envelope_messages_on_tiny_tables() {
     );
     assert!(refusals > 0, "{refusals} {paths}");
     let (fast, markers) = FAST_COUNTS.with(core::cell::Cell::get);
-    assert!(fast > 0 && markers > 0, "{fast} fast messages, {markers} markers");
+    assert!(
+        fast > 0 && markers > 0,
+        "{fast} fast messages, {markers} markers"
+    );
 }

@@ -186,7 +186,11 @@ const JOBS: &[Job] = &[
         name: "fast",
         // The fast path (protocol §19), traced: its markers show in the trace.
         env: &[("STARLING_MPI_COMM", "1")],
-        expect: &["rank 0: fast passed", "rank 1: fast passed", "post Marker {"],
+        expect: &[
+            "rank 0: fast passed",
+            "rank 1: fast passed",
+            "post Marker {",
+        ],
         must_succeed: true,
         opt_in: None,
     },

@@ -71,9 +71,9 @@
 //! assert_eq!(fast::recv_size(&config, 8), 1024);
 //! ```
 
+use crate::engine::Config;
 #[cfg(doc)]
 use crate::tags::TagSpace;
-use crate::engine::Config;
 use crate::types::{CommId, PhysTag, Tag};
 
 /// How a send leaves ([`route`]).
@@ -140,7 +140,11 @@ mod tests {
     const W: CommId = CommId::WORLD;
 
     fn config(fast_limit: u32) -> Config {
-        let mut c = Config::new(Rank(0), 2, TagSpace::with_base(42, 1042).unwrap().with_fast());
+        let mut c = Config::new(
+            Rank(0),
+            2,
+            TagSpace::with_base(42, 1042).unwrap().with_fast(),
+        );
         c.fast_limit = fast_limit;
         c
     }

@@ -866,9 +866,17 @@ impl Transport for MpiTransport {
         self.max_message
     }
 
-    fn take_strays(&mut self, stray: &dyn Fn(PhysTag) -> bool) -> Vec<(Rank, CommId, PhysTag, usize)> {
+    fn take_strays(
+        &mut self,
+        stray: &dyn Fn(PhysTag) -> bool,
+    ) -> Vec<(Rank, CommId, PhysTag, usize)> {
         let mut out = Vec::new();
-        for (i, c) in self.comms.iter().enumerate().take(usize::from(self.fast_comms())) {
+        for (i, c) in self
+            .comms
+            .iter()
+            .enumerate()
+            .take(usize::from(self.fast_comms()))
+        {
             // The first message no receive took, whatever its tag; a stray one is taken
             // (received and dropped), which shows the next.
             while let Some(status) = c.comm.any_process().immediate_probe() {

@@ -192,7 +192,10 @@ pub trait Transport: Send + 'static {
     /// the [`Transport::fast_comms`] with a tag `stray` accepts and no receive took (it
     /// was never received), and says (source, communicator, tag, bytes) of each. The
     /// default takes none.
-    fn take_strays(&mut self, stray: &dyn Fn(PhysTag) -> bool) -> Vec<(Rank, CommId, PhysTag, usize)> {
+    fn take_strays(
+        &mut self,
+        stray: &dyn Fn(PhysTag) -> bool,
+    ) -> Vec<(Rank, CommId, PhysTag, usize)> {
         let _ = stray;
         Vec::new()
     }

@@ -64,7 +64,10 @@ fn tags_without_a_fast_tag_and_engines_without_a_fast_path_keep_the_envelope_pat
     assert!(matches!(transmits(&mut a)[..], [Transmit::Envelope { .. }]));
     let mut plain = engine(0, 2);
     send(&mut plain, 1, 5, 8);
-    assert!(matches!(transmits(&mut plain)[..], [Transmit::Envelope { .. }]));
+    assert!(matches!(
+        transmits(&mut plain)[..],
+        [Transmit::Envelope { .. }]
+    ));
     let mut b = fast_engine(1);
     let r = recv(&mut b, 0, -5, 8);
     assert!(transmits(&mut b).is_empty());
@@ -210,7 +213,10 @@ fn a_synchronous_message_is_answered_once_its_receive_is_marked() {
     let back = transmits(&mut b);
     assert_eq!(env_of(&back[0]).kind, EnvKind::SyncReady);
     let (tag, size) = posted(&back, r);
-    assert_eq!((b.config().tags.classify(tag), size), (Some(TagClass::Sync), 8));
+    assert_eq!(
+        (b.config().tags.classify(tag), size),
+        (Some(TagClass::Sync), 8)
+    );
     a.handle_message(Rank(1), W, &wire(&back[0], &[])).unwrap();
     assert!(matches!(transmits(&mut a)[..], [Transmit::Payload { req, .. }] if req == s));
 }
