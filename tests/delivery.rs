@@ -185,6 +185,8 @@ struct Setup {
     /// Each rank submits in one fixed order ([`schedule`]): only the interleavings of the
     /// ranks' steps and the network's are explored.
     scripted: bool,
+    /// The fast path (protocol §19) for sends of 1 to this many bytes; 0: off.
+    fast_limit: u32,
 }
 
 fn run_seed(seed: u64) {
@@ -215,6 +217,9 @@ fn run_seed(seed: u64) {
         tiny: false,
         budget: false,
         scripted: false,
+        // A third of the seeds run with the fast path: small messages on non-negative
+        // tags go alone on their fast tag, the others leave a marker there.
+        fast_limit: [0, 0, 8][(seed / 2 % 3) as usize],
     };
     let cluster = cluster(setup, seed ^ 0x5eed);
     execute(
@@ -240,6 +245,10 @@ fn configure(setup: Setup, c: &mut starling::core::engine::Config) {
     c.eager_limit = setup.eager_limit;
     c.max_inflight_sends = setup.cap;
     c.priorities = setup.priorities;
+    if setup.fast_limit > 0 {
+        c.tags = c.tags.with_fast();
+        c.fast_limit = setup.fast_limit;
+    }
     if setup.budget {
         c.request_limit = 4;
         c.key_limit = 2;
@@ -416,6 +425,12 @@ fn execute<const REQ: usize, const KEYS: usize, const PEERS: usize>(
         assert!(left.is_empty(), "{run}: rank {r} left {left:?}");
     }
     assert!(cluster.is_quiet(), "{run}: cluster not quiet");
+    assert!(
+        cluster.transports_empty(),
+        "{run}: a message or a receive left in a transport"
+    );
+    let (fast, markers) = cluster.fast_counts();
+    FAST_COUNTS.with(|c| c.set((c.get().0 + fast, c.get().1 + markers)));
     REFUSALS.with(|r| r.set(r.get() + cluster.refusals()));
     QUEUED.with(|r| r.set(r.get() + cluster.queued()));
 }
@@ -425,6 +440,8 @@ thread_local! {
     static REFUSALS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
     /// Submissions that waited for room in the runs of this thread so far.
     static QUEUED: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    /// Fast messages and markers sent in the runs of this thread so far (protocol §19).
+    static FAST_COUNTS: core::cell::Cell<(u64, u64)> = const { core::cell::Cell::new((0, 0)) };
 }
 
 /// Runs `count` seeds from `first` (`STARLING_SIM_SEEDS=<count>` runs that many instead,
@@ -528,6 +545,7 @@ const TWO: Setup = Setup {
     tiny: false,
     budget: false,
     scripted: false,
+    fast_limit: 0,
 };
 
 #[test]
@@ -678,6 +696,7 @@ const TINY: Setup = Setup {
     tiny: true,
     budget: true,
     scripted: true,
+    fast_limit: 0,
 };
 
 /// Runs `msgs` in every interleaving on [`TINY`] tables (or `setup`'s), checks that the
@@ -986,4 +1005,225 @@ fn every_interleaving_of_receives_made_ready_out_of_flow_order_on_tiny_tables() 
         &steps,
     );
     assert!(queued > 0, "{queued} {paths}");
+}
+
+// ----- the fast path (protocol §19): fast and envelope messages on one key ----------------
+
+/// Two ranks with the fast path, over MPI's ordering only: sends of 1 to 4 bytes travel
+/// alone on their tag's fast tag; empty ones, inline ones (5 to 8 bytes), two-message
+/// payloads (20 bytes) and synchronous ones leave a marker there and take the envelope
+/// path, which a fast message of the same key may overtake or be overtaken by.
+const FAST: Setup = Setup {
+    fast_limit: 4,
+    ..TWO
+};
+
+/// [`every_interleaving`], checking that the runs sent fast messages and markers.
+fn every_interleaving_fast(name: &str, setup: Setup, msgs: &[Msg]) -> u64 {
+    let before = FAST_COUNTS.with(core::cell::Cell::get);
+    let paths = every_interleaving(name, setup, msgs);
+    let after = FAST_COUNTS.with(core::cell::Cell::get);
+    let (fast, markers) = (after.0 - before.0, after.1 - before.1);
+    let want_fast = msgs.iter().filter(|m| goes_fast(setup, m)).count() as u64;
+    let want_markers = msgs.iter().filter(|m| m.tag.0 >= 0).count() as u64 - want_fast;
+    // Every run sends each message of a tag with a fast tag there, as itself or a marker.
+    assert_eq!(
+        (fast, markers),
+        (want_fast * paths, want_markers * paths),
+        "{name}: fast messages and markers in {paths} runs"
+    );
+    paths
+}
+
+fn goes_fast(setup: Setup, m: &Msg) -> bool {
+    m.tag.0 >= 0 && !m.sync && (1..=setup.fast_limit as usize).contains(&m.size)
+}
+
+#[test]
+fn every_interleaving_of_fast_and_envelope_messages_on_one_key() {
+    let on5 = |size| msg(0, 1, 0, 5, size);
+    for (name, msgs) in [
+        ("fast then two-message", [on5(1), on5(20)]),
+        ("two-message then fast", [on5(20), on5(1)]),
+        ("inline then fast", [on5(6), on5(3)]),
+        ("fast then inline", [on5(4), on5(8)]),
+        ("fast then empty", [on5(2), on5(0)]),
+        ("synchronous then fast", [sync(on5(1)), on5(4)]),
+        ("fast then synchronous", [on5(4), sync(on5(20))]),
+        ("fast then fast", [on5(1), on5(4)]),
+    ] {
+        every_interleaving_fast(&format!("{name}, fast path"), FAST, &msgs);
+    }
+}
+
+#[test]
+fn every_interleaving_of_a_fast_message_between_envelope_messages_on_one_key() {
+    // Three messages on one key: the fast one must land between the other two whatever
+    // overtakes what (per-pair order keeps the count of interleavings small; the MPI-order
+    // runs of two messages above let each overtake the other).
+    let per_pair = Setup {
+        network: Network::PerPair,
+        ..FAST
+    };
+    let on5 = |size| msg(0, 1, 0, 5, size);
+    every_interleaving_fast(
+        "inline, fast, two-message",
+        per_pair,
+        &[on5(6), on5(2), on5(20)],
+    );
+    every_interleaving_fast("fast, inline, fast", per_pair, &[on5(1), on5(6), on5(2)]);
+}
+
+#[test]
+fn every_interleaving_of_fast_messages_with_data_made_ready_late() {
+    // The receives acquire their buffers as steps of their own: a fast message may wait
+    // in the transport for its receive, a marker too, while the envelope message waits
+    // in the engine.
+    // (Over MPI's ordering these pass 2 million interleavings: per-pair order here.)
+    let per_pair = Setup {
+        network: Network::PerPair,
+        ..FAST
+    };
+    let on5 = |size| late(msg(0, 1, 0, 5, size));
+    every_interleaving_fast("late, two-message then fast", per_pair, &[on5(20), on5(1)]);
+    every_interleaving_fast("late, fast then inline", per_pair, &[on5(1), on5(6)]);
+}
+
+#[test]
+fn every_interleaving_of_fast_and_envelope_messages_on_several_keys_received_in_reverse() {
+    // Two keys (a fast and an envelope message on one), and a tag with no fast tag;
+    // receives posted keys last first (each key's own in order): each key's order is
+    // kept, the keys pass each other.
+    let mut msgs = vec![
+        msg(0, 1, 0, 1, 2),
+        msg(0, 1, 0, 2, 20),
+        msg(0, 1, 0, 1, 6),
+        msg(0, 1, 0, -3, 1),
+    ];
+    for (m, order) in msgs.iter_mut().zip([0, -2, 1, -3]) {
+        m.recv_order = order;
+    }
+    let scripted = Setup {
+        scripted: true,
+        network: Network::PerPair,
+        ..FAST
+    };
+    every_interleaving_fast(
+        "two keys and a negative tag, reverse receives",
+        scripted,
+        &msgs,
+    );
+    // Over MPI's ordering, two keys received in reverse.
+    let mut msgs = vec![msg(0, 1, 0, 1, 20), msg(0, 1, 0, 2, 1)];
+    for (i, m) in msgs.iter_mut().enumerate() {
+        m.recv_order = -(i as i64);
+    }
+    every_interleaving_fast(
+        "two keys over MPI's order, reverse receives",
+        Setup {
+            scripted: true,
+            ..FAST
+        },
+        &msgs,
+    );
+}
+
+#[test]
+fn every_interleaving_of_fast_keys_past_two_match_keys() {
+    // Engines with two match keys: the receive of a third fast key waits in the deferred
+    // queue until a fast message frees a key; a marked receive and the envelope messages
+    // of the third key wait and keep their order.
+    let two_keys = Setup {
+        tiny: true,
+        network: Network::PerPair,
+        ..FAST
+    };
+    let msgs = [msg(0, 1, 0, 1, 1), msg(0, 1, 0, 2, 20), msg(0, 1, 0, 3, 2)];
+    every_interleaving_fast("three fast keys, two match keys", two_keys, &msgs);
+}
+
+#[test]
+fn every_interleaving_of_a_short_receive_on_a_fast_key() {
+    // A fast message longer than its receive fails it (`Truncated`), whole; the next
+    // message of the key, through the envelope path, reaches the next receive.
+    let short = |m: Msg, by| Msg { short: by, ..m };
+    let msgs = [short(msg(0, 1, 0, 6, 4), 2), msg(0, 1, 0, 6, 20)];
+    every_interleaving_fast("truncated fast then two-message", FAST, &msgs);
+    let msgs = [short(msg(0, 1, 0, 6, 20), 16), msg(0, 1, 0, 6, 1)];
+    every_interleaving_fast("truncated two-message then fast", FAST, &msgs);
+}
+
+#[test]
+fn every_interleaving_of_crossing_fast_and_synchronous_sends_on_one_tag() {
+    let msgs = [
+        sync(msg(0, 1, 0, 3, 2)),
+        msg(1, 0, 0, 3, 1),
+        msg(0, 1, 0, 3, 1),
+    ];
+    every_interleaving_fast(
+        "crossing synchronous and fast",
+        Setup {
+            network: Network::PerPair,
+            ..FAST
+        },
+        &msgs,
+    );
+}
+
+#[test]
+fn every_interleaving_of_fast_and_envelope_messages_on_tiny_tables() {
+    // The threaded runtime's smallest tables with the fast path: envelope messages are
+    // refused for want of an early buffer while their receive, marked, waits for them
+    // (they go in when the marker comes), and a receive whose fast message waits in the
+    // transport gets the last receive slot (admission asks the transport).
+    let tiny_fast = Setup {
+        fast_limit: 4,
+        ..TINY
+    };
+    let (paths, refusals, queued) =
+        every_interleaving_overflowing("one tag, tiny tables, fast path", tiny_fast, &one_tag(4));
+    assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+    let mut msgs = reverse_order();
+    msgs[1].size = 6;
+    msgs[3].size = 20;
+    let (paths, refusals, queued) =
+        every_interleaving_overflowing("reverse order, tiny tables, fast path", tiny_fast, &msgs);
+    assert!(refusals > 0 && queued > 0, "{refusals} {queued} {paths}");
+    // Three keys received last first, each message behind a marker: envelopes wait as
+    // early data or are refused while their receives wait for a slot or for their
+    // marker; every receive still gets its own message.
+    let mut msgs = burst(0, 1, 3, 20, |i| i as i64);
+    for (i, m) in msgs.iter_mut().enumerate() {
+        m.recv_order = -(i as i64);
+    }
+    let (paths, refusals, _) = every_interleaving_overflowing(
+        "three keys behind markers, reverse order, tiny tables",
+        tiny_fast,
+        &msgs,
+    );
+    assert!(refusals > 0, "{refusals} {paths}");
+    // Over MPI's ordering: two keys received last first, each message behind a marker.
+    // An envelope may overtake its marker and be refused behind the other key's; the
+    // marker then comes and marks a receive whose envelope waits refused. (These small
+    // flows always free the older refused envelope's receive too; the case where only
+    // `Engine::marked_key` lets the marked receive's envelope in, seen under MPI, is the
+    // `fast` job of `tests/mpi_p2p.rs` with `STARLING_ENGINE_TABLES=4,2`.)
+    let mut msgs = vec![msg(0, 1, 0, 1, 6), msg(0, 1, 0, 2, 6)];
+    for (i, m) in msgs.iter_mut().enumerate() {
+        m.recv_order = -(i as i64);
+    }
+    let (paths, refusals, _) = every_interleaving_overflowing(
+        "two keys behind markers, MPI order, reverse, tiny tables",
+        Setup {
+            network: Network::PerTag,
+            ..tiny_fast
+        },
+        &msgs,
+    );
+    assert!(refusals > 0, "{refusals} {paths}");
+    let (fast, markers) = FAST_COUNTS.with(core::cell::Cell::get);
+    assert!(
+        fast > 0 && markers > 0,
+        "{fast} fast messages, {markers} markers"
+    );
 }

@@ -183,6 +183,41 @@ const JOBS: &[Job] = &[
     },
     Job {
         ranks: 2,
+        name: "fast",
+        // The fast path (protocol §19), traced: its markers show in the trace.
+        env: &[("STARLING_MPI_COMM", "1")],
+        expect: &[
+            "rank 0: fast passed",
+            "rank 1: fast passed",
+            "post Marker {",
+        ],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
+        name: "fast",
+        // The same with a lowered fast limit and the smallest tables: receives wait for
+        // room, and a receive whose fast message waits in MPI gets the last slot.
+        env: &[
+            ("STARLING_MPI_FAST", "16"),
+            ("STARLING_ENGINE_TABLES", "4,2"),
+        ],
+        expect: &["rank 0: fast passed", "rank 1: fast passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
+        name: "fast",
+        // And with the fast path off: the envelope path alone.
+        env: &[("STARLING_MPI_FAST", "0")],
+        expect: &["rank 0: fast passed", "rank 1: fast passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
         name: "big",
         // A payload over 2 GiB: two MPI messages (i32 counts). About 9 GB of memory.
         env: &[],
@@ -340,6 +375,7 @@ fn main() -> ExitCode {
         "eager" => eager(),
         "oversize" => oversize(),
         "late" => late(),
+        "fast" => fast(),
         other => panic!("unknown job {other:?}"),
     }
     ExitCode::SUCCESS
@@ -490,34 +526,40 @@ fn token_ring(ctx: &Context, loops: u32, variant: &'static str) {
     }
 }
 
-/// `mpi_earlyrecv`, `mpi_earlyrecv2`: the sender sends before the receive exists.
+/// `mpi_earlyrecv`, `mpi_earlyrecv2`: the sender sends before the receive exists. On
+/// tags with no fast tag (negative) both wait in the engine as early data; on tags with
+/// one, under the fast path (`docs/protocol.md` §19), they wait in MPI instead and the
+/// engine keeps none.
 fn early_data(ctx: &Context) {
-    let a = ctx.register(Variable::new(0u64));
-    let b = ctx.register(Variable::new(0u64));
-    let before = ctx.early_messages();
-    ctx.barrier(); // rank 0 counted before anything was sent
-    match ctx.rank().0 {
-        1 => {
-            ctx.acquire(&a, AccessMode::W).get_mut().set(11);
-            ctx.acquire(&b, AccessMode::W).get_mut().set(22);
-            ctx.send(&a, Rank(0), Tag(1)).wait().unwrap();
-            ctx.send(&b, Rank(0), Tag(2)).wait().unwrap();
-            ctx.barrier();
+    let fast = config().rank.fast_limit > 0;
+    for (t1, t2, early) in [(-1, -2, 2), (1, 2, if fast { 0 } else { 2 })] {
+        let a = ctx.register(Variable::new(0u64));
+        let b = ctx.register(Variable::new(0u64));
+        let before = ctx.early_messages();
+        ctx.barrier(); // rank 0 counted before anything was sent
+        match ctx.rank().0 {
+            1 => {
+                ctx.acquire(&a, AccessMode::W).get_mut().set(11);
+                ctx.acquire(&b, AccessMode::W).get_mut().set(22);
+                ctx.send(&a, Rank(0), Tag(t1)).wait().unwrap();
+                ctx.send(&b, Rank(0), Tag(t2)).wait().unwrap();
+                ctx.barrier();
+            }
+            0 => {
+                ctx.set_tag(&a, Tag(t1)).unwrap(); // tag t1 registered here, t2 not
+                ctx.barrier(); // both messages were sent: they arrive early
+                ctx.recv(&b, Rank(1), Tag(t2)).wait().unwrap();
+                ctx.recv(&a, Rank(1), Tag(t1)).wait().unwrap();
+                let n = ctx.early_messages() - before;
+                let va = ctx.acquire(&a, AccessMode::R).get().get();
+                let vb = ctx.acquire(&b, AccessMode::R).get().get();
+                assert_eq!((va, vb, n), (11, 22, early), "tags {t1} and {t2}");
+            }
+            _ => ctx.barrier(),
         }
-        0 => {
-            ctx.set_tag(&a, Tag(1)).unwrap(); // tag 1 registered here, tag 2 not
-            ctx.barrier(); // both messages were sent: they arrive early
-            ctx.recv(&b, Rank(1), Tag(2)).wait().unwrap();
-            ctx.recv(&a, Rank(1), Tag(1)).wait().unwrap();
-            let n = ctx.early_messages() - before;
-            let va = ctx.acquire(&a, AccessMode::R).get().get();
-            let vb = ctx.acquire(&b, AccessMode::R).get().get();
-            assert_eq!((va, vb, n), (11, 22, 2));
-        }
-        _ => ctx.barrier(),
+        let _ = ctx.unregister(a);
+        let _ = ctx.unregister(b);
     }
-    let _ = ctx.unregister(a);
-    let _ = ctx.unregister(b);
 }
 
 /// `mpi_sync`, `mpi_earlyrecv2_sync`: the receiver posts late, yet nothing waits as early
@@ -1554,6 +1596,104 @@ fn eager() {
     ctx.barrier();
     rank.shutdown().expect("a clean shutdown");
     println!("rank {me}: eager passed");
+}
+
+/// The fast path (protocol §19) mixed with the envelope path on one key: messages of
+/// every size and mode on one tag — fast ones (1 byte to the fast limit), empty, just
+/// past the limit, two-message payloads, synchronous ones — all started at once and
+/// received by receives all posted at once; then the same on tags with no fast tag (a
+/// negative one, the largest), and on two keys whose receives are posted in the reverse
+/// order of the sends. Each receive must get its own message, whole.
+fn fast() {
+    let rank = starling::mpi::init(config()).expect("MPI starts");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    let other = Rank(1 - me);
+    // (size, synchronous)
+    let seq: &[(usize, bool)] = &[
+        (8, false),
+        (5000, false),
+        (1, false),
+        (0, false),
+        (16, true),
+        (17, false),
+        (1024, false),
+        (100_000, false),
+        (4, false),
+        (3968, false),
+        (3969, false),
+        (8, true),
+        (64, false),
+        (2, false),
+    ];
+    let fill = |tag: Tag, i: usize, k: usize| ((i * 31 + k * 7 + tag.0 as usize % 97) % 251) as u8;
+    // Rank 0 sends `msgs` (tag, size, sync) in order, all at once; rank 1 posts the
+    // receives in `order` (indices into `msgs`) all at once, then checks each.
+    let exchange = |msgs: &[(Tag, usize, bool)], order: &[usize]| {
+        let handles: Vec<_> = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, &(tag, n, _))| {
+                ctx.register(Vector::from_vec(if me == 0 {
+                    (0..n).map(|k| fill(tag, i, k)).collect()
+                } else {
+                    vec![0u8; n]
+                }))
+            })
+            .collect();
+        if me == 0 {
+            let sends: Vec<_> = msgs
+                .iter()
+                .zip(&handles)
+                .map(|(&(tag, _, sync), h)| {
+                    let s = ctx.send(h, other, tag);
+                    if sync { s.sync() } else { s }.start().unwrap()
+                })
+                .collect();
+            for s in sends {
+                s.wait().unwrap();
+            }
+        } else {
+            let recvs: Vec<_> = order
+                .iter()
+                .map(|&i| ctx.recv(&handles[i], other, msgs[i].0).start().unwrap())
+                .collect();
+            for r in recvs {
+                r.wait().unwrap();
+            }
+            for (i, h) in handles.iter().enumerate() {
+                let (tag, n, _) = msgs[i];
+                let v = ctx.acquire(h, AccessMode::R);
+                let value = v.get();
+                let got = value.as_slice();
+                assert_eq!(got.len(), n);
+                assert!(
+                    got.iter().enumerate().all(|(k, b)| *b == fill(tag, i, k)),
+                    "message {i} ({n} bytes) on {tag:?} got another's bytes"
+                );
+            }
+        }
+        for h in handles {
+            let _ = ctx.unregister(h);
+        }
+    };
+    for tag in [Tag(5), Tag(-7), Tag(i64::MAX)] {
+        let msgs: Vec<_> = seq.iter().map(|&(n, sync)| (tag, n, sync)).collect();
+        let order: Vec<_> = (0..msgs.len()).collect();
+        exchange(&msgs, &order);
+    }
+    // Two keys interleaved; the receives of tag 9 are posted before those of tag 8.
+    let msgs: Vec<_> = seq
+        .iter()
+        .enumerate()
+        .map(|(i, &(n, sync))| (Tag(8 + (i % 2) as i64), n, sync))
+        .collect();
+    let mut order: Vec<_> = (0..msgs.len()).filter(|i| i % 2 == 1).collect();
+    order.extend((0..msgs.len()).filter(|i| i % 2 == 0));
+    exchange(&msgs, &order);
+    ctx.barrier();
+    rank.shutdown().expect("a clean shutdown");
+    println!("rank {me}: fast passed");
 }
 
 /// Two Starling worlds in one job (`starpu_mpi_init_comm` with the application's

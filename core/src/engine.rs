@@ -109,6 +109,7 @@ use heapless::index_map::FnvIndexMap;
 mod arrival;
 mod deferred;
 mod errors;
+mod fast;
 mod io;
 mod sends;
 mod slots;
@@ -122,7 +123,7 @@ pub use io::{
 use self::slots::{Class, Live};
 use crate::envelope::{self, Envelope, Kind as EnvKind};
 use crate::error::Table;
-use crate::lists::{Key, ReadyList, SyncSends};
+use crate::lists::{Key, KeyedFifo, ReadyList, SyncSends};
 use crate::matcher::{Matcher, Unexpected, UnexpectedKind};
 use crate::request::{IllegalStep, Kind, Link, Request, Slab, State, Step};
 use crate::stats::Stats;
@@ -150,6 +151,16 @@ pub struct Engine<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     /// A receive was deferred while a message of its key waited in the matcher: the next
     /// retry looks at every deferred receive, not only the oldest.
     deferred_matchable: bool,
+    /// Receives posted on their key's fast tag, per key, in posting order (protocol
+    /// §19): waiting for a fast message, or marked and waiting for an envelope message.
+    fast: KeyedFifo<ReqId, KEYS, REQ>,
+    /// A fast key's oldest receive is marked while an envelope message of its key waits:
+    /// the next `poll_transmit` matches them ([`Engine::retry_fast`]).
+    fast_dirty: bool,
+    /// Receives in `fast` that got their marker and wait for their envelope message: an
+    /// envelope refused for a full table may go in now without room
+    /// ([`Engine::room_for`]).
+    fast_marked: u32,
     transmits: Deque<Transmit, OUTPUTS>,
     events: Deque<Event, OUTPUTS>,
     next_msg: MsgId,
@@ -203,6 +214,9 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             deferred: Deque::new(),
             deferred_keys: FnvIndexMap::new(),
             deferred_matchable: false,
+            fast: KeyedFifo::new(Table::MatchKeys),
+            fast_dirty: false,
+            fast_marked: 0,
             transmits: Deque::new(),
             events: Deque::new(),
             next_msg: MsgId(0),
@@ -407,6 +421,9 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             peer: r.peer,
             tag: r.tag,
         };
+        if let Some(tag) = crate::fast::fast_tag(&self.config, r.comm, r.tag) {
+            return self.post_fast_recv(req, r, next, key, tag);
+        }
         if let Some(u) = self.matcher.peek_unexpected(key).copied() {
             self.room_for_match(r, &u)?;
             let _ = self.matcher.take_unexpected(key);
@@ -499,11 +516,17 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         // travels separately. Refuse up front rather than half-handle it; an arrival
         // that needs no slot is never refused for a full slab (a slab full of posted
         // receives must still accept the envelopes that complete them).
-        let needs_slot = match self
-            .matcher
-            .peek_recv(key)
-            .or_else(|| self.peek_deferred(key))
-        {
+        // On a key with a fast tag, an envelope message goes to the oldest receive of the
+        // key once it is marked, and to no other (protocol §19).
+        let fast_key = crate::fast::fast_tag(&self.config, comm, env.tag).is_some();
+        let waiting = if fast_key {
+            self.fast_waiting(key)
+        } else {
+            self.matcher
+                .peek_recv(key)
+                .or_else(|| self.peek_deferred(key))
+        };
+        let needs_slot = match waiting {
             None => kind != UnexpectedKind::Sync,
             Some(waiting) => {
                 let capacity = self.requests.get(waiting).map_or(0, |r| r.size);
@@ -514,6 +537,14 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             return Err(MessageError::Full(Table::Requests));
         }
         self.deferred_dirty = true;
+        if fast_key {
+            if let Some(req) = self.fast_waiting(key) {
+                let _ = self.fast.pop_front(key);
+                self.fast_marked -= 1;
+                return Ok(self.on_matched_arrival(req, unexpected, decoded.inline));
+            }
+            return self.on_early_arrival(key, unexpected, decoded.inline);
+        }
         if let Some(req) = self.matcher.take_recv(key) {
             return Ok(self.on_matched_arrival(req, unexpected, decoded.inline));
         }
@@ -588,6 +619,13 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// [`UsageError::UnknownRequest`], or [`UsageError::IllegalStep`] when `req` is not a
     /// receive in flight; [`UsageError::Full`] when the event queue has no room.
     pub fn handle_received(&mut self, req: ReqId, len: u64) -> Result<(), UsageError> {
+        if let Some(r) = self.requests.get(req).copied() {
+            if r.state == State::AwaitingFast {
+                self.check_room()?;
+                self.on_fast_received(req, r, len);
+                return Ok(());
+            }
+        }
         let r = self.transfer_done(req, Kind::Recv)?;
         let expected = r.msg_size;
         if !r.internal {
@@ -632,6 +670,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         if self.transmits.is_empty() {
             self.retry_deferred();
+            self.retry_fast();
         }
         if let Some(t) = self.transmits.pop_front() {
             return Some(t);

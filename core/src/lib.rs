@@ -33,6 +33,7 @@
 //! | [`error`] | which fixed table is full ([`Table`]); [`Full`] hands the item back |
 //! | [`envelope`] | the 24-byte little-endian message header; total [`envelope::decode`] |
 //! | [`tags`] | physical tags bounded by the transport's `tag_ub`; the user-tag allocator |
+//! | [`fast`] | the fast path for small messages: which sends go as their payload alone on a tag derived from the user tag, and why the order stays MPI's |
 //! | [`request`] | the request state machine and its slab |
 //! | [`lists`] | ready list, keyed FIFOs, pending synchronous sends, detached requests |
 //! | [`matcher`] | early requests and early data, matched FIFO per key |
@@ -90,6 +91,7 @@ pub mod digest;
 pub mod engine;
 pub mod envelope;
 pub mod error;
+pub mod fast;
 pub mod framing;
 pub mod insert;
 #[cfg(feature = "embedded-hal")]

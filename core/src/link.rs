@@ -324,6 +324,12 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize, const FRAME: usize
                 port.write_frame(FrameKind::Payload, &[&head, cur.send_bytes(req)])?;
                 self.engine.handle_sent(req).map_err(LinkError::Usage)?;
             }
+            Transmit::Marker { comm, tag, .. } => {
+                // An empty payload frame on the fast tag (the link's engine runs without
+                // the fast path; this keeps a marker what it is if one ever comes).
+                let head = framing::payload_head(comm, tag);
+                port.write_frame(FrameKind::Payload, &[&head])?;
+            }
             Transmit::Receive {
                 req,
                 comm,

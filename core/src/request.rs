@@ -21,6 +21,9 @@
 //! | recv | any | `Ready` | `Matched` | `Transferring` | an envelope for its key was already there (early data, a sync envelope) |
 //! | recv | any | `AwaitingEnvelope` | `Matched` | `Transferring` | its envelope arrived |
 //! | recv | any | `Ready` | `Done` | `Completed` | the payload was already local (eager payload, finished early data) and was copied |
+//! | recv | any | `Ready` | `FastPosted` | `AwaitingFast` | its key has a fast tag (protocol §19): it was posted there, in its key's order |
+//! | recv | any | `AwaitingFast` | `Done` | `Completed` | a fast message (a payload of at least one byte) filled it |
+//! | recv | any | `AwaitingFast` | `Marked` | `AwaitingEnvelope` | a marker (an empty message) came on the fast tag: its message is the key's next envelope message |
 //! | any | any | `Transferring` | `Done` | `Completed` | the transport finished the payload (and the copy out of an early buffer, if any) |
 //!
 //! Rules that the table encodes:
@@ -80,8 +83,12 @@ pub enum State {
     Created,
     /// Datum acquired: a send waits in the ready list, a receive is being matched.
     Ready,
-    /// A receive waiting in the early-request table for its envelope.
+    /// A receive waiting in the early-request table for its envelope (or, on a key with a
+    /// fast tag, marked and waiting for the key's next envelope message).
     AwaitingEnvelope,
+    /// A receive posted on its key's fast tag (protocol §19), waiting for a fast message
+    /// or a marker.
+    AwaitingFast,
     /// A synchronous send whose envelope was sent, waiting for the receiver's ready
     /// acknowledgement.
     AwaitingReady,
@@ -95,10 +102,11 @@ pub enum State {
 impl State {
     /// Every state, in the order of the transition table (for exhaustive tests and
     /// fuzzers).
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Created,
         Self::Ready,
         Self::AwaitingEnvelope,
+        Self::AwaitingFast,
         Self::AwaitingReady,
         Self::Transferring,
         Self::Completed,
@@ -125,6 +133,9 @@ impl State {
                 Some(Self::Transferring)
             }
             (Kind::Recv, Self::Ready, Step::Done) => Some(Self::Completed),
+            (Kind::Recv, Self::Ready, Step::FastPosted) => Some(Self::AwaitingFast),
+            (Kind::Recv, Self::AwaitingFast, Step::Done) => Some(Self::Completed),
+            (Kind::Recv, Self::AwaitingFast, Step::Marked) => Some(Self::AwaitingEnvelope),
             (_, Self::Transferring, Step::Done) => Some(Self::Completed),
             _ => None,
         };
@@ -147,6 +158,7 @@ impl fmt::Display for State {
             Self::Created => "created",
             Self::Ready => "ready",
             Self::AwaitingEnvelope => "awaiting envelope",
+            Self::AwaitingFast => "awaiting fast message",
             Self::AwaitingReady => "awaiting ready ack",
             Self::Transferring => "transferring",
             Self::Completed => "completed",
@@ -175,11 +187,16 @@ pub enum Step {
     /// The transfer finished (or, for a receive served from a local payload, the copy
     /// did).
     Done,
+    /// A receive was posted on its key's fast tag (protocol §19).
+    FastPosted,
+    /// A receive posted on its key's fast tag got a marker: its message is the key's
+    /// next envelope message.
+    Marked,
 }
 
 impl Step {
     /// Every step (for exhaustive tests and fuzzers).
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 9] = [
         Self::DataReady,
         Self::Queued,
         Self::Matched,
@@ -187,6 +204,8 @@ impl Step {
         Self::ReadyReceived,
         Self::Posted,
         Self::Done,
+        Self::FastPosted,
+        Self::Marked,
     ];
 }
 
@@ -200,6 +219,8 @@ impl fmt::Display for Step {
             Self::ReadyReceived => "ready received",
             Self::Posted => "posted",
             Self::Done => "done",
+            Self::FastPosted => "fast posted",
+            Self::Marked => "marked",
         })
     }
 }

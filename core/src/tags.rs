@@ -96,6 +96,8 @@ pub enum TagClass {
     Data,
     /// A payload tag of a synchronous send ([`TagSpace::sync`]).
     Sync,
+    /// The fast tag of a user tag ([`TagSpace::fast`]): its fast messages and markers.
+    Fast,
 }
 
 /// The physical tags of the protocol, derived from the transport's upper bound.
@@ -120,6 +122,9 @@ pub struct TagSpace {
     class_len: i32,
     /// The transport's bound.
     tag_ub: i32,
+    /// Tags of the fast class ([`TagSpace::with_fast`]), right after the sync class;
+    /// 0 when the space has none.
+    fast_len: i32,
 }
 
 impl TagSpace {
@@ -155,7 +160,67 @@ impl TagSpace {
             base,
             class_len,
             tag_ub,
+            fast_len: 0,
         })
+    }
+
+    /// The same space with a **fast class** (§19 of the protocol, [`crate::fast`]): the
+    /// upper half of `base+1..=tag_ub` carries the messages of user tags
+    /// `0..fast_len`, one physical tag per user tag ([`TagSpace::fast`]); the data and
+    /// sync classes share the lower half. Unchanged when the bound leaves no room for
+    /// one tag per class (`tag_ub < base + 3`).
+    ///
+    /// ```
+    /// use starling_core::tags::{TagClass, TagSpace, MIN_TAG_UB};
+    /// use starling_core::Tag;
+    ///
+    /// let tags = TagSpace::new(MIN_TAG_UB).unwrap().with_fast();
+    /// assert_eq!(tags.fast_len(), 16362);
+    /// let t = tags.fast(Tag(7)).unwrap();
+    /// assert_eq!(tags.classify(t), Some(TagClass::Fast));
+    /// assert_eq!(tags.fast(Tag(-1)), None);
+    /// ```
+    #[must_use]
+    pub const fn with_fast(self) -> Self {
+        let total = self.tag_ub - self.base;
+        if total < 3 {
+            return self;
+        }
+        let fast_len = total / 2;
+        Self {
+            base: self.base,
+            class_len: (total - fast_len) / 2,
+            tag_ub: self.tag_ub,
+            fast_len,
+        }
+    }
+
+    /// How many user tags have a fast tag: `0..fast_len` (0 when the space has no fast
+    /// class).
+    #[inline]
+    pub const fn fast_len(&self) -> u32 {
+        self.fast_len.unsigned_abs()
+    }
+
+    /// The user tag whose fast tag is `tag` (the inverse of [`TagSpace::fast`]); `None`
+    /// for a tag outside the fast class.
+    pub const fn fast_user_tag(&self, tag: PhysTag) -> Option<Tag> {
+        let offset = tag.0 as i64 - self.fast_start() as i64;
+        if offset < 0 || offset >= self.fast_len as i64 {
+            return None;
+        }
+        Some(Tag(offset))
+    }
+
+    /// The physical tag of user tag `tag` in the fast class, `fast_start + tag`; `None`
+    /// when `tag` is outside `0..fast_len` (negative, too large, or no fast class).
+    #[inline]
+    pub const fn fast(&self, tag: Tag) -> Option<PhysTag> {
+        if tag.0 < 0 || tag.0 >= self.fast_len as i64 {
+            return None;
+        }
+        // 0 <= tag < fast_len <= i32::MAX, and fast_start + tag <= tag_ub.
+        Some(PhysTag(self.fast_start() + tag.0 as i32))
     }
 
     /// The tag every envelope travels on.
@@ -191,6 +256,8 @@ impl TagSpace {
             Some(TagClass::Data)
         } else if t >= sync && t < end {
             Some(TagClass::Sync)
+        } else if t >= end && t < end + self.fast_len as i64 {
+            Some(TagClass::Fast)
         } else {
             None
         }
@@ -234,6 +301,11 @@ impl TagSpace {
     #[inline]
     const fn sync_start(&self) -> i32 {
         self.base + 1 + self.class_len
+    }
+
+    #[inline]
+    const fn fast_start(&self) -> i32 {
+        self.base + 1 + 2 * self.class_len
     }
 
     /// `msg % class_len`, in `0..class_len` (so it fits `i32`).

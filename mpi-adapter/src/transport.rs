@@ -856,6 +856,67 @@ impl Transport for MpiTransport {
         true
     }
 
+    /// The engine communicators with an MPI duplicate of their own: all but the last,
+    /// which every later `CommId` shares (see the [module docs](self)).
+    fn fast_comms(&self) -> u16 {
+        u16::try_from(self.comms.len() - 1).unwrap_or(u16::MAX)
+    }
+
+    fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    fn take_strays(
+        &mut self,
+        stray: &dyn Fn(PhysTag) -> bool,
+    ) -> Vec<(Rank, CommId, PhysTag, usize)> {
+        let mut out = Vec::new();
+        for (i, c) in self
+            .comms
+            .iter()
+            .enumerate()
+            .take(usize::from(self.fast_comms()))
+        {
+            // The first message no receive took, whatever its tag; a stray one is taken
+            // (received and dropped), which shows the next.
+            while let Some(status) = c.comm.any_process().immediate_probe() {
+                let tag = PhysTag(status.tag());
+                if !stray(tag) {
+                    break;
+                }
+                let source = status.source_rank();
+                let Some((msg, status)) = c
+                    .comm
+                    .process_at_rank(source)
+                    .immediate_matched_probe_with_tag(tag.0)
+                else {
+                    break;
+                };
+                let mut bytes = vec![0u8; count(&status)];
+                let _ = msg.matched_receive_into(&mut bytes[..]);
+                out.push((
+                    Rank(source.unsigned_abs()),
+                    CommId(u16::try_from(i).unwrap_or(u16::MAX)),
+                    tag,
+                    bytes.len(),
+                ));
+            }
+        }
+        out
+    }
+
+    fn has_message(&self, source: Rank, comm: CommId, tag: PhysTag) -> bool {
+        let i = usize::from(comm.0).min(self.comms.len() - 1);
+        let Ok(source) = i32::try_from(source.0) else {
+            return false;
+        };
+        self.comms[i]
+            .comm
+            .process_at_rank(source)
+            .immediate_probe_with_tag(tag.0)
+            .is_some()
+    }
+
     fn spent(&mut self) -> Option<Vec<u8>> {
         self.spent.pop()
     }

@@ -161,7 +161,8 @@ enum Wire {
         comm: CommId,
         tag: PhysTag,
         bytes: Vec<u8>,
-        sender: ReqId,
+        /// The send it completes; none for a marker (protocol §19).
+        sender: Option<ReqId>,
     },
 }
 
@@ -197,6 +198,9 @@ struct Node<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     early: HashMap<ReqId, Vec<u8>>,
     posted: Vec<PostedRecv>,
     unexpected: Vec<UnexpectedPayload>,
+    /// Keys whose receive got its marker (protocol §19): their refused envelopes are
+    /// handed in again at the next settling.
+    marked: Vec<Key>,
     completions: Vec<Completion>,
 }
 
@@ -242,6 +246,8 @@ pub struct Cluster<
     rng: SplitMix64,
     delivered: u64,
     next_ticket: u64,
+    /// Fast messages and markers sent ([`Cluster::fast_counts`]).
+    fast_counts: (u64, u64),
 }
 
 impl<const REQ: usize, const KEYS: usize, const PEERS: usize> core::fmt::Debug
@@ -298,6 +304,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                     early: HashMap::new(),
                     posted: Vec::new(),
                     unexpected: Vec::new(),
+                    marked: Vec::new(),
                     completions: Vec::new(),
                 }
             })
@@ -310,6 +317,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
             rng: SplitMix64::new(seed),
             delivered: 0,
             next_ticket: 0,
+            fast_counts: (0, 0),
         }
     }
 
@@ -339,6 +347,11 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
     /// again later; a retry refused again counts again).
     pub fn refusals(&self) -> u64 {
         self.nodes.iter().map(|n| n.admission.refusals()).sum()
+    }
+
+    /// Messages sent on fast tags so far (protocol §19): (fast messages, markers).
+    pub const fn fast_counts(&self) -> (u64, u64) {
+        self.fast_counts
     }
 
     /// Submissions made with [`Cluster::post_send`] / [`Cluster::post_recv`] that waited
@@ -462,10 +475,14 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         while moved {
             moved = false;
             for r in 0..self.nodes.len() {
+                let marked = core::mem::take(&mut self.nodes[r].marked);
                 if self.nodes[r].admission.is_empty() {
                     continue;
                 }
                 moved |= self.with_admission(Rank(r as u32), |a, at| {
+                    for key in marked {
+                        a.retry_key(at, key);
+                    }
                     a.admit_waiting(at) | a.retry_refused(at)
                 });
             }
@@ -634,6 +651,16 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         node.engine.leftovers().chain(refused).collect()
     }
 
+    /// Whether the simulated transports hold nothing: no message arrived that no
+    /// receive took (the transport's unexpected queue: a fast message or a marker with
+    /// no receive, protocol §19), no receive posted that got nothing. At the end of a
+    /// run, with [`Cluster::is_quiet`].
+    pub fn transports_empty(&self) -> bool {
+        self.nodes
+            .iter()
+            .all(|n| n.unexpected.is_empty() && n.posted.is_empty())
+    }
+
     /// Whether every rank is idle and nothing is in flight.
     pub fn is_quiet(&self) -> bool {
         self.links.is_empty()
@@ -708,6 +735,15 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
 
     fn has_early(&self, key: Key) -> bool {
         self.cluster.nodes[self.rank.index()].engine.has_early(key)
+    }
+
+    fn fast_message_here(&self, key: Key) -> bool {
+        let node = &self.cluster.nodes[self.rank.index()];
+        starling_core::fast::fast_tag(node.engine.config(), key.comm, key.tag).is_some_and(|tag| {
+            node.unexpected
+                .iter()
+                .any(|u| u.source == key.peer && u.comm == key.comm && u.tag == tag)
+        })
     }
 
     fn early_keys(&self, f: &mut dyn FnMut(Key)) {

@@ -7,7 +7,12 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// The oldest deferred receive of `key`, when the matcher holds neither a receive
     /// nor a message of `key` (then it is the oldest receive of the key).
     pub(super) fn peek_deferred(&self, key: Key) -> Option<ReqId> {
-        if !self.deferred_keys.contains_key(&key) || self.matcher.peek_unexpected(key).is_some() {
+        // On a key with a fast tag a deferred receive is not posted on it yet, so it is
+        // not the receive of the key's next envelope message (protocol §19).
+        if !self.deferred_keys.contains_key(&key)
+            || self.matcher.peek_unexpected(key).is_some()
+            || crate::fast::fast_tag(&self.config, key.comm, key.tag).is_some()
+        {
             return None;
         }
         self.deferred

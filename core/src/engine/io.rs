@@ -54,6 +54,21 @@ pub struct Config {
     /// early data); 0 (the default) or anything above the engine's `KEYS` means `KEYS`,
     /// and 0 after clamping means 1.
     pub key_limit: u32,
+    /// The fast path for small messages (protocol §19, [`crate::fast`]): a standard send
+    /// of 1 to `fast_limit` bytes on a user tag that has a fast tag
+    /// ([`TagSpace::fast`], so `tags` must have a fast class: [`TagSpace::with_fast`])
+    /// travels as its payload alone on that tag, and every receive of such a tag is
+    /// posted there. 0 (the default) turns it off. **Every rank of a job must agree**
+    /// on it and on `tags`: a receiver posts on the fast tag exactly when its sender
+    /// sends there. With a [`Config::request_limit`], the adapter's admission must ask
+    /// the transport whether a message waits on a key's fast tag (see [`crate::fast`]).
+    pub fast_limit: u32,
+    /// The communicators `CommId(0)..CommId(fast_comms)` on which the fast path may run:
+    /// those the transport keeps apart in its own matching (for MPI, those with an MPI
+    /// communicator of their own). A communicator that shares the transport's matching
+    /// with another keeps the envelope path, which names its communicator. `u16::MAX`
+    /// (the default): all but the last id.
+    pub fast_comms: u16,
 }
 
 /// How the request slab is shared out (a pure function of the request limit, the same
@@ -98,7 +113,8 @@ impl Budget {
 
 impl Config {
     /// A configuration with the defaults: eager limit [`DEFAULT_EAGER_LIMIT`],
-    /// priorities on, at most 10 sends in flight (the reference's default).
+    /// priorities on, at most 10 sends in flight (the reference's default), no fast
+    /// path.
     pub const fn new(rank: Rank, nranks: u32, tags: TagSpace) -> Self {
         Self {
             rank,
@@ -109,6 +125,8 @@ impl Config {
             max_inflight_sends: 10,
             request_limit: 0,
             key_limit: 0,
+            fast_limit: 0,
+            fast_comms: u16::MAX,
         }
     }
 }
@@ -208,13 +226,26 @@ pub enum Transmit {
         dest: Rank,
         /// The communicator.
         comm: CommId,
-        /// The physical data or sync tag.
+        /// The physical data, sync or fast tag.
         tag: PhysTag,
         /// Payload bytes.
         size: u64,
     },
+    /// Send an empty message to `dest` on `tag`, a fast tag: a **marker**, saying that
+    /// the next message of that user tag travels through the envelope path (protocol
+    /// §19). It belongs to no request: nothing to report.
+    Marker {
+        /// The destination rank.
+        dest: Rank,
+        /// The communicator.
+        comm: CommId,
+        /// The fast tag ([`TagSpace::fast`]).
+        tag: PhysTag,
+    },
     /// Post a receive of `size` bytes from `source` on `tag` into the buffer of `req`;
-    /// report [`Engine::handle_received`] when done. When `early` is set, `req` is the
+    /// report [`Engine::handle_received`] when done. On a fast tag (protocol §19) `size`
+    /// may exceed the request's capacity, so that a longer message is seen whole and
+    /// fails the request rather than being cut; an empty message there is a marker. When `early` is set, `req` is the
     /// engine's own: allocate a buffer of `size` bytes for it, keep it until an event
     /// names it (`from_early` of [`Event::Completed`], or [`Event::Discard`]).
     Receive {
@@ -224,9 +255,9 @@ pub enum Transmit {
         source: Rank,
         /// The communicator.
         comm: CommId,
-        /// The physical data or sync tag.
+        /// The physical data, sync or fast tag.
         tag: PhysTag,
-        /// Payload bytes expected.
+        /// Payload bytes expected (at most).
         size: u64,
         /// Whether `req` is an engine-owned early-data buffer.
         early: bool,

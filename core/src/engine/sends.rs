@@ -2,6 +2,7 @@
 //! priority order under the in-flight cap.
 
 use super::*;
+use crate::fast::Route;
 
 impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, PEERS> {
     pub(super) fn alloc_msg(&mut self) -> MsgId {
@@ -26,7 +27,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     }
 
     /// Takes the highest-priority ready send, within the in-flight cap, and emits its
-    /// envelope.
+    /// envelope, or its fast message, or its marker (then its envelope).
     pub(super) fn next_send(&mut self) -> Option<Transmit> {
         let cap = self.config.max_inflight_sends;
         if cap != 0 && self.inflight_sends >= cap {
@@ -34,6 +35,42 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         }
         let req = self.ready.pop()?;
         let r = *self.requests.get(req)?;
+        // A key with a fast tag puts one message on it per message (protocol §19).
+        let marker = match crate::fast::route(&self.config, r.comm, r.tag, r.size, r.sync) {
+            Route::Fast(tag) => {
+                self.inflight_sends += 1;
+                self.step(req, Step::Posted);
+                if let Some(rm) = self.requests.get_mut(req) {
+                    rm.msg_size = r.size;
+                }
+                return Some(Transmit::Payload {
+                    req,
+                    dest: r.peer,
+                    comm: r.comm,
+                    tag,
+                    size: r.size,
+                });
+            }
+            Route::Marked(tag) => Some(Transmit::Marker {
+                dest: r.peer,
+                comm: r.comm,
+                tag,
+            }),
+            Route::Envelope => None,
+        };
+        let envelope = self.envelope_path(req, r)?;
+        match marker {
+            // `next_send` runs only when no transmit waits: the envelope goes right after.
+            Some(m) => {
+                let _ = self.transmits.push_back(envelope);
+                Some(m)
+            }
+            None => Some(envelope),
+        }
+    }
+
+    /// The envelope of a ready send (its payload queued after it, when it has one).
+    fn envelope_path(&mut self, req: ReqId, r: Request) -> Option<Transmit> {
         let msg = self.alloc_msg();
         if let Some(rm) = self.requests.get_mut(req) {
             rm.msg = Some(msg);

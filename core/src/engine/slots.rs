@@ -94,8 +94,11 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// room, rather than every one after every completion.
     pub fn room_for(&self, table: Table) -> bool {
         match table {
-            Table::Requests => self.has_room(Class::Early),
-            Table::MatchKeys => self.matcher.unexpected_keys() < self.key_limit(),
+            // A marked receive (protocol §19) takes its envelope message with no room.
+            Table::Requests => self.has_room(Class::Early) || self.fast_marked > 0,
+            Table::MatchKeys => {
+                self.matcher.unexpected_keys() < self.key_limit() || self.fast_marked > 0
+            }
             Table::Transmits | Table::Events => self.check_room().is_ok(),
             _ => true,
         }

@@ -787,6 +787,7 @@ fn receives_beyond_the_match_keys_wait_in_order_until_an_arrival_frees_room() {
     }
 }
 
+mod fast;
 mod limits;
 
 #[test]

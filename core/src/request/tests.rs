@@ -24,6 +24,9 @@ fn legal_rows() -> Vec<(Kind, bool, State, Step, State)> {
         rows.push((Kind::Recv, sync, AwaitingEnvelope, Matched, Transferring));
         rows.push((Kind::Recv, sync, Ready, Done, Completed));
         rows.push((Kind::Recv, sync, Transferring, Done, Completed));
+        rows.push((Kind::Recv, sync, Ready, FastPosted, AwaitingFast));
+        rows.push((Kind::Recv, sync, AwaitingFast, Done, Completed));
+        rows.push((Kind::Recv, sync, AwaitingFast, Marked, AwaitingEnvelope));
     }
     rows.push((Kind::Send, false, Ready, Posted, Transferring));
     rows.push((Kind::Send, true, Ready, EnvelopeSent, AwaitingReady));
@@ -65,9 +68,9 @@ fn every_other_transition_is_rejected() {
             }
         }
     }
-    // 2 kinds × 2 sync flags × 6 states × 7 steps, minus the 19 legal rows.
-    assert_eq!(rejected, 2 * 2 * 6 * 7 - 19);
-    assert_eq!(rows.len(), 19);
+    // 2 kinds × 2 sync flags × 7 states × 9 steps, minus the 25 legal rows.
+    assert_eq!(rejected, 2 * 2 * 7 * 9 - 25);
+    assert_eq!(rows.len(), 25);
 }
 
 #[test]

@@ -121,7 +121,35 @@ fn spaces() -> impl Strategy<Value = TagSpace> {
         Just(TagSpace::with_base(41, i32::MAX).unwrap()),
         (0i32..1000, 2i32..100_000)
             .prop_map(|(b, extra)| TagSpace::with_base(b, b + extra).unwrap()),
+        Just(TagSpace::new(MIN_TAG_UB).unwrap().with_fast()),
+        Just(TagSpace::new(i32::MAX).unwrap().with_fast()),
+        (0i32..1000, 2i32..100_000)
+            .prop_map(|(b, extra)| TagSpace::with_base(b, b + extra).unwrap().with_fast()),
     ]
+}
+
+#[test]
+fn a_fast_class_takes_the_upper_half_and_leaves_one_tag_per_payload_class() {
+    let t = TagSpace::with_base(100, 1000).unwrap().with_fast();
+    // 900 tags above the base: 450 fast, 225 per payload class.
+    assert_eq!((t.fast_len(), t.class_len()), (450, 225));
+    assert_eq!(t.fast(Tag(0)), Some(PhysTag(551)));
+    assert_eq!(t.fast(Tag(449)), Some(PhysTag(1000)));
+    assert_eq!(t.fast(Tag(450)), None);
+    assert_eq!(t.fast(Tag(-1)), None);
+    assert_eq!(t.classify(PhysTag(550)), Some(TagClass::Sync));
+    assert_eq!(t.classify(PhysTag(551)), Some(TagClass::Fast));
+    // The smallest bound with a fast class: one tag for each class.
+    let small = TagSpace::with_base(100, 103).unwrap().with_fast();
+    assert_eq!((small.fast_len(), small.class_len()), (1, 1));
+    assert_eq!(small.fast(Tag(0)), Some(PhysTag(103)));
+    // Too small for one: unchanged, no user tag is fast.
+    assert_eq!(t.fast_user_tag(PhysTag(1000)), Some(Tag(449)));
+    assert_eq!(t.fast_user_tag(PhysTag(550)), None);
+    let tiny = TagSpace::with_base(100, 102).unwrap();
+    assert_eq!(tiny.with_fast(), tiny);
+    assert_eq!(tiny.fast(Tag(0)), None);
+    assert_eq!(TagSpace::new(MIN_TAG_UB).unwrap().fast_len(), 0);
 }
 
 proptest! {
@@ -142,13 +170,33 @@ proptest! {
     }
 
     #[test]
+    fn every_fast_tag_is_in_bounds_and_classified_back(space in spaces(), tag in any::<i64>()) {
+        match space.fast(Tag(tag)) {
+            Some(t) => {
+                prop_assert!((0..space.fast_len() as i64).contains(&tag));
+                prop_assert!((0..=space.tag_ub()).contains(&t.0), "{t:?} out of bounds");
+                prop_assert_eq!(space.classify(t), Some(TagClass::Fast));
+                prop_assert_eq!(t.0 as i64 - tag, space.sync_tags().end().0 as i64 + 1);
+                prop_assert_eq!(space.fast_user_tag(t), Some(Tag(tag)));
+            }
+            None => prop_assert!(tag < 0 || tag >= space.fast_len() as i64),
+        }
+    }
+
+    #[test]
     fn classes_are_disjoint_and_cover_the_layout(space in spaces(), tag in any::<i32>()) {
         let t = PhysTag(tag);
         let in_data = space.data_tags().contains(&t);
         let in_sync = space.sync_tags().contains(&t);
         let is_env = t == space.envelope();
-        prop_assert!(u8::from(in_data) + u8::from(in_sync) + u8::from(is_env) <= 1);
-        let expected = if is_env {
+        let fast_start = space.sync_tags().end().0 as i64 + 1;
+        let in_fast = (fast_start..fast_start + space.fast_len() as i64).contains(&(tag as i64));
+        prop_assert!(
+            u8::from(in_data) + u8::from(in_sync) + u8::from(is_env) + u8::from(in_fast) <= 1
+        );
+        let expected = if in_fast {
+            Some(TagClass::Fast)
+        } else if is_env {
             Some(TagClass::Envelope)
         } else if in_data {
             Some(TagClass::Data)

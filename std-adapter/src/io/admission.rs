@@ -86,6 +86,14 @@ pub(crate) trait Admit {
     /// ([`Engine::waiting_arrivals`](starling_core::engine::Engine::waiting_arrivals)):
     /// unchanged, no key gained one.
     fn waiting_arrivals(&self) -> u64;
+
+    /// Whether `key` has a fast tag (protocol §19) on which the transport holds a
+    /// message no posted receive took: the message (or the marker) of the key's oldest
+    /// receive not yet in the engine. The default is `false` (no fast path).
+    fn fast_message_here(&self, key: Key) -> bool {
+        let _ = key;
+        false
+    }
 }
 
 /// The direction of a submission: each keeps its order.
@@ -272,9 +280,10 @@ impl<C> Admission<C> {
     }
 
     /// Whether the message of a receive of `key` is already here: an envelope of `key`
-    /// refused and kept here, or early data of `key` in the engine. Such a receive,
-    /// once in, is matched at once and completes without anything else (the sender's
-    /// part is already under way).
+    /// refused and kept here, early data of `key` in the engine, or a message on the
+    /// key's fast tag in the transport (protocol §19). Such a receive, once in, is
+    /// matched at once and completes without anything else (the sender's part is
+    /// already under way; a marker's envelope message left with it).
     fn message_here(&self, a: &impl Admit<Cmd = C>, key: Key) -> bool {
         // (a refused envelope held back by an earlier one of its payload tag is not
         // here yet: it goes in only after that one)
@@ -282,6 +291,7 @@ impl<C> Admission<C> {
             .front_of(key)
             .is_some_and(|seq| self.refused.eligible(seq))
             || a.has_early(key)
+            || a.fast_message_here(key)
     }
 
     /// Whether a receive whose message is not here may take a receive slot now: not the
@@ -350,10 +360,19 @@ impl<C> Admission<C> {
         if self.recv_keys.is_empty() {
             return None;
         }
+        // Messages on fast tags wait in the transport (protocol §19), which no epoch
+        // counts: ask about each waiting key.
+        let fast = self
+            .recv_keys
+            .iter()
+            .filter(|(key, _)| a.fast_message_here(**key))
+            .map(|(_, f)| f.front())
+            .min();
         // Nothing changed since a search found nothing: nothing is here.
         let epoch = (self.refused.changes, self.next_recv, a.waiting_arrivals());
         if self.none_here_at == Some(epoch) {
-            return None;
+            let seq = fast?;
+            return self.recvs.binary_search_by_key(&seq, |(s, _)| *s).ok();
         }
         self.absorb_freed();
         let mut oldest: Option<u64> = None;
@@ -376,7 +395,10 @@ impl<C> Admission<C> {
         if oldest.is_none() {
             self.none_here_at = Some(epoch);
         }
-        let seq = oldest?;
+        let seq = match (oldest, fast) {
+            (Some(o), Some(f)) => o.min(f),
+            (o, f) => o.or(f)?,
+        };
         self.recvs.binary_search_by_key(&seq, |(s, _)| *s).ok()
     }
 

@@ -16,6 +16,7 @@ use starling_core::engine::{
 };
 use starling_core::error::Table;
 use starling_core::lists::Key;
+use starling_core::matcher::{Orphan, UnexpectedKind};
 use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
 use starling_core::{CommId, Rank, ReqId};
@@ -90,6 +91,9 @@ pub(crate) enum Command {
     SetStats(bool, Box<dyn FnOnce(()) + Send>),
     /// Answer with what is left in the engine and what waits outside it.
     Leftovers(Box<dyn FnOnce(Held) + Send>),
+    /// At shutdown: take the fast messages (protocol §19) that wait in the transport and
+    /// that no receive took, to report them as leftovers from now on; then answer.
+    TakeStrays(Box<dyn FnOnce(()) + Send>),
     /// Answer with the statistics report (`None`: statistics were never on).
     Report(Box<dyn FnOnce(Option<String>) + Send>),
     /// Answer with how many messages arrived as early data.
@@ -302,6 +306,9 @@ pub(crate) struct ProgressConfig {
     pub(crate) eager_limit: u32,
     /// [`crate::RankConfig::tables`].
     pub(crate) tables: config::Tables,
+    /// [`crate::RankConfig::fast_limit`]: the fast path runs when it is not 0 and the
+    /// transport offers it ([`Transport::fast_comms`]).
+    pub(crate) fast_limit: u32,
 }
 
 struct Progress<T: Transport> {
@@ -316,6 +323,11 @@ struct Progress<T: Transport> {
     /// code the simulator's explorer checks). Boxed and `None` only while
     /// [`Progress::with_admission`] lends it out: lending moves one pointer.
     admission: Option<Box<Admission<Command>>>,
+    /// Keys whose receive got its marker (protocol §19): their refused envelopes are
+    /// handed in again at the next [`Progress::admit_waiting`].
+    marked: Vec<Key>,
+    /// Fast messages no receive took, found at shutdown ([`Command::TakeStrays`]).
+    strays: Vec<Leftover>,
     barriers: HashMap<u64, Box<dyn FnOnce() + Send>>,
     next_barrier: u64,
     trace: bool,
@@ -363,6 +375,25 @@ impl<T: Transport> Progress<T> {
                 }
                 reply(());
             }
+            Command::TakeStrays(reply) => {
+                let tags = self.engine.config().tags;
+                let taken = self
+                    .transport
+                    .take_strays(&|t| tags.fast_user_tag(t).is_some());
+                for (source, comm, tag, bytes) in taken {
+                    // A marker's envelope message is reported on its own.
+                    if let (Some(tag), false) = (tags.fast_user_tag(tag), bytes == 0) {
+                        self.strays.push(Leftover::Orphan(Orphan {
+                            comm,
+                            source,
+                            tag,
+                            size: bytes as u64,
+                            kind: UnexpectedKind::Eager,
+                        }));
+                    }
+                }
+                reply(());
+            }
             Command::Leftovers(reply) => {
                 // The envelopes still refused were never received either, and the
                 // submissions waiting for room never reached the engine.
@@ -386,7 +417,11 @@ impl<T: Transport> Progress<T> {
                     })
                     .collect();
                 reply(Held {
-                    engine: self.engine.leftovers().collect(),
+                    engine: self
+                        .engine
+                        .leftovers()
+                        .chain(self.strays.iter().copied())
+                        .collect(),
                     refused,
                     queued,
                 });
@@ -489,9 +524,25 @@ impl<T: Transport> Progress<T> {
     /// went in.
     fn admit_waiting(&mut self) -> bool {
         if self.admission.as_deref().is_none_or(Admission::is_empty) {
+            self.marked.clear();
             return false;
         }
-        self.with_admission(|a, p| a.admit_waiting(p) | a.retry_refused(p))
+        let marked = core::mem::take(&mut self.marked);
+        self.with_admission(|a, p| {
+            for key in marked {
+                a.retry_key(p, key);
+            }
+            a.admit_waiting(p) | a.retry_refused(p)
+        })
+    }
+
+    /// Reports a finished receive to the engine; a receive that got its marker
+    /// (protocol §19) makes its key's refused envelopes go in again.
+    fn received(&mut self, req: ReqId, len: u64) {
+        let _ = self.engine.handle_received(req, len);
+        if let Some(key) = self.engine.marked_key(req) {
+            self.marked.push(key);
+        }
     }
 
     /// Hands a request whose data is ready to the engine. A send only joins the ready
@@ -620,6 +671,11 @@ impl<T: Transport> Admit for Progress<T> {
 
     fn has_early(&self, key: Key) -> bool {
         self.engine.has_early(key)
+    }
+
+    fn fast_message_here(&self, key: Key) -> bool {
+        starling_core::fast::fast_tag(self.engine.config(), key.comm, key.tag)
+            .is_some_and(|tag| self.transport.has_message(key.peer, key.comm, tag))
     }
 
     fn early_keys(&self, f: &mut dyn FnMut(Key)) {

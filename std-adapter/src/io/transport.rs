@@ -166,6 +166,39 @@ pub trait Transport: Send + 'static {
     fn accept(&mut self, wire: Self::Wire);
     /// The next completion, if any.
     fn poll(&mut self) -> Option<Completion>;
+    /// The communicators, `CommId(0)..CommId(n)`, on which the engine's fast path
+    /// (protocol §19) may run: each matches every physical tag in `0..=tag_ub` as MPI
+    /// does — by (source, tag), receives in posting order, a message with no receive
+    /// kept until one is posted, an empty message delivered as one — apart from every
+    /// other communicator; and [`Transport::has_message`] answers. Every rank must get
+    /// the same number. The default is 0: no fast path.
+    fn fast_comms(&self) -> u16 {
+        0
+    }
+    /// The longest message the transport sends as one (longer ones travel in pieces,
+    /// split alike on both sides only when both know the size): the fast path's
+    /// messages stay within it. Every rank must get the same. The default is no limit.
+    fn max_message(&self) -> usize {
+        usize::MAX
+    }
+    /// Whether a message from `source` on `comm` and `tag` waits that no posted receive
+    /// took (`MPI_Iprobe`). Asked only on the [`Transport::fast_comms`]; the default is
+    /// `false`.
+    fn has_message(&self, source: Rank, comm: CommId, tag: PhysTag) -> bool {
+        let _ = (source, comm, tag);
+        false
+    }
+    /// At shutdown, once every rank's work is done: takes every message that waits on
+    /// the [`Transport::fast_comms`] with a tag `stray` accepts and no receive took (it
+    /// was never received), and says (source, communicator, tag, bytes) of each. The
+    /// default takes none.
+    fn take_strays(
+        &mut self,
+        stray: &dyn Fn(PhysTag) -> bool,
+    ) -> Vec<(Rank, CommId, PhysTag, usize)> {
+        let _ = stray;
+        Vec::new()
+    }
     /// Whether the progression thread must poll actively (a transport that learns of
     /// arrivals only by polling, like MPI). When `false`, everything arrives through the
     /// inbox and the thread may block on it.

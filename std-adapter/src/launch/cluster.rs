@@ -157,6 +157,8 @@ impl ClusterConfig {
             caller_drives: self.caller_drives,
             multiple_send: self.multiple_send,
             eager_limit: self.eager_limit,
+            // The in-process transport does not offer the fast path.
+            fast_limit: 0,
             driver: self.driver,
             // The in-process transport copies every payload anyway.
             in_place_min: usize::MAX,

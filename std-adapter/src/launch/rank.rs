@@ -84,6 +84,17 @@ pub struct RankConfig {
     /// where one message's saving meets the copies' cost: `docs/performance.md` measures
     /// it. Ranks need not agree: every rank receives envelopes into room for the largest.
     pub eager_limit: u32,
+    /// The fast path for small messages (`docs/protocol.md` §19): on a transport that
+    /// offers it (MPI), a standard send of 1 to `fast_limit` bytes whose user tag has a
+    /// fast tag (a tag in `0..` about half the transport's `MPI_TAG_UB`) travels as its
+    /// payload alone on that tag, and is received straight into the receive's buffer;
+    /// other messages of such a tag leave an empty marker message there and take the
+    /// envelope path. `STARLING_MPI_FAST=0` (or `off`) turns it off,
+    /// `STARLING_MPI_FAST=<bytes>` sets the limit (default
+    /// [`RankConfig::DEFAULT_FAST_LIMIT`], at most [`RankConfig::MAX_EAGER_LIMIT`]; 0:
+    /// off). **Every rank must use the same value.** The in-process transport ignores
+    /// it.
+    pub fast_limit: u32,
     /// Fold every insert into a digest and compare the ranks' digests at
     /// `mpi_wait_for_all` and barriers: the graph-agreement check
     /// ([`Context::check_agreement`]). On by default in debug builds, off in release;
@@ -118,6 +129,7 @@ impl Default for RankConfig {
             driver: None,
             in_place_min: 256 << 10,
             eager_limit: Self::DEFAULT_EAGER_LIMIT,
+            fast_limit: Self::DEFAULT_FAST_LIMIT,
             check_agreement: cfg!(debug_assertions),
             trace_file: None,
             progress: false,
@@ -135,14 +147,18 @@ impl RankConfig {
     /// 4 KiB payload inside (limit 4096) 3.75 µs, outside (this default) 1.92 µs; from 2 to
     /// 4 KiB the two ways are within this machine's noise.
     pub const DEFAULT_EAGER_LIMIT: u32 = 4096 - 128;
-    /// The largest [`RankConfig::eager_limit`]: 64 KiB. Larger settings are clamped.
+    /// [`RankConfig::fast_limit`] by default: the default eager limit, so that a
+    /// message that would ride inside its envelope travels alone instead.
+    pub const DEFAULT_FAST_LIMIT: u32 = Self::DEFAULT_EAGER_LIMIT;
+    /// The largest [`RankConfig::eager_limit`] and [`RankConfig::fast_limit`]: 64 KiB.
+    /// Larger settings are clamped.
     pub const MAX_EAGER_LIMIT: u32 = 64 << 10;
 
     /// The defaults, overridden by the environment: `STARLING_NCPU`,
     /// `STARLING_DISABLE_KERNELS`, `STARLING_COMM_STATS` (or its 1.4 name
     /// `STARLING_MPI_STATS`), `STARLING_MPI_COMM`, `STARLING_MPI_PRIORITIES=0`,
     /// `STARLING_MPI_NDETACHED_SEND`, `STARLING_CALLER_DRIVES=0`,
-    /// `STARLING_MPI_THREAD_MULTIPLE_SEND=0`, `STARLING_IN_PLACE_MIN`,
+    /// `STARLING_MPI_THREAD_MULTIPLE_SEND=0`, `STARLING_IN_PLACE_MIN`, `STARLING_MPI_FAST`,
     /// `STARLING_MPI_DRIVER_CALL_FREQUENCY`, `STARLING_MPI_DRIVER_TASK_FREQUENCY`,
     /// `STARLING_CHECK_AGREEMENT`, `STARLING_TRACE`, `STARLING_PROGRESS` and
     /// `STARLING_ENGINE_TABLES` (`requests,match_keys`, e.g. `4,2`: [`Tables`]). A flag
@@ -188,6 +204,16 @@ impl RankConfig {
             c.eager_limit = u32::try_from(n)
                 .unwrap_or(u32::MAX)
                 .min(Self::MAX_EAGER_LIMIT);
+        }
+        if let Ok(v) = std::env::var("STARLING_MPI_FAST") {
+            let v = v.trim();
+            if v == "off" {
+                c.fast_limit = 0;
+            } else if let Ok(n) = v.parse::<u64>() {
+                c.fast_limit = u32::try_from(n)
+                    .unwrap_or(u32::MAX)
+                    .min(Self::MAX_EAGER_LIMIT);
+            }
         }
         if let Some(n) = std::env::var("STARLING_MPI_NDETACHED_SEND")
             .ok()
@@ -311,6 +337,7 @@ impl RankRunner {
         let in_place_min = config.in_place_min;
         let multiple_send = config.multiple_send;
         let eager_limit = config.eager_limit.min(RankConfig::MAX_EAGER_LIMIT);
+        let fast_limit = config.fast_limit.min(RankConfig::MAX_EAGER_LIMIT);
         let tables = config.tables;
         let pshared = Arc::clone(&shared);
         let progression = thread::Builder::new()
@@ -345,6 +372,7 @@ impl RankRunner {
                     multiple_send,
                     eager_limit,
                     tables,
+                    fast_limit,
                 };
                 let driver = progress::start(transport, rx, config, pshared);
                 let erased: Arc<dyn Drive> = driver.clone();
@@ -477,6 +505,8 @@ impl RankRunner {
     /// may still be in flight.
     pub fn leftovers(&self) -> Vec<Leftover> {
         let rank = self.ctx.rank();
+        // Fast messages no receive took wait in the transport, not in the engine.
+        ask(&self.ctx, Command::TakeStrays);
         let held = ask(&self.ctx, Command::Leftovers);
         let mut out: Vec<Leftover> = held.engine.iter().map(|l| typed(rank, l)).collect();
         out.extend(held.refused.iter().map(|l| match typed(rank, l) {

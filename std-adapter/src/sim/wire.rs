@@ -3,6 +3,7 @@
 //! events performed.
 
 use super::*;
+use starling_core::tags::TagClass;
 
 impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS, PEERS> {
     /// Queues `msg` from `src` to `dst`, sent on `comm` with physical tag `tag`.
@@ -12,7 +13,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
             Network::PerTag => {
                 let sender = match msg {
                     Wire::Envelope { inline, .. } => inline,
-                    Wire::Payload { sender, .. } => Some(sender),
+                    Wire::Payload { sender, .. } => sender,
                 };
                 if let Some(req) = sender {
                     self.unsent.push((src, req));
@@ -41,8 +42,8 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                 bytes,
                 sender,
             } => {
-                if self.network == Network::PerPair {
-                    self.sent(src, sender);
+                if let (Some(req), Network::PerPair) = (sender, self.network) {
+                    self.sent(src, req);
                 }
                 let node = &mut self.nodes[dst.index()];
                 let pos = node
@@ -171,6 +172,9 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         node.engine
             .handle_received(req, bytes.len() as u64)
             .expect("handle_received");
+        if let Some(key) = node.engine.marked_key(req) {
+            node.marked.push(key);
+        }
         self.drain(rank);
     }
 
@@ -217,12 +221,26 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
                 tag,
                 ..
             } => {
+                let node = &self.nodes[rank.index()];
+                if node.engine.config().tags.classify(tag) == Some(TagClass::Fast) {
+                    self.fast_counts.0 += 1;
+                }
                 let bytes = self.nodes[rank.index()].buffers[&req].clone();
                 let msg = Wire::Payload {
                     comm,
                     tag,
                     bytes,
-                    sender: req,
+                    sender: Some(req),
+                };
+                self.push(rank, dest, comm, tag, msg);
+            }
+            Transmit::Marker { dest, comm, tag } => {
+                self.fast_counts.1 += 1;
+                let msg = Wire::Payload {
+                    comm,
+                    tag,
+                    bytes: Vec::new(),
+                    sender: None,
                 };
                 self.push(rank, dest, comm, tag, msg);
             }

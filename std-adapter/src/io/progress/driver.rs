@@ -279,6 +279,15 @@ pub(crate) fn start<T: Transport>(
     );
     let eager_limit = config.eager_limit;
     let mut engine_config = Config::new(rank, size, config.tags);
+    // The fast path (protocol §19) where the transport offers it, for messages it sends
+    // whole: every rank of a job runs the same transport and configuration, so all agree.
+    let fast_comms = transport.fast_comms();
+    let fast_limit = (config.fast_limit as usize).min(transport.max_message()) as u32;
+    if fast_limit > 0 && fast_comms > 0 {
+        engine_config.tags = config.tags.with_fast();
+        engine_config.fast_limit = fast_limit;
+        engine_config.fast_comms = fast_comms;
+    }
     engine_config.eager_limit = eager_limit;
     engine_config.priorities = config.priorities;
     engine_config.max_inflight_sends = config.max_inflight_sends;
@@ -296,6 +305,8 @@ pub(crate) fn start<T: Transport>(
         early: IdMap::default(),
         early_device: IdMap::default(),
         admission: Some(Box::default()),
+        marked: Vec::new(),
+        strays: Vec::new(),
         barriers: HashMap::new(),
         next_barrier: 0,
         trace: config.trace,

@@ -47,6 +47,10 @@ impl<T: Transport> Progress<T> {
                     Payload::Device(v) => self.transport.send_device(dest, comm, tag, v, Some(req)),
                 }
             }
+            Transmit::Marker { dest, comm, tag } => {
+                self.timeline.send(dest, comm, tag, &[], None);
+                self.transport.send(dest, comm, tag, Vec::new(), None);
+            }
             Transmit::Receive {
                 req,
                 source,
@@ -57,6 +61,17 @@ impl<T: Transport> Progress<T> {
             } => {
                 self.timeline.recv(source, comm, tag, req);
                 let size = size as usize;
+                // A receive posted again for `req` (after a marker on its fast tag, §19)
+                // replaces what the first one got.
+                if let Some(Pending::Recv {
+                    bytes, in_place, ..
+                }) = self.pending.get_mut(&req)
+                {
+                    *in_place = None;
+                    if let Some(old) = bytes.take() {
+                        self.pool.give(old);
+                    }
+                }
                 // A large contiguous handle receives in place, when the transport can.
                 if size >= self.recv_in_place_min {
                     if let Some(Pending::Recv { cell, in_place, .. }) = self.pending.get_mut(&req) {
@@ -105,7 +120,7 @@ impl<T: Transport> Progress<T> {
                         self.early.insert(req, bytes);
                     }
                 }
-                let _ = self.engine.handle_received(req, len);
+                self.received(req, len);
             }
             Completion::Envelope {
                 source,
@@ -125,13 +140,13 @@ impl<T: Transport> Progress<T> {
                         self.early_device.insert(req, value);
                     }
                 }
-                let _ = self.engine.handle_received(req, len);
+                self.received(req, len);
             }
             Completion::ReceivedInPlace(req, len) => {
                 if let Some(Pending::Recv { in_place, .. }) = self.pending.get_mut(&req) {
                     *in_place = Some(len);
                 }
-                let _ = self.engine.handle_received(req, len as u64);
+                self.received(req, len as u64);
             }
         }
         self.admit_waiting();
@@ -172,7 +187,14 @@ impl<T: Transport> Progress<T> {
             match self.engine.handle_message(source, comm, &bytes) {
                 Ok(Arrival::Nothing) => {}
                 Ok(Arrival::Deliver { req, inline }) => {
-                    if let Some(Pending::Recv { bytes: slot, .. }) = self.pending.get_mut(&req) {
+                    if let Some(Pending::Recv {
+                        bytes: slot,
+                        in_place,
+                        ..
+                    }) = self.pending.get_mut(&req)
+                    {
+                        // What a marker left (§19) is replaced by the message.
+                        *in_place = None;
                         *slot = Some(inline.to_vec());
                     }
                 }
@@ -208,7 +230,15 @@ impl<T: Transport> Progress<T> {
                 self.timeline.request_done(req, true);
                 let early = from_early.and_then(|e| self.early.remove(&e));
                 let early_device = from_early.and_then(|e| self.early_device.remove(&e));
-                match (kind, self.pending.remove(&req)) {
+                let mut pending = self.pending.remove(&req);
+                if let (true, Some(Pending::Recv { in_place, .. })) =
+                    (from_early.is_some(), pending.as_mut())
+                {
+                    // The bytes are in the early buffer; a marker (§19) may have left an
+                    // empty in-place receive behind.
+                    *in_place = None;
+                }
+                match (kind, pending) {
                     (Kind::Send, Some(Pending::Send { done, .. })) => done(Ok(())),
                     (
                         Kind::Recv,

@@ -125,6 +125,7 @@ fn config(driver: Option<DriverMode>) -> ProgressConfig {
         timeline: None,
         multiple_send: true,
         eager_limit: crate::RankConfig::DEFAULT_EAGER_LIMIT,
+        fast_limit: 0,
         tables: crate::io::progress::config::Tables::DEFAULT,
     }
 }

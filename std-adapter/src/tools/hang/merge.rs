@@ -71,6 +71,9 @@ fn stage_text(stage: Stage) -> &'static str {
         Stage::Queued => "waiting for room in the engine's tables",
         Stage::Engine(State::Created | State::Ready) => "ready, waiting for its turn to leave",
         Stage::Engine(State::AwaitingEnvelope) => "no matching message arrived",
+        Stage::Engine(State::AwaitingFast) => {
+            "posted on its tag's fast tag: no message of that tag arrived"
+        }
         Stage::Engine(State::AwaitingReady) => {
             "a synchronous send: waiting for the receiver to post the receive"
         }
