@@ -184,8 +184,9 @@ const JOBS: &[Job] = &[
     Job {
         ranks: 2,
         name: "fast",
-        // The fast path (protocol §19), traced: its markers show in the trace.
-        env: &[("STARLING_MPI_COMM", "1")],
+        // The fast path (protocol §19, off by default), traced: its markers show in the
+        // trace.
+        env: &[("STARLING_MPI_FAST", "on"), ("STARLING_MPI_COMM", "1")],
         expect: &[
             "rank 0: fast passed",
             "rank 1: fast passed",

@@ -89,11 +89,12 @@ pub struct RankConfig {
     /// fast tag (a tag in `0..` about half the transport's `MPI_TAG_UB`) travels as its
     /// payload alone on that tag, and is received straight into the receive's buffer;
     /// other messages of such a tag leave an empty marker message there and take the
-    /// envelope path. `STARLING_MPI_FAST=0` (or `off`) turns it off,
-    /// `STARLING_MPI_FAST=<bytes>` sets the limit (default
-    /// [`RankConfig::DEFAULT_FAST_LIMIT`], at most [`RankConfig::MAX_EAGER_LIMIT`]; 0:
-    /// off). **Every rank must use the same value.** The in-process transport ignores
-    /// it.
+    /// envelope path. **Off by default** (0): it takes 7–9 % off a small message and
+    /// adds 13 % to a 64 KiB one (the marker; `docs/performance.md`), so a job opts in.
+    /// `STARLING_MPI_FAST=on` (or `1`) turns it on at
+    /// [`RankConfig::DEFAULT_FAST_LIMIT`], `STARLING_MPI_FAST=<bytes>` sets the limit (at
+    /// most [`RankConfig::MAX_EAGER_LIMIT`]), `0` or `off` turns it off. **Every rank
+    /// must use the same value.** The in-process transport ignores it.
     pub fast_limit: u32,
     /// Fold every insert into a digest and compare the ranks' digests at
     /// `mpi_wait_for_all` and barriers: the graph-agreement check
@@ -129,7 +130,7 @@ impl Default for RankConfig {
             driver: None,
             in_place_min: 256 << 10,
             eager_limit: Self::DEFAULT_EAGER_LIMIT,
-            fast_limit: Self::DEFAULT_FAST_LIMIT,
+            fast_limit: 0,
             check_agreement: cfg!(debug_assertions),
             trace_file: None,
             progress: false,
@@ -147,8 +148,9 @@ impl RankConfig {
     /// 4 KiB payload inside (limit 4096) 3.75 µs, outside (this default) 1.92 µs; from 2 to
     /// 4 KiB the two ways are within this machine's noise.
     pub const DEFAULT_EAGER_LIMIT: u32 = 4096 - 128;
-    /// [`RankConfig::fast_limit`] by default: the default eager limit, so that a
-    /// message that would ride inside its envelope travels alone instead.
+    /// [`RankConfig::fast_limit`] when the fast path is turned on without a limit
+    /// (`STARLING_MPI_FAST=on`): the default eager limit, so that a message that would
+    /// ride inside its envelope travels alone instead.
     pub const DEFAULT_FAST_LIMIT: u32 = Self::DEFAULT_EAGER_LIMIT;
     /// The largest [`RankConfig::eager_limit`] and [`RankConfig::fast_limit`]: 64 KiB.
     /// Larger settings are clamped.
@@ -209,6 +211,8 @@ impl RankConfig {
             let v = v.trim();
             if v == "off" {
                 c.fast_limit = 0;
+            } else if v == "on" || v == "1" {
+                c.fast_limit = Self::DEFAULT_FAST_LIMIT;
             } else if let Ok(n) = v.parse::<u64>() {
                 c.fast_limit = u32::try_from(n)
                     .unwrap_or(u32::MAX)
