@@ -4,10 +4,11 @@
 //! destination's inbox ([`Deliver`]); barriers count arrivals per generation. It is the
 //! embedded default: [`run_local`](crate::run_local) builds one per rank.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use starling_core::{CommId, PhysTag, Rank, ReqId};
 
+use crate::io::barrier::MessageBarrier;
 use crate::io::transport::{Completion, Transport};
 use crate::runtime::device::DeviceValue;
 use crate::sync::{Arc, AtomicUsize, Ordering};
@@ -78,9 +79,7 @@ pub struct InProcess {
     posted: Vec<(Rank, CommId, PhysTag, usize, ReqId)>,
     unexpected: VecDeque<(Rank, CommId, PhysTag, Body)>,
     completions: VecDeque<Completion>,
-    barrier_arrivals: HashMap<u64, u32>,
-    barrier_generation: u64,
-    barrier_waiting: Option<(u64, u64)>,
+    barrier: MessageBarrier,
 }
 
 impl core::fmt::Debug for InProcess {
@@ -106,9 +105,7 @@ impl InProcess {
             posted: Vec::new(),
             unexpected: VecDeque::new(),
             completions: VecDeque::new(),
-            barrier_arrivals: HashMap::new(),
-            barrier_generation: 0,
-            barrier_waiting: None,
+            barrier: MessageBarrier::default(),
         }
     }
 
@@ -143,13 +140,9 @@ impl InProcess {
     }
 
     fn check_barrier(&mut self) {
-        if let Some((generation, token)) = self.barrier_waiting {
-            let arrived = self.barrier_arrivals.get(&generation).copied().unwrap_or(0);
-            if arrived + 1 >= self.size {
-                self.barrier_arrivals.remove(&generation);
-                self.barrier_waiting = None;
-                self.completions.push_back(Completion::Barrier(token));
-            }
+        let peers = self.size.saturating_sub(1) as usize;
+        if let Some(token) = self.barrier.complete(peers) {
+            self.completions.push_back(Completion::Barrier(token));
         }
     }
 }
@@ -229,8 +222,7 @@ impl Transport for InProcess {
     }
 
     fn barrier(&mut self, token: u64) {
-        let generation = self.barrier_generation;
-        self.barrier_generation += 1;
+        let generation = self.barrier.enter(token);
         for r in 0..self.size {
             if r != self.rank.0 {
                 self.deliver(
@@ -242,7 +234,6 @@ impl Transport for InProcess {
                 );
             }
         }
-        self.barrier_waiting = Some((generation, token));
         self.check_barrier();
     }
 
@@ -271,7 +262,7 @@ impl Transport for InProcess {
                 value,
             } => self.arrive(source, comm, tag, Body::Device(value)),
             InProcessWire::Barrier { generation, .. } => {
-                *self.barrier_arrivals.entry(generation).or_default() += 1;
+                self.barrier.arrived(generation);
                 self.check_barrier();
             }
         }

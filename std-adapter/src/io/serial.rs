@@ -38,6 +38,7 @@ use starling_core::framing::{
 };
 use starling_core::{CommId, PhysTag, Rank, ReqId};
 
+use crate::io::barrier::MessageBarrier;
 use crate::io::transport::{Completion, Transport};
 
 /// The longest frame on the host side: a [`framing::MAX_BODY`] body.
@@ -238,9 +239,7 @@ pub struct StreamTransport {
     /// Pieces of a long payload, per source, until its last frame.
     pieces: HashMap<Rank, (CommId, PhysTag, Vec<u8>)>,
     completions: VecDeque<Completion>,
-    barrier_arrivals: HashMap<u64, u32>,
-    barrier_generation: u64,
-    barrier_waiting: Option<(u64, u64)>,
+    barrier: MessageBarrier,
 }
 
 impl core::fmt::Debug for StreamTransport {
@@ -295,9 +294,7 @@ impl StreamTransport {
             unexpected: VecDeque::new(),
             pieces: HashMap::new(),
             completions: VecDeque::new(),
-            barrier_arrivals: HashMap::new(),
-            barrier_generation: 0,
-            barrier_waiting: None,
+            barrier: MessageBarrier::default(),
         }
     }
 
@@ -358,7 +355,7 @@ impl StreamTransport {
             }
             FrameKind::Barrier => {
                 if let Ok(generation) = frame.barrier() {
-                    *self.barrier_arrivals.entry(generation).or_default() += 1;
+                    self.barrier.arrived(generation);
                     self.check_barrier();
                 }
             }
@@ -382,13 +379,8 @@ impl StreamTransport {
     }
 
     fn check_barrier(&mut self) {
-        if let Some((generation, token)) = self.barrier_waiting {
-            let arrived = self.barrier_arrivals.get(&generation).copied().unwrap_or(0);
-            if arrived as usize >= self.writers.len() {
-                self.barrier_arrivals.remove(&generation);
-                self.barrier_waiting = None;
-                self.completions.push_back(Completion::Barrier(token));
-            }
+        if let Some(token) = self.barrier.complete(self.writers.len()) {
+            self.completions.push_back(Completion::Barrier(token));
         }
     }
 }
@@ -466,13 +458,11 @@ impl Transport for StreamTransport {
     }
 
     fn barrier(&mut self, token: u64) {
-        let generation = self.barrier_generation;
-        self.barrier_generation += 1;
+        let generation = self.barrier.enter(token);
         let peers: Vec<Rank> = self.writers.keys().copied().collect();
         for dest in peers {
             self.write(dest, FrameKind::Barrier, &[&generation.to_le_bytes()]);
         }
-        self.barrier_waiting = Some((generation, token));
         self.check_barrier();
     }
 
