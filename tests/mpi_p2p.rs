@@ -83,6 +83,17 @@ const JOBS: &[Job] = &[
     },
     Job {
         ranks: 2,
+        name: "orphan",
+        // With the fast path (protocol §19): the 4-byte message never received waits in
+        // MPI on its fast tag and is reported the same; the 10 000-byte one leaves a
+        // marker there, which is not reported, and its envelope, which is.
+        env: &[("STARLING_MPI_FAST", "on")],
+        expect: &["rank 0: orphan passed", "rank 1: orphan passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
         name: "adopt",
         env: &[],
         expect: &["rank 0: adopt passed", "rank 1: adopt passed"],

@@ -72,9 +72,10 @@
 //! ```
 
 use crate::engine::Config;
+use crate::matcher::{Orphan, UnexpectedKind};
 #[cfg(doc)]
 use crate::tags::TagSpace;
-use crate::types::{CommId, PhysTag, Tag};
+use crate::types::{CommId, PhysTag, Rank, Tag};
 
 /// How a send leaves ([`route`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -131,11 +132,33 @@ pub const fn is_marker(len: u64) -> bool {
     len == 0
 }
 
+/// What a message found on a fast tag at shutdown, that no receive took, leaves to
+/// report: a fast message of `len` bytes on physical tag `tag` from `source` on `comm` is
+/// the orphan of its user tag; a marker is nothing (its envelope message is reported as
+/// any envelope message never received), nor is a tag outside the fast class.
+pub const fn stray(
+    config: &Config,
+    source: Rank,
+    comm: CommId,
+    tag: PhysTag,
+    len: u64,
+) -> Option<Orphan> {
+    match config.tags.fast_user_tag(tag) {
+        Some(tag) if !is_marker(len) => Some(Orphan {
+            comm,
+            source,
+            tag,
+            size: len,
+            kind: UnexpectedKind::Eager,
+        }),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tags::TagSpace;
-    use crate::types::Rank;
 
     const W: CommId = CommId::WORLD;
 
@@ -212,5 +235,23 @@ mod tests {
             }
         }
         assert!(is_marker(0));
+    }
+
+    #[test]
+    fn a_stray_fast_message_is_an_orphan_of_its_user_tag_and_a_stray_marker_nothing() {
+        let c = config(64);
+        let f = c.tags.fast(Tag(5)).unwrap();
+        assert_eq!(
+            stray(&c, Rank(1), W, f, 8),
+            Some(Orphan {
+                comm: W,
+                source: Rank(1),
+                tag: Tag(5),
+                size: 8,
+                kind: UnexpectedKind::Eager,
+            })
+        );
+        assert_eq!(stray(&c, Rank(1), W, f, 0), None, "a marker");
+        assert_eq!(stray(&c, Rank(1), W, c.tags.envelope(), 8), None);
     }
 }

@@ -16,7 +16,6 @@ use starling_core::engine::{
 };
 use starling_core::error::Table;
 use starling_core::lists::Key;
-use starling_core::matcher::{Orphan, UnexpectedKind};
 use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
 use starling_core::{CommId, Rank, ReqId};
@@ -376,22 +375,19 @@ impl<T: Transport> Progress<T> {
                 reply(());
             }
             Command::TakeStrays(reply) => {
-                let tags = self.engine.config().tags;
+                let config = self.engine.config();
+                let tags = config.tags;
                 let taken = self
                     .transport
                     .take_strays(&|t| tags.fast_user_tag(t).is_some());
-                for (source, comm, tag, bytes) in taken {
-                    // A marker's envelope message is reported on its own.
-                    if let (Some(tag), false) = (tags.fast_user_tag(tag), bytes == 0) {
-                        self.strays.push(Leftover::Orphan(Orphan {
-                            comm,
-                            source,
-                            tag,
-                            size: bytes as u64,
-                            kind: UnexpectedKind::Eager,
-                        }));
-                    }
-                }
+                self.strays.extend(
+                    taken
+                        .into_iter()
+                        .filter_map(|(source, comm, tag, len)| {
+                            starling_core::fast::stray(config, source, comm, tag, len as u64)
+                        })
+                        .map(Leftover::Orphan),
+                );
                 reply(());
             }
             Command::Leftovers(reply) => {
