@@ -737,6 +737,10 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
         self.cluster.nodes[self.rank.index()].engine.has_early(key)
     }
 
+    fn fast_path(&self) -> bool {
+        starling_core::fast::enabled(self.cluster.nodes[self.rank.index()].engine.config())
+    }
+
     fn fast_message_here(&self, key: Key) -> bool {
         let node = &self.cluster.nodes[self.rank.index()];
         starling_core::fast::fast_tag(node.engine.config(), key.comm, key.tag).is_some_and(|tag| {

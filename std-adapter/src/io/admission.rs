@@ -94,6 +94,13 @@ pub(crate) trait Admit {
         let _ = key;
         false
     }
+
+    /// Whether the fast path runs ([`fast::enabled`](starling_core::fast::enabled)):
+    /// without it no key has a fast tag, and no search asks
+    /// [`Admit::fast_message_here`] of every waiting key. The default is `false`.
+    fn fast_path(&self) -> bool {
+        false
+    }
 }
 
 /// The direction of a submission: each keeps its order.
@@ -361,13 +368,18 @@ impl<C> Admission<C> {
             return None;
         }
         // Messages on fast tags wait in the transport (protocol §19), which no epoch
-        // counts: ask about each waiting key.
-        let fast = self
-            .recv_keys
-            .iter()
-            .filter(|(key, _)| a.fast_message_here(**key))
-            .map(|(_, f)| f.front())
-            .min();
+        // counts: ask about each waiting key, when the fast path runs. (Without it, that
+        // would be a search through every waiting key on every idle poll: quadratic in
+        // the waiting receives over MPI, whose progression polls without pause.)
+        let fast = if a.fast_path() {
+            self.recv_keys
+                .iter()
+                .filter(|(key, _)| a.fast_message_here(**key))
+                .map(|(_, f)| f.front())
+                .min()
+        } else {
+            None
+        };
         // Nothing changed since a search found nothing: nothing is here.
         let epoch = (self.refused.changes, self.next_recv, a.waiting_arrivals());
         if self.none_here_at == Some(epoch) {

@@ -669,6 +669,10 @@ impl<T: Transport> Admit for Progress<T> {
         self.engine.has_early(key)
     }
 
+    fn fast_path(&self) -> bool {
+        starling_core::fast::enabled(self.engine.config())
+    }
+
     fn fast_message_here(&self, key: Key) -> bool {
         starling_core::fast::fast_tag(self.engine.config(), key.comm, key.tag)
             .is_some_and(|tag| self.transport.has_message(key.peer, key.comm, tag))

@@ -18,6 +18,12 @@ struct Fake {
     early: Vec<Key>,
     /// Tables with no room ([`Admit::has_room`]).
     no_room: Vec<Table>,
+    /// Whether the fast path runs ([`Admit::fast_path`]).
+    fast: bool,
+    /// Keys whose message waits on a fast tag in the transport.
+    fast_here: Vec<Key>,
+    /// How many times [`Admit::fast_message_here`] was asked.
+    fast_asked: core::cell::Cell<usize>,
 }
 
 impl Admit for Fake {
@@ -72,6 +78,15 @@ impl Admit for Fake {
 
     fn waiting_arrivals(&self) -> u64 {
         self.early.len() as u64
+    }
+
+    fn fast_message_here(&self, key: Key) -> bool {
+        self.fast_asked.set(self.fast_asked.get() + 1);
+        self.fast && self.fast_here.contains(&key)
+    }
+
+    fn fast_path(&self) -> bool {
+        self.fast
     }
 }
 
@@ -245,4 +260,31 @@ fn submissions_wait_in_order_per_direction() {
     assert_eq!(f.submitted, [1, 2, 4]);
     assert_eq!(a.queued(), 2);
     assert!(a.is_empty());
+}
+
+#[test]
+fn without_the_fast_path_an_idle_pass_asks_nothing_of_each_waiting_key() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    f.slots = Some(1);
+    f.room = 5_000;
+    // 1 000 receives whose messages are not here wait for the last slot.
+    for tag in (1..2_000).step_by(2) {
+        a.offer(&mut f, Direction::Recv, tag);
+    }
+    assert!(f.submitted.is_empty());
+    // Idle passes (a transport that polls without pause makes one per poll) ask about
+    // the oldest waiting receive only, not about every waiting key: that search made
+    // the passes quadratic in the waiting receives over MPI.
+    f.fast_asked.set(0);
+    for _ in 0..100 {
+        assert!(!a.admit_waiting(&mut f));
+    }
+    assert!(f.fast_asked.get() <= 100, "{} asked", f.fast_asked.get());
+    // With the fast path, a message waiting on a fast tag is found among them, and its
+    // receive goes ahead of the older ones.
+    f.fast = true;
+    f.fast_here = vec![key(1_001)];
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.submitted, [1_001]);
+    assert!(f.fast_asked.get() > 0);
 }
