@@ -29,6 +29,10 @@
 //!
 //! `outstanding` takes `[ranks] [n,n,...] [rounds]` and prints, per mode, the median time
 //! per message of every size and its ratio to the first size.
+//! A small size repeats its round on the next `n` handles each time, so that every size
+//! moves each of the largest size's handles once per round: the same working set, and the
+//! ratio measures the number outstanding, not a cache that holds 1 000 handles and not
+//! 100 000 (`SOAK_SAME_HANDLES=1`: the first `n` handles every time, as before).
 //!
 //! Standard output holds the result lines, each printed by one rank; the timings and the
 //! peak RSS go to standard error (`soak: … peak RSS …`), one line per process.
@@ -486,6 +490,7 @@ fn outstanding(ctx: &Context, sizes: &[u64], rounds: usize) -> Outcome {
          a size of n repeats its round until 100 000 messages have moved",
         median(&mut empty)
     )];
+    let same_handles = std::env::var("SOAK_SAME_HANDLES").is_ok_and(|v| v == "1");
     // SOAK_MODES=posted,early,mixed (default: all three) picks the modes, for profiling one.
     let picked = std::env::var("SOAK_MODES")
         .unwrap_or_default()
@@ -501,18 +506,27 @@ fn outstanding(ctx: &Context, sizes: &[u64], rounds: usize) -> Outcome {
                 let n_us = n as usize;
                 let repeats = per_round.div_ceil(n);
                 let mut secs = 0.0;
-                for _ in 0..repeats {
-                    secs += outstanding_round(ctx, mode, &out[..n_us], &ins[..n_us])?;
-                }
-                if me == Rank(1) {
-                    let wrong = (0..n)
-                        .filter(|&i| value(ctx, &ins[i as usize]) != payload(Rank(0), i))
-                        .count();
-                    if wrong > 0 {
-                        return Err(format!("{mode:?} n = {n}: {wrong} values wrong"));
-                    }
-                    for h in &ins[..n_us] {
-                        ctx.acquire(h, AccessMode::W).get_mut().set(u64::MAX);
+                for k in 0..repeats {
+                    // Each repeat of a small size takes the next n handles, so that both
+                    // sizes touch the same 100 000 handles per round (the same working
+                    // set; `SOAK_SAME_HANDLES=1`: the first n each time, hot in cache).
+                    let at = if same_handles {
+                        0
+                    } else {
+                        (k as usize * n_us) % (out.len() - n_us + 1)
+                    };
+                    let (o, i) = (&out[at..at + n_us], &ins[at..at + n_us]);
+                    secs += outstanding_round(ctx, mode, o, i)?;
+                    if me == Rank(1) {
+                        let wrong = (0..n_us)
+                            .filter(|&j| value(ctx, &i[j]) != payload(Rank(0), (at + j) as u64))
+                            .count();
+                        if wrong > 0 {
+                            return Err(format!("{mode:?} n = {n}: {wrong} values wrong"));
+                        }
+                        for h in i {
+                            ctx.acquire(h, AccessMode::W).get_mut().set(u64::MAX);
+                        }
                     }
                 }
                 // Round 0 warms up.
