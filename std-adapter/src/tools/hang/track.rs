@@ -14,7 +14,7 @@ use crate::api::context::CommandSink;
 use crate::error::CommError;
 use crate::io::progress::{Command, Done, Held};
 use crate::runtime::task::Runtime;
-use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, lock};
+use crate::sync::{Arc, AtomicBool, Mutex, Ordering, lock};
 
 /// One tracked item.
 struct Entry {
@@ -39,6 +39,10 @@ struct Table {
     live: usize,
     /// Set by [`Tracker::abandon`]: the rank gave up, later requests fail at once.
     abandoned: Option<Arc<str>>,
+    /// Bumped at every begin, start and finish: a progress witness. Counted under the
+    /// table's lock, which each of them takes anyway (an atomic beside it cost three
+    /// locked read-modify-writes more per request).
+    activity: u64,
 }
 
 impl Table {
@@ -63,8 +67,6 @@ impl Table {
 /// progression thread, and the callback `start` returns when it finishes.
 pub(crate) struct Tracker {
     table: Mutex<Table>,
-    /// Bumped at every begin, start and finish: a progress witness.
-    activity: AtomicU64,
 }
 
 /// A tracked item, from its submission until it is handed over.
@@ -78,7 +80,6 @@ impl Tracker {
     pub(crate) fn new() -> Self {
         Self {
             table: Mutex::new(Table::default()),
-            activity: AtomicU64::new(0),
         }
     }
 
@@ -116,8 +117,8 @@ impl Tracker {
             }
         };
         t.live += 1;
+        t.activity += 1;
         drop(t);
-        self.activity.fetch_add(1, Ordering::SeqCst);
         Ticket {
             tracker: Arc::clone(self),
             slot,
@@ -127,15 +128,12 @@ impl Tracker {
 
     /// Takes the item's callback out, if it is still pending.
     fn finish(&self, slot: usize, id: u64) -> Option<Done> {
-        let done = {
-            let mut t = lock(&self.table);
-            match t.get_mut(slot, id) {
-                Some(e) if e.done.is_some() => t.remove(slot, id).and_then(|e| e.done),
-                _ => None,
-            }
-        };
-        self.activity.fetch_add(1, Ordering::SeqCst);
-        done
+        let mut t = lock(&self.table);
+        t.activity += 1;
+        match t.get_mut(slot, id) {
+            Some(e) if e.done.is_some() => t.remove(slot, id).and_then(|e| e.done),
+            _ => None,
+        }
     }
 
     /// Fails every item handed over and not finished with [`CommError::Stalled`]
@@ -144,6 +142,7 @@ impl Tracker {
     pub(crate) fn abandon(&self, explanation: &str) -> usize {
         let dones: Vec<Done> = {
             let mut t = lock(&self.table);
+            t.activity += 1;
             t.abandoned = Some(Arc::from(explanation));
             let started: Vec<(usize, u64)> = t
                 .slots
@@ -156,7 +155,6 @@ impl Tracker {
                 .filter_map(|(s, id)| t.remove(s, id).and_then(|e| e.done))
                 .collect()
         };
-        self.activity.fetch_add(1, Ordering::SeqCst);
         let n = dones.len();
         for d in dones {
             d(Err(stalled(explanation)));
@@ -191,8 +189,10 @@ impl Tracker {
             .collect()
     }
 
-    fn pending(&self) -> usize {
-        lock(&self.table).live
+    /// The pending items and the activity count, read together.
+    fn counts(&self) -> (usize, u64) {
+        let t = lock(&self.table);
+        (t.live, t.activity)
     }
 }
 
@@ -205,6 +205,7 @@ impl Ticket {
         let Self { tracker, slot, id } = self;
         {
             let mut t = lock(&tracker.table);
+            t.activity += 1;
             if let Some(why) = t.abandoned.clone() {
                 t.remove(slot, id);
                 return Err((done, stalled(&why)));
@@ -213,7 +214,6 @@ impl Ticket {
                 e.done = Some(done);
             }
         }
-        tracker.activity.fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(move |result| {
             if let Some(d) = tracker.finish(slot, id) {
                 d(result);
@@ -282,9 +282,10 @@ impl Probe {
 
     /// What the rank is doing now.
     pub fn activity(&self) -> Activity {
+        let (pending, requests) = self.tracker.counts();
         let mut a = Activity {
-            requests: self.tracker.activity.load(Ordering::SeqCst),
-            pending: self.tracker.pending(),
+            requests,
+            pending,
             ..Activity::default()
         };
         self.runtime.wait_until(Duration::ZERO, |v| {
