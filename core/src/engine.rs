@@ -110,7 +110,7 @@ mod arrival;
 mod deferred;
 mod errors;
 mod fast;
-mod io;
+pub(crate) mod io;
 mod sends;
 mod slots;
 

@@ -71,7 +71,7 @@
 //! assert_eq!(fast::recv_size(&config, 8), 1024);
 //! ```
 
-use crate::engine::Config;
+use crate::engine::io::Config;
 use crate::matcher::{Orphan, UnexpectedKind};
 #[cfg(doc)]
 use crate::tags::TagSpace;
