@@ -23,9 +23,14 @@
 //! ```
 //!
 //! The time per hop is measured on the ranks, from a barrier before the first hop to a
-//! barrier after the last (start-up and shutdown excluded).
+//! barrier after the last (start-up and shutdown excluded). `RING_HOPS=1` (in-process)
+//! also prints the distribution of the hops: the time from one increment to the next,
+//! by token value, and the hops taken before and after the first rank finished submitting
+//! its flow.
 
+use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use starling::core::{AccessMode, Rank, Tag};
@@ -41,11 +46,59 @@ struct Outcome {
     elapsed: Duration,
 }
 
+/// Whether `RING_HOPS=1` asked for the hops' distribution.
+static HOPS: AtomicBool = AtomicBool::new(false);
+/// With `RING_HOPS=1`: when each increment ran, by the token value it left.
+static STAMPS: Mutex<Vec<(u32, Instant)>> = Mutex::new(Vec::new());
+/// With `RING_HOPS=1`: when each rank had submitted its whole flow.
+static SUBMITTED: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
+
 /// The ring's task: the token plus one.
 fn increment() -> Codelet {
     Codelet::new("increment_token", |b| {
-        b.w::<Vector<u32>>(0).as_mut_slice()[0] += 1;
+        let mut token = b.w::<Vector<u32>>(0);
+        let slot = &mut token.as_mut_slice()[0];
+        *slot += 1;
+        if HOPS.load(Ordering::Relaxed) {
+            let value = *slot;
+            STAMPS.lock().expect("stamps").push((value, Instant::now()));
+        }
     })
+}
+
+/// `RING_HOPS=1`: the hops' percentiles (µs), the slow ones, and the hops taken while
+/// the ranks were still submitting.
+fn print_hops(start: Instant) {
+    let mut stamps = STAMPS.lock().expect("stamps").clone();
+    stamps.sort_by_key(|s| s.0);
+    let submitted = SUBMITTED.lock().expect("submitted").iter().min().copied();
+    let mut all: Vec<f64> = Vec::new();
+    let mut early = 0;
+    for w in stamps.windows(2) {
+        all.push(w[1].1.saturating_duration_since(w[0].1).as_secs_f64() * 1e6);
+        early += usize::from(submitted.is_some_and(|t| w[1].1 <= t));
+    }
+    if all.is_empty() {
+        return;
+    }
+    all.sort_by(f64::total_cmp);
+    let at = |p: f64| all[((all.len() - 1) as f64 * p) as usize];
+    let slow: Vec<f64> = all.iter().copied().filter(|d| *d > 10.0).collect();
+    eprintln!(
+        "hops: p10 {:.2} p50 {:.2} p90 {:.2} p99 {:.2} max {:.0} µs, mean {:.2}; {} of {} \
+         over 10 µs ({:.0} % of the time); {early} taken before a rank had submitted its \
+         flow ({:.1} ms after the start)",
+        at(0.1),
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0),
+        all.iter().sum::<f64>() / all.len() as f64,
+        slow.len(),
+        all.len(),
+        100.0 * slow.iter().sum::<f64>() / all.iter().sum::<f64>(),
+        submitted.map_or(0.0, |t| t.duration_since(start).as_secs_f64() * 1e3),
+    );
 }
 
 fn ring(ctx: &Context, loops: u32, variant: &str) -> Outcome {
@@ -71,6 +124,7 @@ fn ring(ctx: &Context, loops: u32, variant: &str) -> Outcome {
         }
         ctx.task(&increment).rw(&token).submit();
         if l == loops - 1 && rank == size - 1 {
+            SUBMITTED.lock().expect("submitted").push(Instant::now());
             let t = ctx.acquire(&token, AccessMode::R);
             println!("Finished: token value {}", t.get().as_slice()[0]);
         } else {
@@ -92,9 +146,15 @@ fn ring(ctx: &Context, loops: u32, variant: &str) -> Outcome {
             .expect("send the token");
         }
     }
+    if rank != size - 1 {
+        SUBMITTED.lock().expect("submitted").push(Instant::now());
+    }
     ctx.wait_for_all();
     ctx.barrier();
     let elapsed = start.elapsed();
+    if rank == 0 && HOPS.load(Ordering::Relaxed) {
+        print_hops(start);
+    }
 
     Outcome {
         rank,
@@ -138,6 +198,10 @@ fn main() {
         "variant: detached, async, sync or ms"
     );
     assert!(ranks >= 1 && loops >= 1);
+    HOPS.store(
+        std::env::var("RING_HOPS").is_ok_and(|v| v == "1"),
+        Ordering::Relaxed,
+    );
     if variant == "ms" {
         // `None`: a slave's process under mpirun.
         if let Some((token, hops, elapsed)) = ring_ms(ranks, loops) {
