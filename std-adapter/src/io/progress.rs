@@ -180,6 +180,10 @@ pub(crate) struct Shared {
     /// Threads driving progress themselves while they wait ([`Drive`]); the progression
     /// thread stands back while there are any.
     drivers: AtomicUsize,
+    /// Set while an idle worker holds the progress lock ([`Drive::idle_drive`]): it
+    /// looks at `queued` again once it let go, and takes what came in meanwhile, so a
+    /// sender that finds the lock busy need not wake the progression thread.
+    idle_driving: AtomicBool,
     /// The progression thread, to wake when an input arrives.
     thread: std::sync::OnceLock<thread::Thread>,
     /// The rank's progress, which a thread handing it a message may drive itself
@@ -201,6 +205,7 @@ impl Shared {
             posted: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             drivers: AtomicUsize::new(0),
+            idle_driving: AtomicBool::new(false),
             thread: std::sync::OnceLock::new(),
             driver: std::sync::OnceLock::new(),
             pool: Arc::new(BufferPool::new()),
@@ -275,6 +280,10 @@ impl<W> InboxTx<W> {
             return false;
         };
         sync::as_peer_driver(|| match driver.try_drive_all() {
+            // An idle worker of that rank drives it: it takes the input once it lets go
+            // of the lock (`Drive::idle_drive`). Waking the progression thread instead
+            // had it preempt a polling worker on its core, in one ring hop of six.
+            Driven::Busy if self.shared.idle_driving.load(Ordering::SeqCst) => true,
             // Another thread drives, or the rank stopped: the usual wake.
             Driven::Busy | Driven::Stopped => false,
             // Inputs queued meanwhile, or commands posted, are the progression thread's.

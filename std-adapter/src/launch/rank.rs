@@ -418,9 +418,7 @@ impl RankRunner {
             // own rank's progress while it polls for it.
             shared.set_driver(&driver);
             let d = Arc::clone(&driver);
-            runtime.set_idle_drive(Box::new(move || {
-                let _ = d.try_drive();
-            }));
+            runtime.set_idle_drive(Box::new(move || d.idle_drive()));
         }
         let driver = config.caller_drives.then_some(driver);
         let commands: CommandSink = match driver.clone() {
