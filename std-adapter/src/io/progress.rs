@@ -184,6 +184,10 @@ pub(crate) struct Shared {
     /// looks at `queued` again once it let go, and takes what came in meanwhile, so a
     /// sender that finds the lock busy need not wake the progression thread.
     idle_driving: AtomicBool,
+    /// A drive of one poll moved something, and may have left more behind (a second
+    /// completion waiting in the transport): an idle worker drives then even with
+    /// nothing queued, as it did on every poll before it looked at `queued` first.
+    more: AtomicBool,
     /// The progression thread, to wake when an input arrives.
     thread: std::sync::OnceLock<thread::Thread>,
     /// The rank's progress, which a thread handing it a message may drive itself
@@ -206,6 +210,7 @@ impl Shared {
             epoch: AtomicU64::new(0),
             drivers: AtomicUsize::new(0),
             idle_driving: AtomicBool::new(false),
+            more: AtomicBool::new(false),
             thread: std::sync::OnceLock::new(),
             driver: std::sync::OnceLock::new(),
             pool: Arc::new(BufferPool::new()),

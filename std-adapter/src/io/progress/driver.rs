@@ -74,6 +74,23 @@ pub(crate) trait Drive: Send + Sync {
     fn idle_drive(&self);
 }
 
+/// `Shared::idle_driving`, raised while an idle worker holds the progress lock and
+/// lowered when dropped.
+struct IdleFlag<'a>(&'a AtomicBool);
+
+impl<'a> IdleFlag<'a> {
+    fn raise(flag: &'a AtomicBool) -> Self {
+        flag.store(true, Ordering::SeqCst);
+        Self(flag)
+    }
+}
+
+impl Drop for IdleFlag<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 /// While alive, a thread drives progress itself ([`Drive::enter`]).
 pub(crate) struct DriverGuard<'a> {
     shared: &'a Shared,
@@ -121,7 +138,7 @@ impl<T: Transport> Drive for Driver<T> {
 
     fn idle_drive(&self) {
         let shared = &*self.shared;
-        if !(self.polling || shared.settled().is_none()) {
+        if !(self.polling || shared.settled().is_none() || shared.more.load(Ordering::Relaxed)) {
             return;
         }
         for _ in 0..4 {
@@ -129,14 +146,21 @@ impl<T: Transport> Drive for Driver<T> {
                 // Its holder looks at `queued` after it lets go, like this one.
                 return;
             };
-            shared.idle_driving.store(true, Ordering::SeqCst);
-            // In one process, a full drive: the message it takes completes a receive
-            // whose task this worker then runs (one poll left it half done: 5.7 µs a
-            // ring hop instead of 2.1). A polled transport gets one poll, as before.
-            let driven = self.drive(&mut st, !self.polling);
-            // Cleared before the lock is released: a sender that read it set (and did
-            // not wake anyone) counted its input before this thread looks below.
-            shared.idle_driving.store(false, Ordering::SeqCst);
+            let driven = {
+                // Set while this thread holds the lock, cleared before it lets go (even
+                // if a callback panics): a sender that read it set, and did not wake
+                // anyone, counted its input before this thread looks below.
+                let _flag = IdleFlag::raise(&shared.idle_driving);
+                // In one process, a full drive: the message it takes completes a receive
+                // whose task this worker then runs (one poll left it half done: 5.7 µs
+                // a ring hop instead of 2.1). A polled transport gets one poll, as
+                // before.
+                let full = !self.polling;
+                if full {
+                    shared.more.store(false, Ordering::Relaxed);
+                }
+                self.drive(&mut st, full)
+            };
             drop(st);
             store_load_order();
             if driven == Driven::Stopped
@@ -255,7 +279,15 @@ impl<T: Transport> Driver<T> {
                 break;
             }
             first = false;
-            moved |= if full { p.pump() } else { p.pump_once() };
+            moved |= if full {
+                p.pump()
+            } else {
+                let more = p.pump_once();
+                if more {
+                    self.shared.more.store(true, Ordering::Relaxed);
+                }
+                more
+            };
             if stop {
                 break;
             }
