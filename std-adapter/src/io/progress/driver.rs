@@ -163,10 +163,7 @@ impl<T: Transport> Drive for Driver<T> {
             };
             drop(st);
             store_load_order();
-            if driven == Driven::Stopped
-                || (shared.queued.load(Ordering::SeqCst) == 0
-                    && !shared.posted.load(Ordering::SeqCst))
-            {
+            if driven == Driven::Stopped || shared.settled().is_some() {
                 return;
             }
         }
