@@ -34,6 +34,7 @@ use crate::runtime::sched::{SchedPolicy, Scheduler, Target};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, MutexGuard, Ordering, lock};
 use crate::trace::{self, Recorder, WorkerTrace};
 use placement::{CURRENT, DeviceEnd};
+use slab::Slab;
 
 /// A task tag: tasks and requests can unlock one when they finish, and the application
 /// can wait for it (the reference's `starpu_tag_t`).
@@ -129,10 +130,9 @@ fn writes_value(mode: AccessMode) -> bool {
 }
 
 struct State {
-    nodes: IdMap<NodeId, Node>,
+    nodes: Slab<Node>,
     handles: IdMap<DataId, HandleDeps>,
     sched: Scheduler,
-    next_id: NodeId,
     /// Nodes submitted and not complete, plus requests in flight: what `wait_for_all`
     /// waits to reach zero.
     outstanding: usize,
@@ -276,10 +276,9 @@ impl Runtime {
             )
         });
         let state = State {
-            nodes: IdMap::default(),
+            nodes: Slab::default(),
             handles: IdMap::default(),
             sched: Scheduler::new(config.sched, &arch),
-            next_id: 0,
             outstanding: 0,
             running: 0,
             completed: 0,
@@ -446,8 +445,8 @@ impl Runtime {
         outcome: Option<Outcome>,
     ) {
         let mut st = self.state();
-        let id = st.next_id;
-        st.next_id += 1;
+        // The id is known before the node goes in: the handles' bookkeeping names it.
+        let id = st.nodes.next_id();
         st.outstanding += 1 + requests;
         st.tasks_submitted += u64::from(matches!(work, Work::Task { .. }));
         let mut deps = 0;
@@ -500,22 +499,20 @@ impl Runtime {
                 deps += 1;
             }
         }
-        st.nodes.insert(
-            id,
-            Node {
-                deps,
-                successors: Vec::new(),
-                priority,
-                accesses,
-                work: Some(work),
-                poison,
-                own_host,
-                outcome,
-                placed: Target::Any,
-                expected: None,
-                begin: 0.0,
-            },
-        );
+        let inserted = st.nodes.insert(Node {
+            deps,
+            successors: Vec::new(),
+            priority,
+            accesses,
+            work: Some(work),
+            poison,
+            own_host,
+            outcome,
+            placed: Target::Any,
+            expected: None,
+            begin: 0.0,
+        });
+        debug_assert_eq!(inserted, id);
         let mut hooks = Hooks::default();
         if deps == 0 {
             self.make_ready(&mut st, id, &mut hooks);
@@ -943,6 +940,7 @@ impl Hooks {
 
 mod config;
 mod placement;
+mod slab;
 mod worker;
 
 pub use config::{RuntimeConfig, WorkerStart};

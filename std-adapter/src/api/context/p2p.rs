@@ -328,17 +328,19 @@ impl Context {
     }
 
     /// Wraps a user's completion callback: it runs on the thread driving progress, so a panic
-    /// in it is caught (the thread goes on) and reported at shutdown.
+    /// in it is caught (the thread goes on) and reported at shutdown, named by `what`
+    /// (called only then: a detached request formats no text of its own — a `format!`
+    /// per request was a quarter of a detached receive's instructions).
     pub(super) fn guarded(
         &self,
-        what: String,
+        what: impl FnOnce() -> String + Send + 'static,
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Done {
         let panics = Arc::clone(&self.reports);
         Box::new(move |result| {
             if std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| callback(result))).is_err()
             {
-                lock(&panics).push(Noted::CallbackPanicked(what));
+                lock(&panics).push(Noted::CallbackPanicked(what()));
             }
         })
     }
@@ -431,7 +433,11 @@ impl Context {
     ) -> Result<(), CommError> {
         self.check_user_tag(tag)?;
         h.cell.usable()?;
-        let callback = self.guarded(format!("send of {} to {dest} with {tag}", h.id()), callback);
+        let data = h.id();
+        let callback = self.guarded(
+            move || format!("send of {data} to {dest} with {tag}"),
+            callback,
+        );
         self.post_send(h.erased(), dest, tag, opts, callback)
     }
 
@@ -517,8 +523,9 @@ impl Context {
     ) -> Result<(), CommError> {
         self.check_user_tag(tag)?;
         h.cell.usable()?;
+        let data = h.id();
         let callback = self.guarded(
-            format!("receive into {} from {source} with {tag}", h.id()),
+            move || format!("receive into {data} from {source} with {tag}"),
             callback,
         );
         self.post_recv(h.erased(), source, tag, opts, callback)
@@ -562,7 +569,7 @@ impl Context {
             self.check_user_tag(*tag)?;
             h.cell.usable()?;
         }
-        let callback = self.guarded(what, callback);
+        let callback = self.guarded(move || what, callback);
         let all = self.all_done(items.len(), unlock, callback);
         for (h, peer, tag) in items {
             let all = Arc::clone(&all);
