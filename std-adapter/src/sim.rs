@@ -716,6 +716,15 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
             .refusal_order(source, comm, bytes)
     }
 
+    fn can_submit(&self, dir: Direction) -> bool {
+        self.cluster.nodes[self.rank.index()]
+            .engine
+            .can_submit(match dir {
+                Direction::Send => Kind::Send,
+                Direction::Recv => Kind::Recv,
+            })
+    }
+
     fn recv_key(&self, c: &SimCmd) -> Option<Key> {
         match c {
             SimCmd::Recv { args, .. } => Some(Key::new(args.comm, args.source, args.tag)),

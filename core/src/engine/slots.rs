@@ -86,6 +86,18 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         Some(if slab < budget { slab } else { budget })
     }
 
+    /// Whether a submission of `kind` would be taken now: [`Engine::submit_send`] and
+    /// [`Engine::submit_recv`] refuse with [`SubmitError::Full`]`(`[`Table::Requests`]`)`
+    /// exactly when this is `false` (the slab, or the class's share of the budget, is
+    /// full). An adapter that keeps submissions waiting asks before it takes one out
+    /// of its queue, rather than take it out, be refused and put it back.
+    pub fn can_submit(&self, kind: Kind) -> bool {
+        self.has_room(match kind {
+            Kind::Send => Class::Send,
+            Kind::Recv => Class::Recv,
+        })
+    }
+
     /// Whether `table` may have room for an arrival now: `false` only when an envelope
     /// that [`Engine::handle_message`] refused with [`MessageError::Full`]`(table)` would
     /// certainly be refused again for it (the request budget's early class, the early

@@ -664,6 +664,13 @@ impl<T: Transport> Admit for Progress<T> {
         self.engine.refusal_order(source, comm, bytes)
     }
 
+    fn can_submit(&self, dir: Direction) -> bool {
+        self.engine.can_submit(match dir {
+            Direction::Send => Kind::Send,
+            Direction::Recv => Kind::Recv,
+        })
+    }
+
     fn recv_key(&self, c: &Command) -> Option<Key> {
         match c {
             Command::Recv { args, .. } => Some(Key::new(args.comm, args.source, args.tag)),

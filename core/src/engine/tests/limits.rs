@@ -79,6 +79,35 @@ fn sends_beyond_their_share_are_refused_and_leave_room_for_receives() {
 }
 
 #[test]
+fn can_submit_says_whether_a_submission_would_be_taken() {
+    // With a budget: each class's share.
+    let mut a = limited(0, 4, 0);
+    for t in 0..3 {
+        let (send, recv) = (a.can_submit(Kind::Send), a.can_submit(Kind::Recv));
+        assert_eq!(
+            send,
+            a.submit_send(SendArgs::new(W, Rank(1), Tag(t), 1)).is_ok()
+        );
+        assert_eq!(
+            recv,
+            a.submit_recv(RecvArgs::new(W, Rank(1), Tag(t), 1)).is_ok()
+        );
+    }
+    assert!(!a.can_submit(Kind::Send) && !a.can_submit(Kind::Recv));
+    // Without one: the slab (16 slots), first come first served.
+    let mut b = limited(0, 0, 0);
+    for t in 0..17 {
+        let send = b.can_submit(Kind::Send);
+        assert_eq!(
+            send,
+            b.submit_send(SendArgs::new(W, Rank(1), Tag(t), 1)).is_ok()
+        );
+        assert_eq!(send, t < 16);
+    }
+    assert!(!b.can_submit(Kind::Recv));
+}
+
+#[test]
 fn early_messages_never_take_the_last_receive_slot() {
     let mut b = limited(1, 4, 0);
     assert!(matches!(

@@ -24,6 +24,11 @@ struct Fake {
     fast_here: Vec<Key>,
     /// How many times [`Admit::fast_message_here`] was asked.
     fast_asked: core::cell::Cell<usize>,
+    /// Whether [`Admit::can_submit`] says whether there is room (`false`: the trait's
+    /// default, always `true`: try).
+    gate: bool,
+    /// Submissions refused so far.
+    refused: usize,
 }
 
 impl Admit for Fake {
@@ -31,6 +36,7 @@ impl Admit for Fake {
 
     fn submit(&mut self, c: u32) -> Result<Option<Key>, u32> {
         if self.room == 0 {
+            self.refused += 1;
             return Err(c);
         }
         self.room -= 1;
@@ -56,6 +62,10 @@ impl Admit for Fake {
             key: Key::new(comm, source, Tag(i64::from(b[0]))),
             payload: (b[1] != 0).then_some(PhysTag(i32::from(b[1]))),
         })
+    }
+
+    fn can_submit(&self, _: Direction) -> bool {
+        !self.gate || self.room > 0
     }
 
     fn recv_key(&self, c: &u32) -> Option<Key> {
@@ -287,4 +297,35 @@ fn without_the_fast_path_an_idle_pass_asks_nothing_of_each_waiting_key() {
     assert!(a.admit_waiting(&mut f));
     assert_eq!(f.submitted, [1_001]);
     assert!(f.fast_asked.get() > 0);
+}
+
+#[test]
+fn a_pass_takes_nothing_out_of_its_queue_while_the_engine_has_no_room() {
+    for gate in [false, true] {
+        let (mut a, mut f) = (Admission::default(), Fake::default());
+        f.gate = gate;
+        // Sends (even numbers) and receives (odd) wait: the engine has no room.
+        for c in [2, 1, 4, 3, 6, 5] {
+            let dir = if c % 2 == 0 {
+                Direction::Send
+            } else {
+                Direction::Recv
+            };
+            a.offer(&mut f, dir, c);
+        }
+        let offered = f.refused;
+        for _ in 0..10 {
+            assert!(!a.admit_waiting(&mut f));
+        }
+        // Asked first, a pass is refused nothing; tried blind, it is refused a send and
+        // a receive on every pass (each taken out of its queue and put back).
+        let passes = f.refused - offered;
+        assert_eq!(passes, if gate { 0 } else { 20 }, "gate {gate}");
+        assert_eq!(offered, if gate { 0 } else { 2 }, "gate {gate}");
+        // Room frees: they go in, in order per direction, sends first.
+        f.room = 6;
+        assert!(a.admit_waiting(&mut f));
+        assert_eq!(f.submitted, [2, 4, 6, 1, 3, 5]);
+        assert!(a.is_empty());
+    }
 }
