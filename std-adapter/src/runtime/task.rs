@@ -450,8 +450,20 @@ impl Runtime {
         st.outstanding += 1 + requests;
         st.tasks_submitted += u64::from(matches!(work, Work::Task { .. }));
         let mut deps = 0;
-        let mut preds: Vec<NodeId> = Vec::new();
         let mut poison = None;
+        let State { nodes, handles, .. } = &mut *st;
+        // Node `p` comes before this one: it gains `id` as a successor, once. Only this
+        // call pushes `id`, so a second link to `p` finds it last in `p`'s list. (No list
+        // of predecessors is gathered, sorted and deduplicated first: that was an
+        // allocation and a free per node.)
+        let mut link = |p: NodeId| {
+            if let Some(pred) = nodes.get_mut(&p) {
+                if pred.successors.last() != Some(&id) {
+                    pred.successors.push(id);
+                    deps += 1;
+                }
+            }
+        };
         for (i, a) in accesses.iter().enumerate() {
             if a.mode == AccessMode::SCRATCH {
                 continue;
@@ -469,12 +481,12 @@ impl Runtime {
                 .iter()
                 .filter(|b| b.cell.id() == data)
                 .any(|b| b.mode.writes() || b.mode.contains(AccessMode::COMMUTE));
-            let hd = st.handles.entry(data).or_default();
+            let hd = handles.entry(data).or_default();
             if hd.unordered {
                 continue;
             }
             if let Some(w) = hd.last_writer {
-                preds.push(w);
+                link(w);
             } else if poison.is_none()
                 && hd.poison.is_some()
                 && accesses
@@ -485,18 +497,12 @@ impl Runtime {
                 poison.clone_from(&hd.poison);
             }
             if writes {
-                preds.append(&mut hd.readers);
+                for r in hd.readers.drain(..) {
+                    link(r);
+                }
                 hd.last_writer = Some(id);
             } else {
                 hd.readers.push(id);
-            }
-        }
-        preds.sort_unstable();
-        preds.dedup();
-        for p in preds {
-            if let Some(pred) = st.nodes.get_mut(&p) {
-                pred.successors.push(id);
-                deps += 1;
             }
         }
         let inserted = st.nodes.insert(Node {
