@@ -1,8 +1,10 @@
-//! A cheap hasher for the runtime's own integer ids (node ids, data ids) and for the
-//! match keys of the admission queues (source, communicator, tag): `std`'s default
-//! SipHash resists hash flooding, which ids counted from 0 do not need, and costs about
+//! A cheap hasher for the runtime's own integer ids (data ids; node ids before the task
+//! graph's nodes moved to a slab that their ids index, `runtime/task/slab.rs`) and for
+//! the match keys of the admission queues (source, communicator, tag): `std`'s default
+//! SipHash resists hash flooding, which ids counted from 0 do not need, and cost about
 //! a third of an empty task's instructions (four lookups of the node table per task),
-//! and about 3 % of the CPU time of 100 000 refused messages handled past the engine's tables (issue 17).
+//! and about 3 % of the CPU time of 100 000 refused messages handled past the engine's
+//! tables (issue 17).
 //! This is the multiply-rotate hash of rustc's `FxHasher`, with its final rotation
 //! (`rustc-hash` 2): a multiplication mixes each input bit only into the bits above it,
 //! so keys that differ only in their high bits (tags such as `i << 32 | j`, common in
