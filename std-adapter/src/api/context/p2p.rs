@@ -55,7 +55,7 @@ impl Context {
         dest: Rank,
         tag: Tag,
         opts: SendOpts,
-        done: Done,
+        done: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
         self.post_send_from(cell, dest, tag, opts, done, self.in_place_min, false)
     }
@@ -115,7 +115,7 @@ impl Context {
         dest: Rank,
         tag: Tag,
         opts: SendOpts,
-        done: Done,
+        done: impl FnOnce(Result<(), CommError>) + Send + 'static,
         in_place_min: usize,
         flow: bool,
     ) -> Result<(), CommError> {
@@ -250,7 +250,7 @@ impl Context {
         source: Rank,
         tag: Tag,
         opts: RecvOpts,
-        done: Done,
+        done: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> Result<(), CommError> {
         self.post_recv_inner(cell, source, tag, opts, done, None)
     }
@@ -264,7 +264,7 @@ impl Context {
         source: Rank,
         tag: Tag,
         opts: RecvOpts,
-        done: Done,
+        done: impl FnOnce(Result<(), CommError>) + Send + 'static,
         flow: Option<DataId>,
     ) -> Result<(), CommError> {
         self.check_rank(source)?;
@@ -330,19 +330,21 @@ impl Context {
     /// Wraps a user's completion callback: it runs on the thread driving progress, so a panic
     /// in it is caught (the thread goes on) and reported at shutdown, named by `what`
     /// (called only then: a detached request formats no text of its own — a `format!`
-    /// per request was a quarter of a detached receive's instructions).
+    /// per request was a quarter of a detached receive's instructions). The wrapper is
+    /// not boxed: [`Context::post_send`] and [`Context::post_recv`] take any closure and
+    /// box it once, inside the request's own completion.
     pub(super) fn guarded(
         &self,
         what: impl FnOnce() -> String + Send + 'static,
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
-    ) -> Done {
+    ) -> impl FnOnce(Result<(), CommError>) + Send + 'static {
         let panics = Arc::clone(&self.reports);
-        Box::new(move |result| {
+        move |result| {
             if std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| callback(result))).is_err()
             {
                 lock(&panics).push(Noted::CallbackPanicked(what()));
             }
-        })
+        }
     }
 
     pub(super) fn request(&self, what: ReqWhat) -> (Request, Done) {
@@ -569,7 +571,7 @@ impl Context {
             self.check_user_tag(*tag)?;
             h.cell.usable()?;
         }
-        let callback = self.guarded(move || what, callback);
+        let callback = Box::new(self.guarded(move || what, callback));
         let all = self.all_done(items.len(), unlock, callback);
         for (h, peer, tag) in items {
             let all = Arc::clone(&all);
