@@ -351,9 +351,11 @@ impl<C> Admission<C> {
             if !a.can_submit(Direction::Recv) {
                 break;
             }
+            // (the slot count first: a look at two counters, where whether the message is
+            // here looks its key up in the refused envelopes and the engine's early data)
             let fits = a
                 .recv_key(head)
-                .is_none_or(|k| self.message_here(a, k) || Self::may_take_slot(a));
+                .is_none_or(|k| Self::may_take_slot(a) || self.message_here(a, k));
             let at = if fits { Some(0) } else { self.first_here(a) };
             let Some(at) = at else {
                 break;
