@@ -719,10 +719,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
     fn can_submit(&self, dir: Direction) -> bool {
         self.cluster.nodes[self.rank.index()]
             .engine
-            .can_submit(match dir {
-                Direction::Send => Kind::Send,
-                Direction::Recv => Kind::Recv,
-            })
+            .can_submit(dir.kind())
     }
 
     fn recv_key(&self, c: &SimCmd) -> Option<Key> {

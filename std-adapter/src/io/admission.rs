@@ -30,6 +30,7 @@ use std::collections::{BTreeSet, VecDeque};
 use starling_core::engine::RefusalOrder;
 use starling_core::error::Table;
 use starling_core::lists::Key;
+use starling_core::request::Kind;
 use starling_core::{CommId, PhysTag, Rank};
 
 use crate::id_hash::IdMap;
@@ -120,6 +121,16 @@ pub(crate) enum Direction {
     Send,
     /// A receive.
     Recv,
+}
+
+impl Direction {
+    /// The core's request kind of a submission in this direction.
+    pub(crate) const fn kind(self) -> Kind {
+        match self {
+            Self::Send => Kind::Send,
+            Self::Recv => Kind::Recv,
+        }
+    }
 }
 
 /// What waits outside one engine: submissions per direction and refused envelopes.
@@ -330,7 +341,7 @@ impl<C> Admission<C> {
     pub(crate) fn admit_waiting(&mut self, a: &mut impl Admit<Cmd = C>) -> bool {
         self.absorb_freed();
         let mut any = false;
-        while !self.sends.is_empty() && a.can_submit(Direction::Send) {
+        while a.can_submit(Direction::Send) {
             let Some(c) = self.sends.pop_front() else {
                 break;
             };

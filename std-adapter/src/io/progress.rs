@@ -665,10 +665,7 @@ impl<T: Transport> Admit for Progress<T> {
     }
 
     fn can_submit(&self, dir: Direction) -> bool {
-        self.engine.can_submit(match dir {
-            Direction::Send => Kind::Send,
-            Direction::Recv => Kind::Recv,
-        })
+        self.engine.can_submit(dir.kind())
     }
 
     fn recv_key(&self, c: &Command) -> Option<Key> {

@@ -11,8 +11,8 @@
 //! generation raised, so that the id of a node that completed names nothing any more
 //! (a late [`Slab::get`] of it finds `None`, as the hash table did; a generation wraps
 //! only after 2^32 reuses of one slot, and nothing holds a node's id past its
-//! completion for that long). The table grows to
-//! the most nodes live at once, never beyond. First freed, first taken: the submitting
+//! completion for that long). The table grows to the most nodes live at once, never
+//! beyond. First freed, first taken: the submitting
 //! thread and a worker completing tasks work on two ends of the free list, so that a new
 //! node does not land in the slot a worker on another core freed a moment ago, whose
 //! cache lines (the slot, the list's end) that core still holds modified — taking the
