@@ -24,17 +24,11 @@ pub(crate) use std::thread;
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-/// Under `loom`, its channel, whose every send and receive the models schedule.
-#[cfg(loom)]
-pub(crate) use loom::sync::mpsc::{
-    Receiver as InboxReceiver, Sender as InboxSender, channel as inbox,
-};
 /// The progression thread's inbox (`progress::InboxTx`, `rank::Inbox`): an unbounded
-/// multi-producer channel that the thread drains with `try_recv`, parking in between.
-#[cfg(not(loom))]
-pub(crate) use std::sync::mpsc::{
-    Receiver as InboxReceiver, Sender as InboxSender, channel as inbox,
-};
+/// multi-producer queue that the thread drains with `try_recv`, parking in between
+/// (`sync/inbox.rs`: it allocates nothing once grown). Built on this module's lock, so
+/// that `loom` schedules its every send and take in the progression thread's models.
+pub(crate) use inbox::{InboxReceiver, InboxSender, inbox};
 
 /// Parks the calling thread until another unparks it ([`thread::Thread::unpark`]) or
 /// `timeout` passes.
@@ -353,6 +347,8 @@ pub(crate) fn try_drive<T>(l: &DriveLock<T>) -> Option<DriveGuard<'_, T>> {
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+mod inbox;
 
 #[cfg(all(test, loom))]
 mod handoffs;
