@@ -12,20 +12,27 @@
 //! Here the senders push onto a `VecDeque` under a lock; the receiver swaps that queue
 //! with its own emptied one when its own runs dry, so that the two queues trade places
 //! and keep their capacity, and it takes each batch with one acquisition of the lock. An
-//! empty poll takes the lock too: a count beside it, read without the lock, saved that on
-//! the progression thread's idle polls, but could be read stale (`loom` read `0` after
-//! four sends and their threads' joins), so the lock is the one source of truth.
+//! empty poll reads a count beside the lock instead of taking it (`looks_empty`).
 //!
 //! [`Command`]: crate::io::progress::Command
 
 use core::cell::RefCell;
 use std::collections::VecDeque;
 
+use core::sync::atomic::{AtomicUsize, Ordering};
+
 use super::{Arc, Mutex, lock};
 
 /// What the two ends share.
 struct Shared<T> {
     queue: Mutex<Queue<T>>,
+    /// Inputs pushed and not yet swapped out by the receiver: written under the lock,
+    /// read without it, so that an empty poll costs a load rather than the lock (the
+    /// progression thread and a waiting thread poll without pause). `core`'s atomic
+    /// under `loom` too: the models never read it (`InboxReceiver::looks_empty`), and as
+    /// one of `loom`'s its writes were scheduling points inside the lock, where `loom`
+    /// (with a preemption bound) then failed to hand the lock over.
+    len: AtomicUsize,
 }
 
 struct Queue<T> {
@@ -57,6 +64,7 @@ pub(crate) fn inbox<T>() -> (InboxSender<T>, InboxReceiver<T>) {
             items: VecDeque::new(),
             closed: false,
         }),
+        len: AtomicUsize::new(0),
     });
     (
         InboxSender {
@@ -86,6 +94,7 @@ impl<T> InboxSender<T> {
             return Err(item);
         }
         q.items.push_back(item);
+        self.shared.len.store(q.items.len(), Ordering::Release);
         Ok(())
     }
 }
@@ -97,12 +106,39 @@ impl<T> InboxReceiver<T> {
         if let Some(item) = taken.pop_front() {
             return Ok(item);
         }
+        if self.looks_empty() {
+            return Err(Empty);
+        }
         {
             let mut q = lock(&self.shared.queue);
             // `taken` is empty: the queues trade places, each keeping its capacity.
             core::mem::swap(&mut q.items, &mut *taken);
+            self.shared.len.store(0, Ordering::Relaxed);
         }
         taken.pop_front().ok_or(Empty)
+    }
+}
+
+impl<T> InboxReceiver<T> {
+    /// Whether the count says nothing is queued. A count read too old only delays an
+    /// input, never loses it: its sender counted it in `progress::Shared::queued` before
+    /// and wakes the receiver after, so the receiver either sees that count and polls
+    /// again, or parks and is woken by an unpark that comes after the send (and then
+    /// reads this count no older than the send's). Every write of the count is under the
+    /// lock; a count that is not `0` sends the receiver to the lock, which is exact.
+    #[cfg(not(loom))]
+    fn looks_empty(&self) -> bool {
+        self.shared.len.load(Ordering::Acquire) == 0
+    }
+
+    /// Under `loom`, never: `loom` models `SeqCst` as acquire-release, under which a load
+    /// may read a count older than a send it comes after (it read `0` after four sends
+    /// and their threads' joins, even through a read-modify-write, and the progression
+    /// models deadlocked); the models take the lock on every poll, as the count only
+    /// saves it.
+    #[cfg(loom)]
+    fn looks_empty(&self) -> bool {
+        false
     }
 }
 
@@ -113,6 +149,7 @@ impl<T> Drop for InboxReceiver<T> {
         let left = {
             let mut q = lock(&self.shared.queue);
             q.closed = true;
+            self.shared.len.store(0, Ordering::Relaxed);
             core::mem::take(&mut q.items)
         };
         drop(left);
