@@ -12,27 +12,31 @@
 //! Here the senders push onto a `VecDeque` under a lock; the receiver swaps that queue
 //! with its own emptied one when its own runs dry, so that the two queues trade places
 //! and keep their capacity, and it takes each batch with one acquisition of the lock. An
-//! empty poll reads a count beside the lock instead of taking it (`looks_empty`).
+//! empty poll reads a flag beside the lock instead of taking it (`looks_empty`).
 //!
 //! [`Command`]: crate::io::progress::Command
 
 use core::cell::RefCell;
 use std::collections::VecDeque;
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Arc, Mutex, lock};
 
 /// What the two ends share.
 struct Shared<T> {
     queue: Mutex<Queue<T>>,
-    /// Inputs pushed and not yet swapped out by the receiver: written under the lock,
-    /// read without it, so that an empty poll costs a load rather than the lock (the
-    /// progression thread and a waiting thread poll without pause). `core`'s atomic
-    /// under `loom` too: the models never read it (`InboxReceiver::looks_empty`), and as
-    /// one of `loom`'s its writes were scheduling points inside the lock, where `loom`
-    /// (with a preemption bound) then failed to hand the lock over.
-    len: AtomicUsize,
+    /// Whether an input may be queued: raised by a sender after it let go of the lock,
+    /// lowered by the receiver under the lock as it swaps the queue out; read without
+    /// the lock, so that an empty poll costs a load rather than the lock (the progression
+    /// thread and a waiting thread poll without pause), and so that a receiver goes for
+    /// the lock only once the sender has let go of it (raised under the lock, a sender
+    /// preempted before its unlock had the receiver wait for it in the kernel: the
+    /// in-process ping-pong 10 % slower on a busy machine). `core`'s atomic under `loom`
+    /// too: the models never read it (`InboxReceiver::looks_empty`), and as one of
+    /// `loom`'s its writes were scheduling points inside the lock, where `loom` (with a
+    /// preemption bound) then failed to hand the lock over.
+    maybe: AtomicBool,
 }
 
 struct Queue<T> {
@@ -64,7 +68,7 @@ pub(crate) fn inbox<T>() -> (InboxSender<T>, InboxReceiver<T>) {
             items: VecDeque::new(),
             closed: false,
         }),
-        len: AtomicUsize::new(0),
+        maybe: AtomicBool::new(false),
     });
     (
         InboxSender {
@@ -94,7 +98,8 @@ impl<T> InboxSender<T> {
             return Err(item);
         }
         q.items.push_back(item);
-        self.shared.len.store(q.items.len(), Ordering::Release);
+        drop(q);
+        self.shared.maybe.store(true, Ordering::Release);
         Ok(())
     }
 }
@@ -113,29 +118,31 @@ impl<T> InboxReceiver<T> {
             let mut q = lock(&self.shared.queue);
             // `taken` is empty: the queues trade places, each keeping its capacity.
             core::mem::swap(&mut q.items, &mut *taken);
-            self.shared.len.store(0, Ordering::Relaxed);
+            self.shared.maybe.store(false, Ordering::Relaxed);
         }
         taken.pop_front().ok_or(Empty)
     }
 }
 
 impl<T> InboxReceiver<T> {
-    /// Whether the count says nothing is queued. A count read too old only delays an
-    /// input, never loses it: its sender counted it in `progress::Shared::queued` before
-    /// and wakes the receiver after, so the receiver either sees that count and polls
-    /// again, or parks and is woken by an unpark that comes after the send (and then
-    /// reads this count no older than the send's). Every write of the count is under the
-    /// lock; a count that is not `0` sends the receiver to the lock, which is exact.
+    /// Whether the flag says nothing is queued. The flag is never lowered with an input
+    /// left in the queue: it is lowered only as the queue is swapped out, and a sender
+    /// that pushes after that swap took the lock after it, so its raise comes after the
+    /// lowering. (A raise after a swap that already took its input only sends the
+    /// receiver to an empty queue once.) A flag read too old only delays an input, never
+    /// loses it: its sender counted it in `progress::Shared::queued` before and wakes
+    /// the receiver after, so the receiver either sees that count and polls again, or
+    /// parks and is woken by an unpark that comes after the raise (and then reads the
+    /// flag no older than it).
     #[cfg(not(loom))]
     fn looks_empty(&self) -> bool {
-        self.shared.len.load(Ordering::Acquire) == 0
+        !self.shared.maybe.load(Ordering::Acquire)
     }
 
-    /// Under `loom`, never: `loom` models `SeqCst` as acquire-release, under which a load
-    /// may read a count older than a send it comes after (it read `0` after four sends
-    /// and their threads' joins, even through a read-modify-write, and the progression
-    /// models deadlocked); the models take the lock on every poll, as the count only
-    /// saves it.
+    /// Under `loom`, never: a count beside the lock (this flag's first form) was read
+    /// older than a send it came after (`0` after four sends and their threads' joins,
+    /// even through a read-modify-write), and the progression models deadlocked; the
+    /// models take the lock on every poll, as the flag only saves it.
     #[cfg(loom)]
     fn looks_empty(&self) -> bool {
         false
@@ -149,7 +156,6 @@ impl<T> Drop for InboxReceiver<T> {
         let left = {
             let mut q = lock(&self.shared.queue);
             q.closed = true;
-            self.shared.len.store(0, Ordering::Relaxed);
             core::mem::take(&mut q.items)
         };
         drop(left);
