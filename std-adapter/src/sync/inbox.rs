@@ -30,12 +30,14 @@ struct Shared<T> {
     /// lowered by the receiver under the lock as it swaps the queue out; read without
     /// the lock, so that an empty poll costs a load rather than the lock (the progression
     /// thread and a waiting thread poll without pause), and so that a receiver goes for
-    /// the lock only once the sender has let go of it (raised under the lock, a sender
-    /// preempted before its unlock had the receiver wait for it in the kernel: the
-    /// in-process ping-pong 10 % slower on a busy machine). `core`'s atomic under `loom`
-    /// too: the models never read it (`InboxReceiver::looks_empty`), and as one of
-    /// `loom`'s its writes were scheduling points inside the lock, where `loom` (with a
-    /// preemption bound) then failed to hand the lock over.
+    /// the lock only once the sender whose raise it saw has let go of it (raised under
+    /// the lock, a sender preempted before its unlock had the receiver wait for it in the
+    /// kernel; another sender may still hold the lock then). It is also down for a moment
+    /// with an input queued, between that input's push and its raise: the input is then
+    /// late, not lost ([`InboxReceiver::looks_empty`] says why). `core`'s atomic under
+    /// `loom` too: the models never read it, and as one of `loom`'s its writes were
+    /// scheduling points inside the lock, where `loom` (with a preemption bound) then
+    /// failed to hand the lock over.
     maybe: AtomicBool,
 }
 
@@ -129,20 +131,24 @@ impl<T> InboxReceiver<T> {
     /// left in the queue: it is lowered only as the queue is swapped out, and a sender
     /// that pushes after that swap took the lock after it, so its raise comes after the
     /// lowering. (A raise after a swap that already took its input only sends the
-    /// receiver to an empty queue once.) A flag read too old only delays an input, never
-    /// loses it: its sender counted it in `progress::Shared::queued` before and wakes
-    /// the receiver after, so the receiver either sees that count and polls again, or
-    /// parks and is woken by an unpark that comes after the raise (and then reads the
-    /// flag no older than it).
+    /// receiver to an empty queue once.) A flag read down while an input is queued (read
+    /// too old, or between the input's push and its raise) only delays the input, never
+    /// loses it: its sender counted it in `progress::Shared::queued` before the push and
+    /// wakes the receiver after the raise, so the receiver either sees that count and
+    /// polls again, or parks and is woken by an unpark that comes after the raise (and
+    /// then reads the flag no older than it). This argument, not a model, covers the
+    /// flag: under `loom` it is not read.
     #[cfg(not(loom))]
     fn looks_empty(&self) -> bool {
         !self.shared.maybe.load(Ordering::Acquire)
     }
 
-    /// Under `loom`, never: a count beside the lock (this flag's first form) was read
-    /// older than a send it came after (`0` after four sends and their threads' joins,
-    /// even through a read-modify-write), and the progression models deadlocked; the
-    /// models take the lock on every poll, as the flag only saves it.
+    /// Under `loom`, never: the models take the lock on every poll, which the flag only
+    /// saves. (With a count beside the lock, this flag's first form, read by the models
+    /// as a hint, `loom` let the receiver read it older than a send it came after and
+    /// the progression models reported deadlocks: the thread parked with an input
+    /// queued. `loom` models `SeqCst` as acquire-release; whether that explains every
+    /// such read was not settled.)
     #[cfg(loom)]
     fn looks_empty(&self) -> bool {
         false
