@@ -27,7 +27,8 @@ pub(crate) use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsiz
 /// The progression thread's inbox (`progress::InboxTx`, `rank::Inbox`): an unbounded
 /// multi-producer queue that the thread drains with `try_recv`, parking in between
 /// (`sync/inbox.rs`: it allocates nothing once grown). Built on this module's lock, so
-/// that `loom` schedules its every send and take in the progression thread's models.
+/// that `loom` schedules its every send and take in the progression thread's models (its
+/// empty-poll flag is not read under `loom`: `InboxReceiver::looks_empty`).
 pub(crate) use inbox::{InboxReceiver, InboxSender, inbox};
 
 /// Parks the calling thread until another unparks it ([`thread::Thread::unpark`]) or
