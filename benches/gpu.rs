@@ -14,6 +14,14 @@
 //!    every copy its tasks make; its tiles are pinned before the timer
 //!    (`STARLING_GPU_BENCH_PAGEABLE=1` adds unpinned runs). The table gives the bytes each
 //!    way during the factorization.
+//! 3. **CPUs and the GPU together** (the `dmda` scheduler): the same factorization, warm,
+//!    on the GPU alone (`prio`: every task on the device) against `dmda` over the GPU and
+//!    every CPU worker (models calibrated into a fresh folder by untimed runs, until each
+//!    codelet has its samples on both),
+//!    alternating, medians of `STARLING_GPU_BENCH_REPS` (3); and on the CPU workers
+//!    alone where that is short (n ≤ 8192). With those rates, the best that adding the
+//!    CPUs could give: (GPU + CPUs) / GPU. `STARLING_GPU_BENCH_TOGETHER` (default
+//!    `8192:1024,32768:2048`) lists `n:nb`.
 //!
 //! ```sh
 //! cargo bench --features cuda --bench gpu
@@ -29,7 +37,7 @@ use starling::core::AccessMode;
 use starling::gpu::blas::Blas;
 use starling::gpu::{Device, Gpu, GpuConfig};
 use starling::interfaces::Vector;
-use starling::{ClusterConfig, run_local_with};
+use starling::{ClusterConfig, RuntimeConfig, SchedPolicy, run_local_with};
 
 #[allow(
     dead_code,
@@ -70,6 +78,9 @@ struct Tiled {
     down: u64,
     device_tasks: u64,
     cpu_tasks: u64,
+    /// Tasks the scheduler ran on CPU workers (`dmda`'s placements; 0 when the device
+    /// layer decided).
+    sched_cpu: u64,
     /// Seconds spent pinning the tiles (before the timer, as `starpu_malloc` would).
     pin: f64,
 }
@@ -77,6 +88,20 @@ struct Tiled {
 /// Starling's tiled factorization with the CUDA codelets on `ranks` in-process ranks
 /// sharing the device(s); `pin`: the tiles' host memory is pinned first.
 fn tiled(gpu: &Arc<Gpu>, ranks: u32, n: usize, nb: usize, pin: bool) -> Tiled {
+    tiled_with(gpu, ClusterConfig::from_env(), true, ranks, n, nb, pin)
+}
+
+/// [`tiled`] under `config`; `cuda`: the codelets have their CUDA implementations (else
+/// the CPU's only).
+fn tiled_with(
+    gpu: &Arc<Gpu>,
+    config: ClusterConfig,
+    cuda: bool,
+    ranks: u32,
+    n: usize,
+    nb: usize,
+    pin: bool,
+) -> Tiled {
     let p = cholesky::Params {
         ranks,
         n,
@@ -85,10 +110,10 @@ fn tiled(gpu: &Arc<Gpu>, ranks: u32, n: usize, nb: usize, pin: bool) -> Tiled {
         openblas: false,
     };
     let g = Arc::clone(gpu);
-    let out = run_local_with(ranks, ClusterConfig::from_env(), move |ctx| {
+    let out = run_local_with(ranks, config, move |ctx| {
         let gpu = &g;
         let tiles = cholesky::register_tiles(ctx, &p).expect("registering the tiles");
-        let codelets = cholesky::Codelets::on(Some(gpu));
+        let codelets = cholesky::Codelets::on(cuda.then_some(gpu));
         let t0 = Instant::now();
         if pin {
             cholesky::pin_tiles(ctx, &p, &tiles, Some(gpu));
@@ -97,12 +122,17 @@ fn tiled(gpu: &Arc<Gpu>, ranks: u32, n: usize, nb: usize, pin: bool) -> Tiled {
         ctx.wait_for_all();
         ctx.barrier();
         let before = gpu.stats();
+        let on_cpu = |ctx: &starling::Context| -> u64 {
+            ctx.sched_stats().workers.iter().map(|w| w.tasks).sum()
+        };
+        let cpu_before = on_cpu(ctx);
         let start = Instant::now();
         cholesky::factorize(ctx, &p, &tiles, &codelets).expect("an insert");
         ctx.wait_for_all();
         ctx.barrier();
         let time = start.elapsed();
         let after = gpu.stats();
+        let sched_cpu = on_cpu(ctx) - cpu_before;
         ctx.barrier();
         Tiled {
             time,
@@ -110,6 +140,7 @@ fn tiled(gpu: &Arc<Gpu>, ranks: u32, n: usize, nb: usize, pin: bool) -> Tiled {
             down: after.bytes_to_host - before.bytes_to_host,
             device_tasks: after.device_tasks - before.device_tasks,
             cpu_tasks: after.cpu_tasks - before.cpu_tasks,
+            sched_cpu,
             pin,
         }
     })
@@ -330,4 +361,103 @@ fn main() {
             }
         }
     }
+    together(&gpu);
+}
+
+/// Whether the models under `home` hold, for each of the four codelets, a calibrated
+/// history on the CPU and on the device.
+fn calibrated(home: &std::path::Path) -> bool {
+    use starling::perfmodel::{CALIBRATION_SAMPLES, machine_file};
+    use starling::{Arch, Models};
+    let Ok(m) = Models::load(&machine_file(home)) else {
+        return false;
+    };
+    ["potrf", "trsm", "syrk", "gemm"].iter().all(|name| {
+        m.codelets.get(*name).is_some_and(|c| {
+            [Arch::Cpu, Arch::Device].iter().all(|&arch| {
+                c.history
+                    .iter()
+                    .any(|((a, _), h)| *a == arch && h.count >= CALIBRATION_SAMPLES)
+            })
+        })
+    })
+}
+
+/// Section 3: `dmda` over the GPU and the CPU workers against the GPU alone (and the CPU
+/// workers alone where that is short), warm, alternating, medians.
+fn together(gpu: &Arc<Gpu>) {
+    let reps = list("STARLING_GPU_BENCH_REPS", &[3])[0].max(1);
+    let sizes: Vec<(usize, usize)> = std::env::var("STARLING_GPU_BENCH_TOGETHER")
+        .unwrap_or_else(|_| "8192:1024,32768:2048".into())
+        .split(',')
+        .filter_map(|p| {
+            let (n, nb) = p.split_once(':')?;
+            Some((n.trim().parse().ok()?, nb.trim().parse().ok()?))
+        })
+        .collect();
+    let home = std::env::temp_dir().join(format!("starling-gpu-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    let base = ClusterConfig::from_env();
+    let with = |sched: SchedPolicy| ClusterConfig {
+        runtime: RuntimeConfig {
+            sched,
+            model_home: Some(home.clone()),
+            ..base.runtime.clone()
+        },
+        ..base.clone()
+    };
+    let gflops = |n: usize, t: &Tiled| (n as f64).powi(3) / 3.0 / t.time.as_secs_f64() / 1e9;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "cpus and gpu together ({} CPU workers; GFlop/s, medians of {reps}, alternating; dmda's models calibrated by untimed runs first):",
+        base.runtime.workers
+    );
+    println!(
+        "| together n | nb | GPU alone | dmda GPU + CPUs | dmda / GPU alone | dmda tasks on CPUs | CPUs alone | bound (GPU + CPUs) / GPU | calibration runs s |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for (n, nb) in sizes {
+        if n % nb != 0 || n / nb < 2 {
+            continue;
+        }
+        // Until every codelet has its samples on both archs (a run has only n / nb
+        // POTRFs): an uncalibrated arch would still be given tasks in the timed runs.
+        let mut calibration = 0.0;
+        for _ in 0..6 {
+            let t = tiled_with(gpu, with(SchedPolicy::Dmda), true, 1, n, nb, true);
+            calibration += t.time.as_secs_f64();
+            if calibrated(&home) {
+                break;
+            }
+        }
+        let (mut alone, mut dmda, mut on_cpu) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..reps {
+            alone.push(gflops(
+                n,
+                &tiled_with(gpu, with(SchedPolicy::Prio), true, 1, n, nb, true),
+            ));
+            let t = tiled_with(gpu, with(SchedPolicy::Dmda), true, 1, n, nb, true);
+            dmda.push(gflops(n, &t));
+            on_cpu.push(t.sched_cpu as f64);
+        }
+        let (alone, dmda) = (median(alone), median(dmda));
+        let cpus = (n <= 8192).then(|| {
+            gflops(
+                n,
+                &tiled_with(gpu, with(SchedPolicy::Prio), false, 1, n, nb, false),
+            )
+        });
+        println!(
+            "| {n} | {nb} | {alone:.0} | {dmda:.0} | {:.3} | {:.0} | {} | {} | {:.2} |",
+            dmda / alone,
+            median(on_cpu),
+            cpus.map_or_else(|| "-".into(), |c| format!("{c:.0}")),
+            cpus.map_or_else(|| "-".into(), |c| format!("{:.3}", (alone + c) / alone)),
+            calibration
+        );
+    }
+    let _ = std::fs::remove_dir_all(&home);
 }

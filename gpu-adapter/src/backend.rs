@@ -73,6 +73,17 @@ pub struct DeviceBuf<B = cudarc::driver::CudaSlice<f64>> {
     pub mode: AccessMode,
 }
 
+/// A kernel [`Backend::launch`] queued.
+pub struct Launched<B: Backend + ?Sized> {
+    /// The event of its end.
+    pub end: B::Event,
+    /// The checks to run once it completed.
+    pub checks: Vec<B::Check>,
+    /// Its start, when its time on the device is measured: not when the launch waited on
+    /// the host (a library handle made for it, say), which would count as device time.
+    pub timer: Option<B::Timer>,
+}
+
 /// A device backend for the [pipeline](crate::pipeline): see the [module docs](self) for
 /// the contract.
 pub trait Backend: Send + Sync + 'static {
@@ -87,6 +98,8 @@ pub trait Backend: Send + Sync + 'static {
     type Exec: Send + 'static;
     /// A check to run once a kernel's event completed (a factorization's result code).
     type Check: Send + 'static;
+    /// The start of a kernel, for its time on the device ([`kernel_seconds`](Self::kernel_seconds)).
+    type Timer: Send + 'static;
 
     /// How many devices.
     fn devices(&self) -> usize;
@@ -94,7 +107,8 @@ pub trait Backend: Send + Sync + 'static {
     /// Compute streams per device.
     fn streams(&self) -> usize;
 
-    /// What compute stream `stream` of device `dev` needs to run kernels.
+    /// What compute stream `stream` of device `dev` needs to run kernels; the driver
+    /// thread makes one per stream as it starts (outside the pipeline's lock).
     ///
     /// # Errors
     /// The backend's failure (a library missing, a handle not created).
@@ -140,7 +154,8 @@ pub trait Backend: Send + Sync + 'static {
     /// Queues `kernel` on `data` on compute stream `stream` of device `dev`, after the
     /// events `after` (the task's uploads: a task completes only once the host memory it
     /// reads was read, even when its kernel does not touch a buffer); returns the event
-    /// of its end, and the checks to run once it completed.
+    /// of its end, the checks to run once it completed, and a timer of its kernels when
+    /// their time on the device can be measured.
     ///
     /// # Errors
     /// The kernel's error (what it queued before failing still runs).
@@ -152,7 +167,11 @@ pub trait Backend: Send + Sync + 'static {
         kernel: &Arc<Self::Kernel>,
         data: &mut [DeviceBuf<Self::Buf>],
         after: &[Self::Event],
-    ) -> Result<(Self::Event, Vec<Self::Check>), GpuError>;
+    ) -> Result<Launched<Self>, GpuError>;
+
+    /// The seconds a launched kernel took on the device, from its timer to its end
+    /// event, once that event completed (`None`: not measured).
+    fn kernel_seconds(&self, timer: &Self::Timer, end: &Self::Event) -> Option<f64>;
 
     /// Whether `event` completed; an error reported by the device is returned.
     ///

@@ -31,7 +31,7 @@ use starling_core::AccessMode;
 use starling_std::device::Codelet;
 
 use crate::GpuError;
-use crate::backend::{Backend, DeviceBuf, Shape};
+use crate::backend::{Backend, DeviceBuf, Launched, Shape};
 use crate::pipeline::{Layer, PipelineConfig, Policy};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -94,6 +94,9 @@ pub type FakeKernel = dyn Fn(&mut [FakeView<'_>]) -> Result<(), GpuError> + Send
 /// The end of a fake operation: set once, with its outcome.
 #[derive(Clone, Debug, Default)]
 pub struct FakeEvent(Arc<(Mutex<Outcome>, Condvar)>);
+
+/// A fake kernel's seconds from the end of its waits to its end: `None` while it runs.
+pub type FakeTimer = Arc<Mutex<Option<f64>>>;
 
 /// An operation's outcome: `None` while it runs.
 type Outcome = Option<Result<(), String>>;
@@ -284,6 +287,7 @@ impl Backend for Fake {
     type Kernel = FakeKernel;
     type Exec = ();
     type Check = ();
+    type Timer = FakeTimer;
 
     fn devices(&self) -> usize {
         self.devs.len()
@@ -387,9 +391,11 @@ impl Backend for Fake {
         kernel: &Arc<FakeKernel>,
         data: &mut [DeviceBuf<FakeBuf>],
         uploads: &[FakeEvent],
-    ) -> Result<(FakeEvent, Vec<()>), GpuError> {
+    ) -> Result<Launched<Self>, GpuError> {
         let kernel = Arc::clone(kernel);
         let event = FakeEvent::default();
+        let timer = FakeTimer::default();
+        let timed = Arc::clone(&timer);
         let after: Vec<FakeEvent> = data
             .iter()
             .map(|b| b.data.ready.clone())
@@ -409,6 +415,7 @@ impl Backend for Fake {
                     // Ordering only: a failed writer left its buffer as it was.
                     let _ = a.wait();
                 }
+                let t0 = Instant::now();
                 {
                     log.running.fetch_add(1, Ordering::SeqCst);
                     // Lock in address order: two kernels reading the same buffers never
@@ -445,6 +452,7 @@ impl Backend for Fake {
                     }
                     log.running.fetch_sub(1, Ordering::SeqCst);
                 }
+                *lock(&timed) = Some(t0.elapsed().as_secs_f64());
                 done.set(outcome);
             },
         ))?;
@@ -453,7 +461,15 @@ impl Backend for Fake {
                 b.data.ready = event.clone();
             }
         }
-        Ok((event, Vec::new()))
+        Ok(Launched {
+            end: event,
+            checks: Vec::new(),
+            timer: Some(timer),
+        })
+    }
+
+    fn kernel_seconds(&self, timer: &FakeTimer, _end: &FakeEvent) -> Option<f64> {
+        *lock(timer)
     }
 
     fn done(&self, event: &FakeEvent) -> Result<bool, GpuError> {

@@ -52,7 +52,7 @@ use starling_std::interfaces::{Block, Matrix, Variable, Vector};
 use std::time::Instant;
 
 use crate::GpuError;
-use crate::backend::{Backend, DeviceBuf, Shape};
+use crate::backend::{Backend, DeviceBuf, Launched, Shape};
 use crate::replicas::MAX_NODES;
 
 mod driver;
@@ -235,6 +235,7 @@ struct InFlight<B: Backend> {
     task: DeviceTask,
     event: B::Event,
     checks: Vec<B::Check>,
+    timer: Option<B::Timer>,
     /// The handles it uses on the device, and how.
     uses: Vec<(u64, AccessMode)>,
 }
@@ -242,7 +243,11 @@ struct InFlight<B: Backend> {
 /// One device's queue and tasks in flight.
 struct Dev<B: Backend> {
     queue: BinaryHeap<Queued>,
-    inflight: Vec<InFlight<B>>,
+    /// Tasks in flight: the driver thread holds them, and polls their events without
+    /// the lock (a driver spinning on the lock starved the threads handing it tasks and
+    /// device values: milliseconds per message between two ranks).
+    in_flight: usize,
+    _backend: core::marker::PhantomData<B>,
     /// Bytes of copies on the device.
     used: usize,
     next_stream: usize,
@@ -262,6 +267,9 @@ struct Shared<B: Backend> {
     state: Mutex<State<B>>,
     /// One per device: its driver thread waits here for work.
     wake: Vec<Condvar>,
+    /// Per device, tasks queued so far: the driver thread takes the lock to issue only
+    /// when this moved (or a task of its completed).
+    submitted: Vec<AtomicU64>,
     counters: Counters,
 }
 
@@ -306,7 +314,8 @@ impl<B: Backend> Layer<B> {
                 devs: (0..n)
                     .map(|_| Dev {
                         queue: BinaryHeap::new(),
-                        inflight: Vec::new(),
+                        in_flight: 0,
+                        _backend: core::marker::PhantomData,
                         used: 0,
                         next_stream: 0,
                     })
@@ -316,6 +325,7 @@ impl<B: Backend> Layer<B> {
                 stop: false,
             }),
             wake: (0..n).map(|_| Condvar::new()).collect(),
+            submitted: (0..n).map(|_| AtomicU64::new(0)).collect(),
             counters: Counters::default(),
         });
         let threads = (0..n)
@@ -659,7 +669,7 @@ impl<B: Backend> DeviceLayer for Layer<B> {
         if s.config.policy == Policy::Eager
             && !task.placed()
             && task.has_cpu()
-            && d.inflight.len() + d.queue.len() >= s.config.window
+            && d.in_flight + d.queue.len() >= s.config.window
         {
             add(&s.counters.cpu_tasks, 1);
             return Err(task);
@@ -672,6 +682,7 @@ impl<B: Backend> DeviceLayer for Layer<B> {
             seq,
             task,
         });
+        s.submitted[dev].fetch_add(1, Ordering::Release);
         drop(st);
         s.wake[dev].notify_one();
         Ok(())

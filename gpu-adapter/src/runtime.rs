@@ -20,7 +20,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use starling_std::device::{Buffers, Codelet};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Launched};
 pub use crate::backend::{DeviceBuf, Shape};
 use crate::blas::Blas;
 use crate::kernels::Stencil;
@@ -89,6 +89,8 @@ pub struct Kernels {
     blas: Option<Blas>,
     stencil: Option<Stencil>,
     checks: Vec<CudaSlice<i32>>,
+    /// A handle or module was made during the current launch (its time is not timed).
+    fresh: bool,
 }
 
 impl Kernels {
@@ -103,6 +105,7 @@ impl Kernels {
     /// [`GpuError::NoCublas`], [`GpuError::NoCusolver`], or a handle creation failure.
     pub fn blas(&mut self) -> Result<&mut Blas, GpuError> {
         if self.blas.is_none() {
+            self.fresh = true;
             self.blas = Some(Blas::new(&self.device)?);
         }
         self.blas
@@ -116,6 +119,7 @@ impl Kernels {
     /// [`GpuError::Compile`] or [`GpuError::Driver`] when they do not load.
     pub fn stencil(&mut self) -> Result<&Stencil, GpuError> {
         if self.stencil.is_none() {
+            self.fresh = true;
             self.stencil = Some(Stencil::load(&self.device)?);
         }
         self.stencil
@@ -170,6 +174,7 @@ impl Backend for Cuda {
     type Kernel = CudaKernel;
     type Exec = Kernels;
     type Check = CudaSlice<i32>;
+    type Timer = CudaEvent;
 
     fn devices(&self) -> usize {
         self.devs.len()
@@ -181,11 +186,21 @@ impl Backend for Cuda {
 
     fn exec(&self, dev: usize, stream: usize) -> Result<Kernels, GpuError> {
         let d = &self.devs[dev];
+        let device = d.compute[stream % d.compute.len()].clone();
+        // cuBLAS and cuSOLVER handles now, when their libraries load (as StarPU's
+        // `starpu_cublas_init`): the driver thread makes its streams' execs as it starts,
+        // before its first task. Made inside a launch instead, they counted in that task's
+        // time and held the pipeline's lock for tens of milliseconds. A handle that fails
+        // here is made (and its error reported) at the first kernel that asks for it.
+        let blas = probe::require(&[probe::Lib::Cublas, probe::Lib::Cusolver])
+            .ok()
+            .and_then(|()| Blas::new(&device).ok());
         Ok(Kernels {
-            device: d.compute[stream % d.compute.len()].clone(),
-            blas: None,
+            device,
+            blas,
             stencil: None,
             checks: Vec::new(),
+            fresh: false,
         })
     }
 
@@ -239,17 +254,31 @@ impl Backend for Cuda {
         kernel: &Arc<CudaKernel>,
         data: &mut [DeviceBuf],
         after: &[CudaEvent],
-    ) -> Result<(CudaEvent, Vec<CudaSlice<i32>>), GpuError> {
+    ) -> Result<Launched<Self>, GpuError> {
+        let stream = exec.device.stream().clone();
         for e in after {
-            exec.device.stream().wait(e)?;
+            stream.wait(e)?;
         }
+        // Timing events (the default flags): the kernel's time on the device.
+        let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = stream.record_event(timing)?;
+        exec.fresh = false;
         let ran = kernel(&mut CudaBuffers {
             kernels: exec,
             data,
         });
         let checks = core::mem::take(&mut exec.checks);
         ran?;
-        Ok((exec.device.stream().record_event(None)?, checks))
+        Ok(Launched {
+            end: stream.record_event(timing)?,
+            checks,
+            // Handles made during the launch held the stream idle between the events.
+            timer: (!core::mem::take(&mut exec.fresh)).then_some(start),
+        })
+    }
+
+    fn kernel_seconds(&self, start: &CudaEvent, end: &CudaEvent) -> Option<f64> {
+        start.elapsed_ms(end).ok().map(|ms| f64::from(ms) / 1e3)
     }
 
     fn done(&self, event: &CudaEvent) -> Result<bool, GpuError> {

@@ -612,6 +612,47 @@ mod dmda {
     }
 
     #[test]
+    fn the_device_model_learns_the_kernel_time_not_the_copies_queued_before_it() {
+        // Each task reads a fresh vector: its upload (20 ms) comes first, one at a time on
+        // the upload stream, so tasks end about 20 ms apart while each kernel takes 2 ms.
+        let home = fresh_dir("kernel-time");
+        let gpu = Fake::open(FakeConfig {
+            latency: Duration::from_millis(20),
+            kernel_time: Duration::from_millis(2),
+            ..FakeConfig::default()
+        })
+        .unwrap();
+        let codelet = gpu.codelet("sum", None, |d| {
+            d[1].data[0] = d[0].data.iter().sum();
+            Ok(())
+        });
+        run_local_with(1, config(2, &home), move |ctx| {
+            let vs: Vec<_> = (0..12)
+                .map(|i| ctx.register(Vector::from_vec(vec![f64::from(i); 16])))
+                .collect();
+            let sums: Vec<_> = (0..12).map(|_| ctx.register(Variable::new(0.0))).collect();
+            for (v, s) in vs.iter().zip(&sums) {
+                ctx.task(&codelet).r(v).w(s).submit();
+            }
+            ctx.wait_for_all();
+            for (i, s) in sums.into_iter().enumerate() {
+                assert_eq!(ctx.unregister(s).get(), 16.0 * i as f64);
+            }
+        })
+        .expect("a clean run");
+        let saved = Models::load(&machine_file(&home)).unwrap();
+        let (_, h) = saved.codelets["sum"]
+            .history
+            .iter()
+            .find(|((arch, _), _)| *arch == Arch::Device)
+            .expect("a device history");
+        assert_eq!(h.count, CALIBRATION_SAMPLES, "{h:?}");
+        // The wall time between hand-over and completion would be about 20 ms a task.
+        assert!(h.mean >= 2e-3 && h.mean < 10e-3, "{h:?}");
+        let _ = std::fs::remove_dir_all(&home);
+    }
+
+    #[test]
     fn a_batch_is_shared_by_the_device_and_the_cpus_in_proportion_to_their_speeds() {
         let home = fresh_dir("batch");
         // The device runs a task in 2 ms, each of 2 CPU workers in 4 ms: the device

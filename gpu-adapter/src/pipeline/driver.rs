@@ -5,8 +5,9 @@
 use super::*;
 
 /// What happened to a task the driver thread tried to queue.
-pub(super) enum Issue {
-    Queued,
+pub(super) enum Issue<B: Backend> {
+    /// On the device: the driver thread holds it until its event completed.
+    Queued(InFlight<B>),
     /// No room on the device while tasks are in flight: retry after a completion.
     NoRoom(DeviceTask),
     Failed(DeviceTask, GpuError),
@@ -20,7 +21,7 @@ impl<B: Backend> Shared<B> {
         dev: usize,
         exec: &mut B::Exec,
         task: DeviceTask,
-    ) -> Issue {
+    ) -> Issue<B> {
         let Some(kernel) = task.kernel::<KernelOf<B>>() else {
             return Issue::Failed(task, GpuError::Unsupported("a kernel of another backend"));
         };
@@ -56,7 +57,7 @@ impl<B: Backend> Shared<B> {
             .filter(|&i| !st.entries.get(&uids[i]).is_some_and(|e| e.has_buf(node)))
             .map(|i| lens[i] * size_of::<f64>())
             .sum();
-        if !self.make_room(st, dev, need, &uids) && !st.devs[dev].inflight.is_empty() {
+        if !self.make_room(st, dev, need, &uids) && st.devs[dev].in_flight > 0 {
             return Issue::NoRoom(task);
         }
         st.clock += 1;
@@ -113,15 +114,13 @@ impl<B: Backend> Shared<B> {
         let uses: Vec<(u64, AccessMode)> =
             acquired.iter().map(|&i| (uids[i], bufs.mode(i))).collect();
         match launched {
-            Ok((event, checks)) => {
-                st.devs[dev].inflight.push(InFlight {
-                    task,
-                    event,
-                    checks,
-                    uses,
-                });
-                Issue::Queued
-            }
+            Ok(Launched { end, checks, timer }) => Issue::Queued(InFlight {
+                task,
+                event: end,
+                checks,
+                timer,
+                uses,
+            }),
             Err(e) => {
                 Self::release(st, node, &uses);
                 Issue::Failed(task, e)
@@ -215,34 +214,55 @@ impl<B: Backend> Shared<B> {
         }
     }
 
-    /// The driver thread of device `dev`.
+    /// The driver thread of device `dev`. It polls the events of its tasks in flight
+    /// without the lock, and takes it only to release what completed and to issue what
+    /// was queued: other threads (workers handing tasks over, ranks exchanging device
+    /// values, host accesses) get the lock between two of its polls.
     pub(super) fn drive(self: Arc<Self>, dev: usize) {
         let node = node_of(dev);
-        let mut execs: Vec<Option<B::Exec>> =
-            (0..self.backend.streams().max(1)).map(|_| None).collect();
+        // Each compute stream's exec (library handles) before the first task, outside the
+        // lock; one that fails is made again, and its error reported, when a task needs it.
+        let mut execs: Vec<Option<B::Exec>> = (0..self.backend.streams().max(1))
+            .map(|s| self.backend.exec(dev, s).ok())
+            .collect();
+        let mut inflight: Vec<InFlight<B>> = Vec::new();
         let mut done: Vec<InFlight<B>> = Vec::new();
+        // Tasks the device failed (their uses to release) and tasks never issued.
+        let mut errored: Vec<(InFlight<B>, GpuError)> = Vec::new();
         let mut failed: Vec<(DeviceTask, GpuError)> = Vec::new();
+        let mut seen = 0u64;
         loop {
-            let mut st = self.state();
-            // Completions.
+            // Completions, polled without the lock.
             let mut k = 0;
-            while k < st.devs[dev].inflight.len() {
-                match self.backend.done(&st.devs[dev].inflight[k].event) {
+            while k < inflight.len() {
+                match self.backend.done(&inflight[k].event) {
                     Ok(false) => k += 1,
-                    Ok(true) => {
-                        let f = st.devs[dev].inflight.swap_remove(k);
-                        Self::release(&mut st, node, &f.uses);
-                        done.push(f);
-                    }
-                    Err(e) => {
-                        let f = st.devs[dev].inflight.swap_remove(k);
-                        Self::release(&mut st, node, &f.uses);
-                        failed.push((f.task, e));
-                    }
+                    Ok(true) => done.push(inflight.swap_remove(k)),
+                    Err(e) => errored.push((inflight.swap_remove(k), e)),
                 }
             }
+            let submitted = self.submitted[dev].load(Ordering::Acquire);
+            let ended = !done.is_empty() || !errored.is_empty();
+            // A task that did not fit (a full window, no room on the device) is retried
+            // after a completion; a new one when the window has room.
+            let room = inflight.len() < self.config.window;
+            let lock_needed = ended || inflight.is_empty() || (room && submitted != seen);
+            if !lock_needed {
+                // Nothing to release or to issue: poll again.
+                if self.config.poll.is_zero() {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(self.config.poll);
+                }
+                continue;
+            }
+            let mut st = self.state();
+            seen = submitted;
+            for f in done.iter().chain(errored.iter().map(|(f, _)| f)) {
+                Self::release(&mut st, node, &f.uses);
+            }
             // New tasks, up to the window.
-            while st.devs[dev].inflight.len() < self.config.window {
+            while inflight.len() < self.config.window {
                 let Some(q) = st.devs[dev].queue.pop() else {
                     break;
                 };
@@ -260,7 +280,10 @@ impl<B: Backend> Shared<B> {
                     continue;
                 };
                 match self.issue(&mut st, dev, exec, q.task) {
-                    Issue::Queued => {}
+                    Issue::Queued(f) => {
+                        inflight.push(f);
+                        st.devs[dev].in_flight = inflight.len();
+                    }
                     Issue::NoRoom(task) => {
                         st.devs[dev].queue.push(Queued { task, ..q });
                         break;
@@ -268,25 +291,16 @@ impl<B: Backend> Shared<B> {
                     Issue::Failed(task, e) => failed.push((task, e)),
                 }
             }
-            let idle = done.is_empty() && failed.is_empty();
-            if idle {
-                if st.stop && st.devs[dev].queue.is_empty() && st.devs[dev].inflight.is_empty() {
+            st.devs[dev].in_flight = inflight.len();
+            if !ended && failed.is_empty() {
+                if st.stop && st.devs[dev].queue.is_empty() && inflight.is_empty() {
                     return;
                 }
-                if st.devs[dev].inflight.is_empty() {
+                if inflight.is_empty() {
                     // Nothing on the device: sleep until a task comes.
                     drop(
                         self.wake[dev]
                             .wait_timeout(st, Duration::from_millis(50))
-                            .unwrap_or_else(PoisonError::into_inner),
-                    );
-                } else if self.config.poll.is_zero() {
-                    drop(st);
-                    std::thread::yield_now();
-                } else {
-                    drop(
-                        self.wake[dev]
-                            .wait_timeout(st, self.config.poll)
                             .unwrap_or_else(PoisonError::into_inner),
                     );
                 }
@@ -305,10 +319,16 @@ impl<B: Backend> Shared<B> {
                 match outcome {
                     Ok(()) => {
                         add(&self.counters.device_tasks, 1);
-                        f.task.finish(Ok(()));
+                        // No timer: a handle was made during the launch, no sample.
+                        let time = f.timer.as_ref();
+                        let seconds = time.and_then(|t| self.backend.kernel_seconds(t, &f.event));
+                        f.task.finish_measured(seconds);
                     }
                     Err(e) => self.fail(f.task, e),
                 }
+            }
+            for (f, e) in errored.drain(..) {
+                self.fail(f.task, e);
             }
             for (task, e) in failed.drain(..) {
                 self.fail(task, e);

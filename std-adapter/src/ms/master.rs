@@ -14,7 +14,7 @@ use super::{CMD, FIRST_DATA_TAG, Kind, MsConfig, MsError, REPLY, Registry};
 use crate::api::context::{Context, RecvOpts, SendOpts};
 use crate::error::{CommError, ShutdownError};
 use crate::runtime::data::AnyCell;
-use crate::runtime::task::{Access, Codelet, Finish, Offload};
+use crate::runtime::task::{Access, Codelet, Finish, KernelTime, Offload};
 use crate::sync::Arc;
 
 mod memory;
@@ -70,7 +70,10 @@ impl Offload for Link {
             finish,
         };
         if let Err(mpsc::SendError(Event::Task(p))) = self.tx.send(Event::Task(task)) {
-            (p.finish)(Err("the master-slave session is over".into()));
+            (p.finish)(
+                Err("the master-slave session is over".into()),
+                KernelTime::Wall,
+            );
         }
     }
 
@@ -437,7 +440,7 @@ impl Master<'_> {
     fn fail(&mut self, p: Pending, e: MsError) {
         let text = e.to_string();
         self.errors.push(e);
-        (p.finish)(Err(text));
+        (p.finish)(Err(text), KernelTime::Wall);
     }
 
     fn task(&mut self, p: Pending) {
@@ -686,7 +689,7 @@ impl Master<'_> {
             }
         }
         match error {
-            None => (r.finish)(Ok(())),
+            None => (r.finish)(Ok(()), KernelTime::Wall),
             Some(message) => {
                 let e = MsError::TaskFailed {
                     codelet: r.name,
@@ -695,7 +698,7 @@ impl Master<'_> {
                 };
                 let text = e.to_string();
                 self.errors.push(e);
-                (r.finish)(Err(text));
+                (r.finish)(Err(text), KernelTime::Wall);
             }
         }
     }
@@ -768,7 +771,7 @@ impl Master<'_> {
                     let _ = d.replicas.release(rnode, *mode);
                 }
             }
-            (r.finish)(Err(text.clone()));
+            (r.finish)(Err(text.clone()), KernelTime::Wall);
         }
         self.slaves[s].in_flight = 0;
         // Copies into the master's memory from it will never land.

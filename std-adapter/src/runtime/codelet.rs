@@ -233,8 +233,20 @@ pub(crate) struct Access {
     pub(crate) mode: AccessMode,
 }
 
-/// Called once when an offloaded task finished: `Err` names why it failed.
-pub(crate) type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
+/// Called once when an offloaded task finished: `Err` names why it failed; then what the
+/// device says of its kernels' time ([`DeviceTask::finish_measured`]).
+pub(crate) type Finish = Box<dyn FnOnce(Result<(), String>, KernelTime) + Send>;
+
+/// What a device says of a task's time on it, for the `dmda` scheduler's models.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum KernelTime {
+    /// Not measured: the model learns the wall time between hand-over and completion.
+    Wall,
+    /// Its kernels took these seconds on the device.
+    Measured(f64),
+    /// Not representative (a library handle was made for it): no sample.
+    Skip,
+}
 
 /// The text of a panic's payload.
 pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> String {
@@ -469,7 +481,22 @@ impl DeviceTask {
     /// failure is reported like a panicking CPU kernel's).
     pub fn finish(mut self, outcome: Result<(), String>) {
         if let Some(f) = self.finish.take() {
-            f(outcome);
+            f(outcome, KernelTime::Wall);
+        }
+    }
+
+    /// [`finish`](Self::finish) of a task that ran, with the time its kernels took on the
+    /// device, as the device measured it (between events queued around them): the `dmda`
+    /// scheduler's models learn this time rather than the wall time between the
+    /// hand-over and the completion, which holds the queueing and copies of the tasks in
+    /// flight before it. `None`: the device knows its time is not representative (a
+    /// library handle was made for it, say): no sample.
+    pub fn finish_measured(mut self, seconds: Option<f64>) {
+        if let Some(f) = self.finish.take() {
+            f(
+                Ok(()),
+                seconds.map_or(KernelTime::Skip, KernelTime::Measured),
+            );
         }
     }
 
@@ -499,7 +526,10 @@ impl Drop for DeviceTask {
     fn drop(&mut self) {
         // A layer that drops a task without finishing it must not wedge the rank.
         if let Some(f) = self.finish.take() {
-            f(Err("the device layer dropped the task".to_owned()));
+            f(
+                Err("the device layer dropped the task".to_owned()),
+                KernelTime::Wall,
+            );
         }
     }
 }

@@ -347,16 +347,20 @@ impl Scheduler {
     }
 
     /// A task of `target` ended: it ran `measured` seconds on a CPU worker, or (device)
-    /// was handed to the device at `begin` (seconds of [`Scheduler::now`]); it was
-    /// expected to take `expected`. Returns the time it took: `measured`, or for a device
-    /// the time since `begin` or since the device's previous task ended, whichever is
-    /// later (tasks in flight on a device overlap: each instant counts once).
+    /// was handed to the device at `begin` (seconds of [`Scheduler::now`]) and its kernels
+    /// took `measured` seconds there when the device timed them; it was expected to take
+    /// `expected`. Returns the time it took, the model's sample: `measured`, or for a
+    /// device that timed nothing the time since `begin` or since the device's previous
+    /// task ended, whichever is later (tasks in flight on a device overlap: each instant
+    /// counts once). That wall time is the device's busy time in either case. `sampled`:
+    /// the time is a sample of the models (else it counts in no model error).
     pub(crate) fn ended(
         &mut self,
         target: Target,
         expected: Option<f64>,
         measured: Option<f64>,
         begin: f64,
+        sampled: bool,
     ) -> f64 {
         let now = self.now();
         let slot = match target {
@@ -371,17 +375,19 @@ impl Scheduler {
         let took = match target {
             Target::Device(_) => {
                 slot.queued = (slot.queued - expected.unwrap_or(0.0)).max(0.0);
-                let took = (now - begin.max(slot.last_end)).max(0.0);
+                let wall = (now - begin.max(slot.last_end)).max(0.0);
                 slot.last_end = slot.last_end.max(now);
-                took
+                slot.stats.busy += wall;
+                measured.unwrap_or(wall)
             }
             _ => {
                 slot.running_end = now;
-                measured.unwrap_or(0.0)
+                let took = measured.unwrap_or(0.0);
+                slot.stats.busy += took;
+                took
             }
         };
-        slot.stats.busy += took;
-        if let Some(e) = expected {
+        if let (Some(e), true) = (expected, sampled) {
             if took > 0.0 && (measured.is_some() || matches!(target, Target::Device(_))) {
                 self.error.0 += (e - took).abs() / took;
                 self.error.1 += 1;

@@ -24,7 +24,7 @@ use starling_core::{AccessMode, DataId};
 use crate::error::{TaskError, TransferError};
 use crate::id_hash::IdMap;
 use crate::runtime::codelet::DeviceTask;
-pub(crate) use crate::runtime::codelet::{Access, Finish, panic_text};
+pub(crate) use crate::runtime::codelet::{Access, Finish, KernelTime, panic_text};
 pub use crate::runtime::codelet::{Buffers, Codelet, Kernel};
 use crate::runtime::data::AnyCell;
 use crate::runtime::device::Layers;

@@ -126,7 +126,7 @@ fn a_busy_worker_is_expected_free_later() {
     let (t, _) = s.choose(true, None, |_| Some(1e-3), |_| 0.0);
     assert_eq!(t, Target::Worker(1), "worker 0 runs a 10 s task");
     // It ended early: free now.
-    let took = s.ended(Target::Worker(0), Some(10.0), Some(5.0), 0.0);
+    let took = s.ended(Target::Worker(0), Some(10.0), Some(5.0), 0.0, true);
     assert_eq!(took, 5.0);
     s.push_to(1, 0, 2, 1.0);
     let (t, _) = s.choose(true, None, |_| Some(1e-3), |_| 0.0);

@@ -4,7 +4,9 @@
 //! and the measurement of a device layer's link. The policies themselves are in
 //! [`crate::sched`], the models in [`crate::perfmodel`].
 
-use super::{Access, DeviceTask, NodeId, Runtime, State, Work, reads_value, writes_value};
+use super::{
+    Access, DeviceTask, KernelTime, NodeId, Runtime, State, Work, reads_value, writes_value,
+};
 use crate::runtime::perfmodel::{Arch, Bus};
 use crate::runtime::sched::{SchedPolicy, Target};
 use crate::sync::Arc;
@@ -15,9 +17,10 @@ thread_local! {
     pub(super) static CURRENT: core::cell::Cell<(usize, usize)> = const { core::cell::Cell::new((0, 0)) };
 }
 
-/// A task `dmda` placed on a device ended: its device slot, the time expected and the
-/// time it took there (seconds).
-pub(super) type DeviceEnd = (usize, Option<f64>, f64);
+/// A task `dmda` placed on a device ended: its device slot, the time expected, the time
+/// it took there and the models' sample (seconds; no sample when the device said its
+/// time was not representative).
+pub(super) type DeviceEnd = (usize, Option<f64>, f64, Option<f64>);
 
 impl Runtime {
     /// A device layer was attached: when the models are used and hold no link to its
@@ -199,6 +202,7 @@ impl Runtime {
         id: NodeId,
         ran_on: Option<usize>,
         measured: Option<f64>,
+        kernel: KernelTime,
     ) -> Option<DeviceEnd> {
         if !self.shared.measure && self.shared.policy != SchedPolicy::Dmda {
             return None;
@@ -208,11 +212,19 @@ impl Runtime {
         });
         match (placed, ran_on) {
             (Target::Device(d), _) => {
-                let took = st.sched.ended(Target::Device(d), expected, None, begin);
-                Some((d, expected, took))
+                let (measured, sampled) = match kernel {
+                    KernelTime::Wall => (None, true),
+                    KernelTime::Measured(s) => (Some(s), true),
+                    KernelTime::Skip => (None, false),
+                };
+                let took = st
+                    .sched
+                    .ended(Target::Device(d), expected, measured, begin, sampled);
+                Some((d, expected, took, sampled.then_some(took)))
             }
             (_, Some(w)) => {
-                st.sched.ended(Target::Worker(w), expected, measured, 0.0);
+                st.sched
+                    .ended(Target::Worker(w), expected, measured, 0.0, true);
                 None
             }
             _ => None,

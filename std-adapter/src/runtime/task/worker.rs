@@ -179,7 +179,8 @@ impl Runtime {
         // ([`crate::sync::with_peer_drive`]), and the tasks they make ready there run
         // without a wake-up of those ranks' progression threads.
         crate::sync::with_peer_drive(|| {
-            self.finish_task(id, &codelet.0.name, failure, tag, Some(w), measured);
+            let ran = (Some(w), measured);
+            self.finish_task(id, &codelet.0.name, failure, tag, ran, KernelTime::Wall);
         });
     }
 
@@ -198,7 +199,7 @@ impl Runtime {
         let rt = self.clone();
         let name = Arc::clone(&codelet.0.name);
         let model = codelet.0.model.clone();
-        Box::new(move |outcome| {
+        Box::new(move |outcome, kernel_time| {
             let ok = outcome.is_ok();
             let mut failure = outcome.err();
             if let Some(cb) = callback {
@@ -208,31 +209,33 @@ impl Runtime {
                     });
                 }
             }
-            let device = rt.finish_task(id, &name, failure, tag, None, None);
-            if let Some((slot, expected, took)) = device {
+            let device = rt.finish_task(id, &name, failure, tag, (None, None), kernel_time);
+            if let Some((slot, expected, took, sample)) = device {
                 if let Some(trace) = &rt.shared.trace {
                     let start = trace::clock_ns().saturating_sub((took * 1e9) as u64);
                     trace.device_task(slot as u32, &name, start, expected);
                 }
-                if let (Some(models), Some(sizes), true) = (&rt.shared.models, sizes, ok) {
-                    models.record(&name, model.as_ref(), Arch::Device, &sizes, took);
+                if let (Some(models), Some(sizes), Some(sample), true) =
+                    (&rt.shared.models, sizes, sample, ok)
+                {
+                    models.record(&name, model.as_ref(), Arch::Device, &sizes, sample);
                 }
             }
         })
     }
 
     /// Task `id` of codelet `name` ran (or failed, `failure` says how) on CPU worker
-    /// `ran_on` for `measured` seconds, or elsewhere (`None`): completes it. For a task
-    /// `dmda` placed on a device: the device slot, the expected time and the time it
-    /// took there.
+    /// `ran_on` for `measured` seconds, or elsewhere (`None`, `kernel`: what its device
+    /// said of its time): completes it. For a task `dmda` placed on a device: the device
+    /// slot, the expected time, the time it took there and the models' sample.
     pub(super) fn finish_task(
         &self,
         id: NodeId,
         name: &str,
         failure: Option<String>,
         tag: Option<TaskTag>,
-        ran_on: Option<usize>,
-        measured: Option<f64>,
+        (ran_on, measured): (Option<usize>, Option<f64>),
+        kernel: KernelTime,
     ) -> Option<DeviceEnd> {
         if let Some(what) = failure {
             let mut st = self.state();
@@ -250,7 +253,7 @@ impl Runtime {
         let mut st = self.state();
         st.running -= 1;
         st.tasks_done += 1;
-        let device_time = self.account(&mut st, id, ran_on, measured);
+        let device_time = self.account(&mut st, id, ran_on, measured, kernel);
         let mut hooks = Hooks::default();
         self.complete_locked(&mut st, id, &mut hooks);
         drop(st);
