@@ -27,6 +27,8 @@
 //! cargo bench --features cuda --bench gpu
 //! ```
 //!
+//! `STARLING_GPU_BENCH_STAGING=0` skips section 1.
+//!
 //! Without a CUDA device it prints "skipped: no CUDA device (<reason>)" and exits 0.
 
 use core::time::Duration;
@@ -311,14 +313,16 @@ fn main() {
         "device: {}",
         dev.name().unwrap_or_else(|e| format!("? ({e})"))
     );
-    let (up, down, up_pageable, down_pageable) = staging(&dev, &gpu);
-    println!(
-        "| staging | pinned handle / raw pinned copy: up {:.0} %, down {:.0} % | auto-pinned handle / raw pinned copy: up {:.0} %, down {:.0} % |",
-        100.0 * up,
-        100.0 * down,
-        100.0 * up_pageable,
-        100.0 * down_pageable
-    );
+    if std::env::var("STARLING_GPU_BENCH_STAGING").as_deref() != Ok("0") {
+        let (up, down, up_pageable, down_pageable) = staging(&dev, &gpu);
+        println!(
+            "| staging | pinned handle / raw pinned copy: up {:.0} %, down {:.0} % | auto-pinned handle / raw pinned copy: up {:.0} %, down {:.0} % |",
+            100.0 * up,
+            100.0 * down,
+            100.0 * up_pageable,
+            100.0 * down_pageable
+        );
+    }
     // Warm-up, untimed: cuSOLVER's first call and each compute stream's first cuBLAS
     // and cuSOLVER handles cost hundreds of milliseconds.
     let _ = dense(&dev, 4096);

@@ -128,16 +128,25 @@ fi
 
 echo "== benches/gpu.rs"
 if fits 40 "benches/gpu.rs"; then
-    STARLING_GPU_BENCH_RANKS=${STARLING_GPU_BENCH_RANKS:-1,2} timeout $(($(left) - 10)) "$bin/bench-gpu" --bench | tee "$out/bench.log"
+    STARLING_GPU_BENCH_REPS=${STARLING_GPU_BENCH_REPS:-5} STARLING_GPU_BENCH_RANKS=${STARLING_GPU_BENCH_RANKS:-1,2} timeout $(($(left) - 10)) "$bin/bench-gpu" --bench | tee "$out/bench.log"
 fi
 
 # Where two ranks sharing the device lose time at tiles of 1024 (the benchmark's 2-rank
-# rows): a trace of each (Perfetto / chrome://tracing), and two ranks with 2 CPU workers.
-if fits 60 "traces"; then
-    example "cholesky 1 16384 1024 traced" env STARLING_TRACE="$out/trace-1rank/" "$bin/cholesky" 1 16384 1024 --gpu --no-check
-    example "cholesky 2 16384 1024 traced" env STARLING_TRACE="$out/trace-2ranks/" "$bin/cholesky" 2 16384 1024 --gpu --no-check
-    example "cholesky 2 16384 1024 2 workers" env STARLING_NCPU=2 "$bin/cholesky" 2 16384 1024 --gpu --no-check
-fi
+# rows): the benchmark's 1- and 2-rank runs at n = 16384 with 2 CPU workers per rank, with
+# a window of 64 tasks, and traced (Perfetto / chrome://tracing: the 2-rank run's trace is
+# the last written).
+diagnose() {
+    local name=$1
+    shift
+    fits 40 "diagnosis $name" || return 0
+    echo "== diagnosis: $name"
+    env STARLING_GPU_BENCH_STAGING=0 STARLING_GPU_BENCH_N=16384 STARLING_GPU_BENCH_NB=1024 \
+        STARLING_GPU_BENCH_RANKS=1,2 STARLING_GPU_BENCH_TOGETHER= "$@" \
+        timeout 60 "$bin/bench-gpu" --bench 2>&1 | grep -E '^\| 16384' | sed "s/^/$name: /"
+}
+diagnose "2 workers" STARLING_NCPU=2
+diagnose "window 64" STARLING_CUDA_WINDOW=64
+diagnose "traced" STARLING_TRACE="$out/trace-warm/"
 
 echo
 echo "## device check"
