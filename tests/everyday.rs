@@ -786,3 +786,32 @@ fn launch_returns_each_rank_with_its_value_in_one_shape() {
         assert_eq!(pairs[2], (Rank(2), (2, 6)));
     }
 }
+
+#[test]
+fn in_process_ranks_share_the_cores_unless_told_not_to() {
+    let all = RuntimeConfig::default().workers;
+    let share = (all / 2).max(1);
+    // The default: each of two ranks gets half of the machine's cores (at least one).
+    let out = run_local_with(2, ClusterConfig::default(), |ctx| {
+        ctx.sched_stats().workers.len()
+    })
+    .unwrap();
+    assert_eq!(out, vec![share, share]);
+    // One rank keeps them all; a count given, or sharing off, is kept as it is.
+    let one = run_local_with(1, ClusterConfig::default(), |ctx| {
+        ctx.sched_stats().workers.len()
+    })
+    .unwrap();
+    assert_eq!(one, vec![all]);
+    assert_eq!(
+        ClusterConfig::default().for_ranks(4).runtime.workers,
+        (all / 4).max(1)
+    );
+    let off = ClusterConfig {
+        share_cores: false,
+        ..ClusterConfig::default()
+    };
+    assert_eq!(off.for_ranks(2).runtime.workers, all);
+    let given = workers(all + 1);
+    assert_eq!(given.for_ranks(2).runtime.workers, all + 1);
+}

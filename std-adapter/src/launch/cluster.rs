@@ -80,6 +80,15 @@ pub struct ClusterConfig {
     pub progress: bool,
     /// The sizes of each rank's protocol-engine tables ([`RankConfig::tables`]).
     pub tables: Tables,
+    /// The in-process ranks share the machine's cores: when
+    /// [`runtime.workers`](RuntimeConfig::workers) is the default (the machine's
+    /// parallelism), each of `n` ranks gets `parallelism / n` workers (at least one), as
+    /// `n` processes bound to their share of a node would (`STARLING_SHARE_CORES=0`: each
+    /// rank gets them all). With every rank's workers on every core, the idle workers'
+    /// wake-ups took the cores the progression threads and a device's driver thread
+    /// needed: two ranks sharing an H100 at tiles of 1 024 ran at 27 % of one rank with
+    /// 16 workers each, 73 % with 2 (docs/performance.md).
+    pub share_cores: bool,
 }
 
 impl Default for ClusterConfig {
@@ -104,14 +113,16 @@ impl Default for ClusterConfig {
             trace_file: None,
             progress: false,
             tables: Tables::DEFAULT,
+            share_cores: true,
         }
     }
 }
 
 impl ClusterConfig {
     /// The defaults, overridden by the environment as [`RankConfig::from_env`] reads it,
-    /// by `STARLING_COMM_STATS_DIR` ([`stats_dir`](Self::stats_dir)) and
-    /// `STARLING_WATCHDOG_SECS` ([`watchdog`](Self::watchdog)).
+    /// by `STARLING_COMM_STATS_DIR` ([`stats_dir`](Self::stats_dir)),
+    /// `STARLING_WATCHDOG_SECS` ([`watchdog`](Self::watchdog)) and
+    /// `STARLING_SHARE_CORES` ([`share_cores`](Self::share_cores)).
     pub fn from_env() -> Self {
         let r = RankConfig::from_env();
         let stats_dir = std::env::var_os("STARLING_COMM_STATS_DIR")
@@ -140,8 +151,20 @@ impl ClusterConfig {
             trace_file: r.trace_file,
             progress: r.progress,
             tables: r.tables,
+            share_cores: std::env::var("STARLING_SHARE_CORES").as_deref() != Ok("0"),
             ..Self::default()
         }
+    }
+
+    /// This configuration for `ranks` in-process ranks: with
+    /// [`share_cores`](Self::share_cores) and the default worker count, each rank's share
+    /// of the cores.
+    pub fn for_ranks(mut self, ranks: u32) -> Self {
+        let all = RuntimeConfig::default().workers;
+        if self.share_cores && ranks > 1 && self.runtime.workers == all {
+            self.runtime.workers = (all / ranks as usize).max(1);
+        }
+        self
     }
 
     /// The part of the configuration every rank gets.
@@ -358,6 +381,7 @@ where
     F: Fn(&Context) -> R + Send + Sync + 'static,
 {
     assert!(ranks > 0, "a cluster needs at least one rank");
+    let config = config.for_ranks(ranks);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let inboxes: Vec<Inbox<InProcessWire>> = (0..ranks).map(|_| Inbox::new()).collect();
     let delivers: Vec<Deliver> = inboxes
