@@ -390,7 +390,9 @@ fn calibrated(home: &std::path::Path) -> bool {
 /// Section 3: `dmda` over the GPU and the CPU workers against the GPU alone (and the CPU
 /// workers alone where that is short), warm, alternating, medians.
 fn together(gpu: &Arc<Gpu>) {
-    let reps = list("STARLING_GPU_BENCH_REPS", &[3])[0].max(1);
+    let reps = list("STARLING_GPU_BENCH_REPS", &[3])
+        .first()
+        .map_or(3, |&r| r.max(1));
     let sizes: Vec<(usize, usize)> = std::env::var("STARLING_GPU_BENCH_TOGETHER")
         .unwrap_or_else(|_| "8192:1024,32768:2048".into())
         .split(',')

@@ -79,9 +79,22 @@ pub struct Launched<B: Backend + ?Sized> {
     pub end: B::Event,
     /// The checks to run once it completed.
     pub checks: Vec<B::Check>,
-    /// Its start, when its time on the device is measured: not when the launch waited on
-    /// the host (a library handle made for it, say), which would count as device time.
-    pub timer: Option<B::Timer>,
+    /// What it says of its kernels' time on the device.
+    pub timing: Timing<B::Timer>,
+}
+
+/// What a launch says of its kernels' time on the device, the sample of the `dmda`
+/// scheduler's models.
+#[derive(Debug)]
+pub enum Timing<T> {
+    /// Timed from this start; [`Backend::kernel_seconds`] reads it once the end event
+    /// completed.
+    From(T),
+    /// Not representative: the launch waited on the host (a library handle made for
+    /// it), which the device's clock would count. No sample.
+    Skip,
+    /// Not timed: the runtime takes the wall time from hand-over to completion.
+    Untimed,
 }
 
 /// A device backend for the [pipeline](crate::pipeline): see the [module docs](self) for
@@ -170,8 +183,16 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<Launched<Self>, GpuError>;
 
     /// The seconds a launched kernel took on the device, from its timer to its end
-    /// event, once that event completed (`None`: not measured).
-    fn kernel_seconds(&self, timer: &Self::Timer, end: &Self::Event) -> Option<f64>;
+    /// event, once that event completed (`None`: not measured). `prev`: the end event of
+    /// the device's task completed before, when there is one: kernels of several compute
+    /// streams overlap, and an instant the device spent on both counts once (the time
+    /// since `prev` ended, when that is shorter).
+    fn kernel_seconds(
+        &self,
+        timer: &Self::Timer,
+        end: &Self::Event,
+        prev: Option<&Self::Event>,
+    ) -> Option<f64>;
 
     /// Whether `event` completed; an error reported by the device is returned.
     ///

@@ -31,7 +31,7 @@ use starling_core::AccessMode;
 use starling_std::device::Codelet;
 
 use crate::GpuError;
-use crate::backend::{Backend, DeviceBuf, Launched, Shape};
+use crate::backend::{Backend, DeviceBuf, Launched, Shape, Timing};
 use crate::pipeline::{Layer, PipelineConfig, Policy};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -464,11 +464,16 @@ impl Backend for Fake {
         Ok(Launched {
             end: event,
             checks: Vec::new(),
-            timer: Some(timer),
+            timing: Timing::From(timer),
         })
     }
 
-    fn kernel_seconds(&self, timer: &FakeTimer, _end: &FakeEvent) -> Option<f64> {
+    fn kernel_seconds(
+        &self,
+        timer: &FakeTimer,
+        _end: &FakeEvent,
+        _prev: Option<&FakeEvent>,
+    ) -> Option<f64> {
         *lock(timer)
     }
 

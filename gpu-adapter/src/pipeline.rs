@@ -52,7 +52,7 @@ use starling_std::interfaces::{Block, Matrix, Variable, Vector};
 use std::time::Instant;
 
 use crate::GpuError;
-use crate::backend::{Backend, DeviceBuf, Launched, Shape};
+use crate::backend::{Backend, DeviceBuf, Launched, Shape, Timing};
 use crate::replicas::MAX_NODES;
 
 mod driver;
@@ -235,7 +235,7 @@ struct InFlight<B: Backend> {
     task: DeviceTask,
     event: B::Event,
     checks: Vec<B::Check>,
-    timer: Option<B::Timer>,
+    timing: Timing<B::Timer>,
     /// The handles it uses on the device, and how.
     uses: Vec<(u64, AccessMode)>,
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use starling_std::device::{Buffers, Codelet};
 
-use crate::backend::{Backend, Launched};
+use crate::backend::{Backend, Launched, Timing};
 pub use crate::backend::{DeviceBuf, Shape};
 use crate::blas::Blas;
 use crate::kernels::Stencil;
@@ -82,7 +82,8 @@ impl GpuConfig {
 }
 
 /// What a CUDA implementation can launch on its compute stream: the stencil kernels,
-/// cuBLAS and cuSOLVER (loaded on first use), and checks to run once its work is done.
+/// cuBLAS and cuSOLVER (their handles made as the driver thread starts, else at the first
+/// kernel that asks), and checks to run once its work is done.
 #[derive(Debug)]
 pub struct Kernels {
     device: Device,
@@ -260,8 +261,8 @@ impl Backend for Cuda {
             stream.wait(e)?;
         }
         // Timing events (the default flags): the kernel's time on the device.
-        let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let start = stream.record_event(timing)?;
+        let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = stream.record_event(timed)?;
         exec.fresh = false;
         let ran = kernel(&mut CudaBuffers {
             kernels: exec,
@@ -270,15 +271,29 @@ impl Backend for Cuda {
         let checks = core::mem::take(&mut exec.checks);
         ran?;
         Ok(Launched {
-            end: stream.record_event(timing)?,
+            end: stream.record_event(timed)?,
             checks,
             // Handles made during the launch held the stream idle between the events.
-            timer: (!core::mem::take(&mut exec.fresh)).then_some(start),
+            timing: if core::mem::take(&mut exec.fresh) {
+                Timing::Skip
+            } else {
+                Timing::From(start)
+            },
         })
     }
 
-    fn kernel_seconds(&self, start: &CudaEvent, end: &CudaEvent) -> Option<f64> {
-        start.elapsed_ms(end).ok().map(|ms| f64::from(ms) / 1e3)
+    fn kernel_seconds(
+        &self,
+        start: &CudaEvent,
+        end: &CudaEvent,
+        prev: Option<&CudaEvent>,
+    ) -> Option<f64> {
+        let own = start.elapsed_ms(end).ok()?;
+        // Negative: `prev` ended after this task (another stream's, polled first).
+        let since_prev = prev
+            .and_then(|p| p.elapsed_ms(end).ok())
+            .filter(|&ms| ms >= 0.0);
+        Some(f64::from(since_prev.map_or(own, |p| own.min(p))) / 1e3)
     }
 
     fn done(&self, event: &CudaEvent) -> Result<bool, GpuError> {

@@ -7,7 +7,7 @@
 //! [`Context`] of its own, a world of one rank, exactly as a single-process program
 //! would; every other rank is a **slave**, a remote device with its own memory and
 //! [`MsConfig::slave_threads`] worker threads (`STARLING_NMPIMSTHREADS`, default: all
-//! cores). The modes are exclusive: a job starts in one or the other ([`serve`],
+//! cores; the ranks of one process share them, [`crate::ClusterConfig::share_cores`]). The modes are exclusive: a job starts in one or the other ([`serve`],
 //! [`run_local`], or the facade's `launch_ms`).
 //!
 //! # What the master does with a task
@@ -87,7 +87,8 @@ pub struct MsConfig {
     /// The rank that runs the flow (`STARLING_MPI_MASTER_NODE`, default 0).
     pub master: Rank,
     /// Worker threads on each slave (`STARLING_NMPIMSTHREADS`); `None`: the rank's
-    /// configured workers (every core by default). Applied by [`run_local`] and the
+    /// configured workers (every core by default; in one process, [`run_local`], the
+    /// ranks share them: [`crate::ClusterConfig::share_cores`]). Applied by [`run_local`] and the
     /// facade's `launch_ms`, which start the slaves.
     pub slave_threads: Option<usize>,
     /// Bytes of data each slave may hold (`STARLING_MS_MEMORY`, a number of bytes);

@@ -114,11 +114,15 @@ impl<B: Backend> Shared<B> {
         let uses: Vec<(u64, AccessMode)> =
             acquired.iter().map(|&i| (uids[i], bufs.mode(i))).collect();
         match launched {
-            Ok(Launched { end, checks, timer }) => Issue::Queued(InFlight {
+            Ok(Launched {
+                end,
+                checks,
+                timing,
+            }) => Issue::Queued(InFlight {
                 task,
                 event: end,
                 checks,
-                timer,
+                timing,
                 uses,
             }),
             Err(e) => {
@@ -231,6 +235,8 @@ impl<B: Backend> Shared<B> {
         let mut errored: Vec<(InFlight<B>, GpuError)> = Vec::new();
         let mut failed: Vec<(DeviceTask, GpuError)> = Vec::new();
         let mut seen = 0u64;
+        // The end event of the task completed last, for the next kernel time.
+        let mut last_end: Option<B::Event> = None;
         loop {
             // Completions, polled without the lock.
             let mut k = 0;
@@ -261,6 +267,7 @@ impl<B: Backend> Shared<B> {
             for f in done.iter().chain(errored.iter().map(|(f, _)| f)) {
                 Self::release(&mut st, node, &f.uses);
             }
+            st.devs[dev].in_flight = inflight.len();
             // New tasks, up to the window.
             while inflight.len() < self.config.window {
                 let Some(q) = st.devs[dev].queue.pop() else {
@@ -319,13 +326,21 @@ impl<B: Backend> Shared<B> {
                 match outcome {
                     Ok(()) => {
                         add(&self.counters.device_tasks, 1);
-                        // No timer: a handle was made during the launch, no sample.
-                        let time = f.timer.as_ref();
-                        let seconds = time.and_then(|t| self.backend.kernel_seconds(t, &f.event));
-                        f.task.finish_measured(seconds);
+                        let b = &self.backend;
+                        match &f.timing {
+                            Timing::From(t) => {
+                                match b.kernel_seconds(t, &f.event, last_end.as_ref()) {
+                                    Some(s) => f.task.finish_measured(Some(s)),
+                                    None => f.task.finish(Ok(())),
+                                }
+                            }
+                            Timing::Skip => f.task.finish_measured(None),
+                            Timing::Untimed => f.task.finish(Ok(())),
+                        }
                     }
                     Err(e) => self.fail(f.task, e),
                 }
+                last_end = Some(f.event);
             }
             for (f, e) in errored.drain(..) {
                 self.fail(f.task, e);

@@ -84,7 +84,9 @@ pub struct ClusterConfig {
     /// [`runtime.workers`](RuntimeConfig::workers) is the default (the machine's
     /// parallelism), each of `n` ranks gets `parallelism / n` workers (at least one), as
     /// `n` processes bound to their share of a node would (`STARLING_SHARE_CORES=0`: each
-    /// rank gets them all). With every rank's workers on every core, the idle workers'
+    /// rank gets them all). [`from_env`](Self::from_env) turns it off when `STARLING_NCPU`
+    /// gives the count; in code, a count equal to the machine's parallelism is taken for
+    /// the default: turn this off to give each rank that many. With every rank's workers on every core, the idle workers'
     /// wake-ups took the cores the progression threads and a device's driver thread
     /// needed: two ranks sharing an H100 at tiles of 1 024 ran at 27 % of one rank with
     /// 16 workers each, 73 % with 2 (docs/performance.md).
@@ -151,7 +153,10 @@ impl ClusterConfig {
             trace_file: r.trace_file,
             progress: r.progress,
             tables: r.tables,
-            share_cores: std::env::var("STARLING_SHARE_CORES").as_deref() != Ok("0"),
+            // A worker count given (`STARLING_NCPU`) is each rank's, not shared.
+            share_cores: std::env::var_os("STARLING_NCPU").is_none()
+                && !std::env::var("STARLING_SHARE_CORES")
+                    .is_ok_and(|v| matches!(v.trim(), "0" | "false" | "off" | "no")),
             ..Self::default()
         }
     }

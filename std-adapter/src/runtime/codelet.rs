@@ -479,9 +479,13 @@ impl DeviceTask {
 
     /// The task is done: `Ok` when it ran, `Err` with the reason when it failed (its
     /// failure is reported like a panicking CPU kernel's).
-    pub fn finish(mut self, outcome: Result<(), String>) {
+    pub fn finish(self, outcome: Result<(), String>) {
+        self.complete(outcome, KernelTime::Wall);
+    }
+
+    fn complete(mut self, outcome: Result<(), String>, time: KernelTime) {
         if let Some(f) = self.finish.take() {
-            f(outcome, KernelTime::Wall);
+            f(outcome, time);
         }
     }
 
@@ -491,13 +495,9 @@ impl DeviceTask {
     /// hand-over and the completion, which holds the queueing and copies of the tasks in
     /// flight before it. `None`: the device knows its time is not representative (a
     /// library handle was made for it, say): no sample.
-    pub fn finish_measured(mut self, seconds: Option<f64>) {
-        if let Some(f) = self.finish.take() {
-            f(
-                Ok(()),
-                seconds.map_or(KernelTime::Skip, KernelTime::Measured),
-            );
-        }
+    pub fn finish_measured(self, seconds: Option<f64>) {
+        let time = seconds.map_or(KernelTime::Skip, KernelTime::Measured);
+        self.complete(Ok(()), time);
     }
 
     /// Runs the codelet's CPU implementation on the calling thread, after `to_host`
@@ -518,7 +518,8 @@ impl DeviceTask {
                 }
             },
         };
-        self.finish(outcome);
+        // The CPU's time, not the device's: no sample of the device's model.
+        self.complete(outcome, KernelTime::Skip);
     }
 }
 

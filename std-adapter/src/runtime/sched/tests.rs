@@ -172,3 +172,28 @@ fn policies_parse_by_name() {
         "no worker thread: the progression thread takes from one queue"
     );
 }
+
+#[test]
+fn a_device_sample_is_its_kernel_time_and_a_skipped_one_counts_in_no_error() {
+    let mut s = dmda(&[Arch::Cpu]);
+    let d = s.device_slot(0);
+    s.push_device(d, 2.0);
+    s.push_device(d, 2.0);
+    // Measured on the device: 1 s, whatever the wall time since the hand-over.
+    let took = s.ended(Target::Device(d), Some(2.0), Some(1.0), 0.0, true);
+    assert_eq!(took, 1.0);
+    // Not representative: the wall time is returned, no error is counted.
+    let wall = s.ended(Target::Device(d), Some(2.0), None, 0.0, false);
+    assert!(wall >= 0.0);
+    let stats = s.public_stats();
+    assert_eq!(stats.devices[0].tasks, 2);
+    // Busy time is the wall time in both cases (here, since the scheduler started).
+    assert!(stats.devices[0].busy >= 0.0 && stats.devices[0].busy <= s.now());
+    let (err, n) = stats.mean_error.unwrap();
+    assert_eq!(n, 1, "the skipped task counts in no error");
+    assert!((err - 1.0).abs() < 1e-12, "|2 - 1| / 1");
+    // Both left the device's queue (4 s queued would send the next task to the CPU).
+    let predict = |a: Arch| Some(if a == Arch::Device { 0.5 } else { 1.0 });
+    let (t, _) = s.choose(true, Some(d), predict, |_| 0.0);
+    assert_eq!(t, Target::Device(d));
+}
