@@ -790,8 +790,8 @@ fn launch_returns_each_rank_with_its_value_in_one_shape() {
 #[test]
 fn in_process_ranks_share_the_cores_unless_told_not_to() {
     let all = RuntimeConfig::default().workers;
-    let share = (all / 2).max(1);
-    // The default: each of two ranks gets half of the machine's cores (at least one).
+    let share = (all / 2).max(all.min(2));
+    // The default: each of two ranks gets half of the machine's cores (at least two).
     let out = run_local_with(2, ClusterConfig::default(), |ctx| {
         ctx.sched_stats().workers.len()
     })
@@ -805,7 +805,7 @@ fn in_process_ranks_share_the_cores_unless_told_not_to() {
     assert_eq!(one, vec![all]);
     assert_eq!(
         ClusterConfig::default().for_ranks(4).runtime.workers,
-        (all / 4).max(1)
+        (all / 4).max(all.min(2))
     );
     let off = ClusterConfig {
         share_cores: false,
