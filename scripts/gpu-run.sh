@@ -132,9 +132,10 @@ if fits 40 "benches/gpu.rs"; then
 fi
 
 # Where two ranks sharing the device lose time at tiles of 1024 (the benchmark's 2-rank
-# rows): the benchmark's 1- and 2-rank runs at n = 16384 with 2 CPU workers per rank, with
-# a window of 64 tasks, and traced (Perfetto / chrome://tracing: the 2-rank run's trace is
-# the last written).
+# rows, where in-process ranks share the cores: 8 workers each on 16 cores): the
+# benchmark's 1- and 2-rank runs at n = 16384 with every core for each rank (as before
+# `share_cores`), with 2 CPU workers per rank, with a window of 64 tasks, and traced
+# (Perfetto / chrome://tracing: the 2-rank run's trace is the last written).
 diagnose() {
     local name=$1
     shift
@@ -144,6 +145,7 @@ diagnose() {
         STARLING_GPU_BENCH_RANKS=1,2 STARLING_GPU_BENCH_TOGETHER= "$@" \
         timeout 60 "$bin/bench-gpu" --bench 2>&1 | grep -E '^\| 16384' | sed "s/^/$name: /"
 }
+diagnose "no core sharing" STARLING_SHARE_CORES=0
 diagnose "2 workers" STARLING_NCPU=2
 diagnose "window 64" STARLING_CUDA_WINDOW=64
 diagnose "traced" STARLING_TRACE="$out/trace-warm/"
