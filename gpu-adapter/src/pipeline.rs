@@ -15,6 +15,10 @@
 //!   the device's compute streams (round robin), up to [`PipelineConfig::window`] tasks in
 //!   flight, and completes a task when the event after its kernel fired. The inputs of
 //!   the tasks in the window are therefore copied while earlier tasks compute (prefetch).
+//!   It polls those events without the layer's lock, taking the lock only to release
+//!   what completed and to issue what was queued, and it reports each task's kernel time
+//!   as the device measured it ([`Backend::kernel_seconds`]) for the `dmda` scheduler's
+//!   models.
 //! - **Device memory is a cache under a byte budget** ([`PipelineConfig::budget`]): before
 //!   a task's buffers are allocated, the least recently used copies that no task in
 //!   flight uses are freed; a copy that is the only valid one is written back to main
