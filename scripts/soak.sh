@@ -6,7 +6,9 @@
 # moved, and fails on an error, a watchdog, or anything left at shutdown), and its peak
 # resident set size is reported (the example reads its own VmHWM; /usr/bin/time -v is not
 # needed). Then the cost per message of 1 000 against 100 000 outstanding messages between
-# two ranks, in one process and under mpirun, rounds alternating between the sizes.
+# two ranks, in one process and under mpirun, rounds alternating between the sizes, and
+# raw MPI's own figure for as many messages outstanding (bench/compare/outstanding_raw.c,
+# each message on its own tag), as the baseline.
 #
 #   bash scripts/soak.sh                  # everything (≈ 6–8 min on 2 cores with mpirun)
 #   SCALE=1 bash scripts/soak.sh          # the issue's own sizes
@@ -141,6 +143,18 @@ if wants outstanding; then
         else
             echo "outstanding (mpirun): FAILED (see $log)"
             failed=$((failed + 1))
+        fi
+        # The baseline: raw MPI's own cost per message, each message on its own tag, with
+        # as many outstanding (bench/compare/outstanding_raw.c).
+        if command -v mpicc >/dev/null; then
+            raw_bin="$out/outstanding_raw"
+            log="$out/outstanding-raw.log"
+            if mpicc -O2 -Wall -o "$raw_bin" bench/compare/outstanding_raw.c &&
+                timeout "$limit" mpirun "${mpi_flags[@]}" -n 2 "$raw_bin" 1000,100000 "${ROUNDS:-5}" >"$log" 2>&1; then
+                grep '^outstanding_raw' "$log" | sed 's/^outstanding_raw/outstanding (raw MPI, the baseline)/'
+            else
+                echo "outstanding (raw MPI): FAILED (see $log)"
+            fi
         fi
     fi
     if [ -n "$mpich_bin" ]; then
