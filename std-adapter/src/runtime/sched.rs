@@ -145,6 +145,9 @@ pub(crate) struct Scheduler {
     epoch: Instant,
     /// Σ |expected − measured| / measured and the count, for the models' mean error.
     error: (f64, u64),
+    /// Σ expected and Σ measured over the same tasks: the models' error in aggregate,
+    /// which a device's samples (split where its tasks overlap) keep meaningful.
+    sums: (f64, f64),
 }
 
 impl Scheduler {
@@ -167,6 +170,7 @@ impl Scheduler {
             len: 0,
             epoch: Instant::now(),
             error: (0.0, 0),
+            sums: (0.0, 0.0),
         }
     }
 
@@ -391,6 +395,8 @@ impl Scheduler {
             if took > 0.0 && (measured.is_some() || matches!(target, Target::Device(_))) {
                 self.error.0 += (e - took).abs() / took;
                 self.error.1 += 1;
+                self.sums.0 += e;
+                self.sums.1 += took;
             }
         }
         took
@@ -430,7 +436,8 @@ impl Scheduler {
     }
 
     /// The report `STARLING_SCHED_STATS=1` prints at shutdown: per worker and device,
-    /// tasks, busy and idle seconds over `lifetime`, and the models' mean error.
+    /// tasks, busy and idle seconds over `lifetime`, and the models' mean error, per task
+    /// and in aggregate (Σ expected against Σ measured).
     pub(crate) fn report(&self, name: &str) -> String {
         use fmt::Write as _;
         let lifetime = self.now();
@@ -463,8 +470,10 @@ impl Scheduler {
             (sum, n) => {
                 let _ = writeln!(
                     out,
-                    "[starling]   models: mean error {:.1} % over {n} tasks",
-                    100.0 * sum / n as f64
+                    "[starling]   models: mean error {:.1} % over {n} tasks; in all, {:.3} s expected against {:.3} s measured",
+                    100.0 * sum / n as f64,
+                    self.sums.0,
+                    self.sums.1
                 );
             }
         }

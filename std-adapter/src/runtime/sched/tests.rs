@@ -192,6 +192,12 @@ fn a_device_sample_is_its_kernel_time_and_a_skipped_one_counts_in_no_error() {
     let (err, n) = stats.mean_error.unwrap();
     assert_eq!(n, 1, "the skipped task counts in no error");
     assert!((err - 1.0).abs() < 1e-12, "|2 - 1| / 1");
+    // In aggregate too, over the same task only.
+    let report = s.report("r");
+    assert!(
+        report.contains("in all, 2.000 s expected against 1.000 s measured"),
+        "{report}"
+    );
     // Both left the device's queue (4 s queued would send the next task to the CPU).
     let predict = |a: Arch| Some(if a == Arch::Device { 0.5 } else { 1.0 });
     let (t, _) = s.choose(true, Some(d), predict, |_| 0.0);
