@@ -182,7 +182,7 @@ impl<B: Backend> Entry<B> {
 
     /// Frees the buffer on device `d`, if it has one that no task in flight uses (its copy
     /// is stale or may go), and gives its bytes back to the device's count.
-    fn free_copy(&mut self, devs: &mut [Dev<B>], d: usize) {
+    fn free_copy(&mut self, devs: &mut [Dev], d: usize) {
         let i = node_of(d).index();
         if self.in_use[i] == 0 && self.bufs.get_mut(i).and_then(Option::take).is_some() {
             devs[d].used = devs[d].used.saturating_sub(self.bytes());
@@ -191,7 +191,7 @@ impl<B: Backend> Entry<B> {
 
     /// Frees every device buffer and unpins the host storage: the layer forgets the handle
     /// (nothing of it is in flight).
-    fn discard(&mut self, devs: &mut [Dev<B>], backend: &B) {
+    fn discard(&mut self, devs: &mut [Dev], backend: &B) {
         for d in 0..devs.len() {
             self.free_copy(devs, d);
         }
@@ -201,7 +201,7 @@ impl<B: Backend> Entry<B> {
     }
 
     /// Frees the buffers of the device copies in `stale` (from a write's invalidation).
-    fn free_stale(&mut self, devs: &mut [Dev<B>], stale: starling_core::coherence::NodeSet) {
+    fn free_stale(&mut self, devs: &mut [Dev], stale: starling_core::coherence::NodeSet) {
         for n in stale.iter().filter(|n| !n.is_main_ram()) {
             self.free_copy(devs, n.index() - 1);
         }
@@ -245,13 +245,12 @@ struct InFlight<B: Backend> {
 }
 
 /// One device's queue and tasks in flight.
-struct Dev<B: Backend> {
+struct Dev {
     queue: BinaryHeap<Queued>,
     /// Tasks in flight: the driver thread holds them, and polls their events without
     /// the lock (a driver spinning on the lock starved the threads handing it tasks and
     /// device values: milliseconds per message between two ranks).
     in_flight: usize,
-    _backend: core::marker::PhantomData<B>,
     /// Bytes of copies on the device.
     used: usize,
     next_stream: usize,
@@ -259,7 +258,7 @@ struct Dev<B: Backend> {
 
 struct State<B: Backend> {
     entries: HashMap<u64, Entry<B>>,
-    devs: Vec<Dev<B>>,
+    devs: Vec<Dev>,
     clock: u64,
     seq: u64,
     stop: bool,
@@ -319,7 +318,6 @@ impl<B: Backend> Layer<B> {
                     .map(|_| Dev {
                         queue: BinaryHeap::new(),
                         in_flight: 0,
-                        _backend: core::marker::PhantomData,
                         used: 0,
                         next_stream: 0,
                     })

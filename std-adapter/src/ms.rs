@@ -7,8 +7,9 @@
 //! [`Context`] of its own, a world of one rank, exactly as a single-process program
 //! would; every other rank is a **slave**, a remote device with its own memory and
 //! [`MsConfig::slave_threads`] worker threads (`STARLING_NMPIMSTHREADS`, default: all
-//! cores; the ranks of one process share them, [`crate::ClusterConfig::share_cores`]). The modes are exclusive: a job starts in one or the other ([`serve`],
-//! [`run_local`], or the facade's `launch_ms`).
+//! cores; the ranks of one process share them, [`crate::ClusterConfig::share_cores`]).
+//! The modes are exclusive: a job starts in one or the other ([`serve`], [`run_local`],
+//! or the facade's `launch_ms`).
 //!
 //! # What the master does with a task
 //!
@@ -88,8 +89,8 @@ pub struct MsConfig {
     pub master: Rank,
     /// Worker threads on each slave (`STARLING_NMPIMSTHREADS`); `None`: the rank's
     /// configured workers (every core by default; in one process, [`run_local`], the
-    /// ranks share them: [`crate::ClusterConfig::share_cores`]). Applied by [`run_local`] and the
-    /// facade's `launch_ms`, which start the slaves.
+    /// ranks share them: [`crate::ClusterConfig::share_cores`]). Applied by
+    /// [`run_local`] and the facade's `launch_ms`, which start the slaves.
     pub slave_threads: Option<usize>,
     /// Bytes of data each slave may hold (`STARLING_MS_MEMORY`, a number of bytes);
     /// `None`: no limit. A task needing more than this fails with

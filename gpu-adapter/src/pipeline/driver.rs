@@ -298,7 +298,6 @@ impl<B: Backend> Shared<B> {
                     Issue::Failed(task, e) => failed.push((task, e)),
                 }
             }
-            st.devs[dev].in_flight = inflight.len();
             if !ended && failed.is_empty() {
                 if st.stop && st.devs[dev].queue.is_empty() && inflight.is_empty() {
                     return;

@@ -83,15 +83,19 @@ pub struct ClusterConfig {
     /// The in-process ranks share the machine's cores: when
     /// [`runtime.workers`](RuntimeConfig::workers) is the default (the machine's
     /// parallelism), each of `n` ranks gets `parallelism / n` workers, as `n` processes
-    /// bound to their share of a node would, but at least two (or the machine's one): an
-    /// idle worker that polls for the next task while another runs one saves a wake-up
-    /// per hand-off (the in-process ring on 2 cores: 3.3 µs a hop with two workers per
-    /// rank, 3.9 µs with one). `STARLING_SHARE_CORES=0`: each rank gets them all. [`from_env`](Self::from_env) turns it off when `STARLING_NCPU`
-    /// gives the count; in code, a count equal to the machine's parallelism is taken for
-    /// the default: turn this off to give each rank that many. With every rank's workers on every core, the idle workers'
-    /// wake-ups took the cores the progression threads and a device's driver thread
-    /// needed: two ranks sharing an H100 at tiles of 1 024 ran at 27 % of one rank with
-    /// 16 workers each, 73 % with 2 (docs/performance.md).
+    /// bound to their share of a node would, but at least two (or the machine's one).
+    ///
+    /// With every rank's workers on every core, the idle workers' wake-ups took the
+    /// cores the progression threads and a device's driver thread needed: two ranks
+    /// sharing an H100 at tiles of 1 024 ran at 27 % of one rank with 16 workers each,
+    /// 73 % with 2 (docs/performance.md). At least two: an idle worker that polls for the
+    /// next task while another runs one saves a wake-up per hand-off (the in-process ring
+    /// on 2 cores: 3.3 µs a hop with two workers per rank, 3.9 µs with one).
+    ///
+    /// `STARLING_SHARE_CORES=0` gives each rank them all; [`from_env`](Self::from_env)
+    /// turns sharing off when `STARLING_NCPU` gives the count. In code, a count equal to
+    /// the machine's parallelism is taken for the default: turn this off to give each
+    /// rank that many.
     pub share_cores: bool,
 }
 

@@ -18,9 +18,9 @@ thread_local! {
 }
 
 /// A task `dmda` placed on a device ended: its device slot, the time expected, the time
-/// it took there and the models' sample (seconds; no sample when the device said its
-/// time was not representative).
-pub(super) type DeviceEnd = (usize, Option<f64>, f64, Option<f64>);
+/// it took there (seconds) and whether that time is a sample of the models (not when the
+/// device said it was not representative).
+pub(super) type DeviceEnd = (usize, Option<f64>, f64, bool);
 
 impl Runtime {
     /// A device layer was attached: when the models are used and hold no link to its
@@ -220,7 +220,7 @@ impl Runtime {
                 let took = st
                     .sched
                     .ended(Target::Device(d), expected, measured, begin, sampled);
-                Some((d, expected, took, sampled.then_some(took)))
+                Some((d, expected, took, sampled))
             }
             (_, Some(w)) => {
                 st.sched

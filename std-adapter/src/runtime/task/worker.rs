@@ -210,15 +210,15 @@ impl Runtime {
                 }
             }
             let device = rt.finish_task(id, &name, failure, tag, (None, None), kernel_time);
-            if let Some((slot, expected, took, sample)) = device {
+            if let Some((slot, expected, took, sampled)) = device {
                 if let Some(trace) = &rt.shared.trace {
                     let start = trace::clock_ns().saturating_sub((took * 1e9) as u64);
                     trace.device_task(slot as u32, &name, start, expected);
                 }
-                if let (Some(models), Some(sizes), Some(sample), true) =
-                    (&rt.shared.models, sizes, sample, ok)
+                if let (Some(models), Some(sizes), true, true) =
+                    (&rt.shared.models, sizes, sampled, ok)
                 {
-                    models.record(&name, model.as_ref(), Arch::Device, &sizes, sample);
+                    models.record(&name, model.as_ref(), Arch::Device, &sizes, took);
                 }
             }
         })
