@@ -16,7 +16,7 @@
 //!   8 B, 1 KiB, 64 KiB and 1 MiB between the two ranks of an in-process cluster (1 worker
 //!   each): the half round trip (the MPI side of `run.sh` measures the same over MPI with
 //!   `mpi_bench`; this one needs no MPI, and `scripts/bench-against.sh` runs it against an
-//!   older commit).
+//!   older commit); `PINGPONG_SIZES=8B,1KiB` runs only those sizes (for a profile).
 //!
 //! Each repetition after a discarded warm-up prints `SAMPLE <bench> starling <param>
 //! <value> us`, the line format `run.sh` pools.
@@ -74,6 +74,8 @@ fn pingpong(iters: usize, reps: usize) {
         },
         ..ClusterConfig::from_env()
     };
+    // PINGPONG_SIZES=8B,1KiB picks sizes (for a profile of one).
+    let picked = std::env::var("PINGPONG_SIZES").unwrap_or_default();
     let out = run_local_with(2, config, move |ctx| {
         let me = ctx.rank().0;
         let peer = Rank(me ^ 1);
@@ -85,6 +87,9 @@ fn pingpong(iters: usize, reps: usize) {
             ("64KiB", 64 << 10),
             ("1MiB", 1 << 20),
         ] {
+            if !picked.is_empty() && !picked.split(',').any(|p| p == name) {
+                continue;
+            }
             let v = ctx.register(Vector::from_vec(vec![1u8; size]));
             // Fewer round trips for the large sizes: about the same bytes as 8 KiB ones.
             let n = if size > 8192 {

@@ -9,6 +9,7 @@
 //!
 //! Rank 0 prints one line per sample: `sample <impl> <bytes> <half round trip in ns>`;
 //! `scripts/bench-mpi.sh` runs both and turns the samples into medians and ratios.
+//! `MPI_BENCH_SCALE=<n>` multiplies the round trips per sample (for a profile).
 
 use std::time::Instant;
 
@@ -21,18 +22,24 @@ use starling_std::interfaces::Vector;
 const SIZES: [usize; 5] = [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20];
 const SAMPLES: usize = 7;
 
-/// Round trips per sample (about 20–100 ms each), per implementation.
+/// Round trips per sample (about 20–100 ms each), per implementation, times
+/// `MPI_BENCH_SCALE` (default 1; a larger one for a profile).
 fn iterations(raw: bool, size: usize) -> u32 {
-    match (raw, size) {
-        (true, s) if s <= 1 << 10 => 20_000,
-        (true, s) if s <= 64 << 10 => 5_000,
-        (true, s) if s <= 1 << 20 => 500,
-        (true, _) => 20,
-        (false, s) if s <= 1 << 10 => 1_000,
-        (false, s) if s <= 64 << 10 => 500,
-        (false, s) if s <= 1 << 20 => 100,
-        (false, _) => 10,
-    }
+    let scale: u32 = std::env::var("MPI_BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    scale
+        * match (raw, size) {
+            (true, s) if s <= 1 << 10 => 20_000,
+            (true, s) if s <= 64 << 10 => 5_000,
+            (true, s) if s <= 1 << 20 => 500,
+            (true, _) => 20,
+            (false, s) if s <= 1 << 10 => 1_000,
+            (false, s) if s <= 64 << 10 => 500,
+            (false, s) if s <= 1 << 20 => 100,
+            (false, _) => 10,
+        }
 }
 
 /// Times `SAMPLES` samples of `iters` calls of `round` after a warm-up; prints them on

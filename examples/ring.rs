@@ -26,7 +26,8 @@
 //! barrier after the last (start-up and shutdown excluded). `RING_HOPS=1` (in-process)
 //! also prints the distribution of the hops: the time from one increment to the next,
 //! by token value, and the hops taken before and after the first rank finished submitting
-//! its flow.
+//! its flow; `RING_HOPS_DUMP=<file>` also writes each hop (token value, ms since the
+//! start, µs) to that file, one per line.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
@@ -77,6 +78,20 @@ fn print_hops(start: Instant) {
     for w in stamps.windows(2) {
         all.push(w[1].1.saturating_duration_since(w[0].1).as_secs_f64() * 1e6);
         early += usize::from(submitted.is_some_and(|t| w[1].1 <= t));
+    }
+    if let Ok(path) = std::env::var("RING_HOPS_DUMP") {
+        let lines: Vec<String> = stamps
+            .windows(2)
+            .map(|w| {
+                format!(
+                    "{} {:.3} {:.3}",
+                    w[1].0,
+                    w[1].1.duration_since(start).as_secs_f64() * 1e3,
+                    w[1].1.saturating_duration_since(w[0].1).as_secs_f64() * 1e6
+                )
+            })
+            .collect();
+        let _ = std::fs::write(path, lines.join("\n"));
     }
     if all.is_empty() {
         return;

@@ -472,7 +472,13 @@ fn outstanding(ctx: &Context, sizes: &[u64], rounds: usize) -> Outcome {
     if ctx.size() != 2 {
         return Err("outstanding runs on 2 ranks".into());
     }
-    let largest = sizes.iter().copied().max().unwrap_or(0);
+    // SOAK_HANDLES=n registers at least n handles (a profile of one size with the other's
+    // working set).
+    let at_least: u64 = std::env::var("SOAK_HANDLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let largest = sizes.iter().copied().max().unwrap_or(0).max(at_least);
     // One round moves at least this many messages: a small size repeats its exchange.
     let per_round = largest.max(100_000);
     let out: Vec<_> = (0..largest)

@@ -106,6 +106,11 @@ thread_local! {
     /// ([`with_peer_drive`]).
     static PEER_DRIVE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
 }
+#[cfg(loom)]
+loom::thread_local! {
+    /// Under `loom`, set only by a model ([`model_peer_drive`]).
+    static PEER_DRIVE: core::cell::Cell<bool> = core::cell::Cell::new(false);
+}
 
 /// Runs `f` with permission to drive, on this thread, the progress of a rank of this
 /// process that it hands a message to (the in-process transport), rather than wake that
@@ -114,33 +119,40 @@ thread_local! {
 /// follow): the receiving rank's completions, callbacks included, then run on it.
 #[cfg(not(loom))]
 pub(crate) fn with_peer_drive<R>(f: impl FnOnce() -> R) -> R {
-    let before = PEER_DRIVE.with(|p| p.replace(true));
-    let r = f();
-    PEER_DRIVE.with(|p| p.set(before));
-    r
+    grant_peer_drive(f)
 }
 /// Under `loom`, `f` alone: the peers' progression threads take every message (the
-/// models check their hand-offs).
+/// models of the whole runtime check their hand-offs); a model of peer driving itself
+/// grants the permission with [`model_peer_drive`].
 #[cfg(loom)]
 pub(crate) fn with_peer_drive<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Under `loom`, [`with_peer_drive`] as it is without `loom`: for the models of peer
+/// driving (`io::progress::models`).
+#[cfg(all(loom, test))]
+pub(crate) fn model_peer_drive<R>(f: impl FnOnce() -> R) -> R {
+    grant_peer_drive(f)
+}
+
+/// Runs `f` with the permission of [`with_peer_drive`].
+#[cfg(any(not(loom), test))]
+fn grant_peer_drive<R>(f: impl FnOnce() -> R) -> R {
+    let before = PEER_DRIVE.with(|p| p.replace(true));
+    let r = f();
+    PEER_DRIVE.with(|p| p.set(before));
+    r
+}
+
 /// Whether this thread may drive progress where it posts ([`with_peer_drive`]).
-#[cfg(not(loom))]
 pub(crate) fn may_drive_here() -> bool {
     PEER_DRIVE.with(core::cell::Cell::get)
-}
-/// Under `loom`, never.
-#[cfg(loom)]
-pub(crate) fn may_drive_here() -> bool {
-    false
 }
 
 /// Runs `f` if this thread may drive a peer's progress ([`with_peer_drive`]), with that
 /// permission withdrawn meanwhile (a peer driven here hands on its messages the usual
 /// way): `None` without the permission.
-#[cfg(not(loom))]
 pub(crate) fn as_peer_driver<R>(f: impl FnOnce() -> R) -> Option<R> {
     if !PEER_DRIVE.with(|p| p.replace(false)) {
         return None;
@@ -148,11 +160,6 @@ pub(crate) fn as_peer_driver<R>(f: impl FnOnce() -> R) -> Option<R> {
     let r = f();
     PEER_DRIVE.with(|p| p.set(true));
     Some(r)
-}
-/// Under `loom`, never.
-#[cfg(loom)]
-pub(crate) fn as_peer_driver<R>(_f: impl FnOnce() -> R) -> Option<R> {
-    None
 }
 
 /// Sleeps for `d` (a grace period that a cluster's shutdown waits out).

@@ -180,9 +180,14 @@ pub(crate) struct Shared {
     /// Threads driving progress themselves while they wait ([`Drive`]); the progression
     /// thread stands back while there are any.
     drivers: AtomicUsize,
-    /// Set while an idle worker holds the progress lock ([`Drive::idle_drive`]): it
-    /// looks at `queued` again once it let go, and takes what came in meanwhile, so a
-    /// sender that finds the lock busy need not wake the progression thread.
+    /// Set while a *checked* holder holds the progress lock (an idle worker,
+    /// [`Drive::idle_drive`]; a worker driving out what its task's completion posted,
+    /// [`Drive::post`]; another rank's worker driving this one, [`Drive::try_drive_checked`];
+    /// the progression thread): it lowers it before it lets go, then looks at `queued`
+    /// and takes what came in meanwhile (or wakes the progression thread for it), so a
+    /// sender that finds the lock busy and this set need not wake the progression thread.
+    /// Every other holder looks at `queued` once it lets go too, or wakes the progression
+    /// thread whatever it finds (a post from a thread that may not drive).
     idle_driving: AtomicBool,
     /// A drive of one poll moved something, and may have left more behind (a second
     /// completion waiting in the transport): an idle worker drives then even with
@@ -284,15 +289,20 @@ impl<W> InboxTx<W> {
         let Some(driver) = self.shared.driver.get().and_then(std::sync::Weak::upgrade) else {
             return false;
         };
-        sync::as_peer_driver(|| match driver.try_drive_all() {
-            // An idle worker of that rank drives it: it takes the input once it lets go
-            // of the lock (`Drive::idle_drive`). Waking the progression thread instead
-            // had it preempt a polling worker on its core, in one ring hop of six.
+        sync::as_peer_driver(|| match driver.try_drive_checked() {
+            // A checked holder drives it (an idle worker, a worker driving out what its
+            // task's completion posted, the progression thread, another rank's worker
+            // driving it): it takes the input once it lets go of the lock
+            // (`Driver::checked_drive`). Waking the progression thread instead had it
+            // preempt a polling worker on its core, in one ring hop of six.
             Driven::Busy if self.shared.idle_driving.load(Ordering::SeqCst) => true,
             // Another thread drives, or the rank stopped: the usual wake.
             Driven::Busy | Driven::Stopped => false,
-            // Inputs queued meanwhile, or commands posted, are the progression thread's.
+            // Inputs queued meanwhile, or commands posted, are the progression thread's
+            // (looked at once the lock is let go: a sender that found it held by this
+            // thread left its input to it).
             _ => {
+                store_load_order();
                 self.shared.queued.load(Ordering::SeqCst) == 0
                     && !self.shared.posted.load(Ordering::SeqCst)
             }

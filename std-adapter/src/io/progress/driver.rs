@@ -53,8 +53,11 @@ pub(crate) trait Drive: Send + Sync {
     /// Drives the rank's progress once unless another thread is driving it.
     fn try_drive(&self) -> Driven;
     /// Drives the rank's progress, as its progression thread does, until neither the
-    /// engine nor the transport has anything to do, unless another thread is driving it.
-    fn try_drive_all(&self) -> Driven;
+    /// engine nor the transport has anything to do, unless another thread is driving it;
+    /// for a thread that looks at the rank's queued inputs once it lets go (and drives
+    /// them or wakes the progression thread): a sender that finds the lock held meanwhile
+    /// leaves its input to it ([`InboxTx::send`]).
+    fn try_drive_checked(&self) -> Driven;
     /// Marks the calling thread as driving until the guard drops: the progression thread
     /// stands back meanwhile.
     fn enter(&self) -> DriverGuard<'_>;
@@ -74,8 +77,13 @@ pub(crate) trait Drive: Send + Sync {
     fn idle_drive(&self);
 }
 
-/// `Shared::idle_driving`, raised while an idle worker holds the progress lock and
-/// lowered when dropped.
+/// Rounds of [`Driver::checked_rounds`]: a worker that posted what its task made ready
+/// takes what came in while it drove, this many times at most, before it leaves it to the
+/// progression thread.
+const CHECKED_ROUNDS: usize = 3;
+
+/// `Shared::idle_driving`, raised while a checked holder holds the progress lock and
+/// lowered when dropped, before the lock is let go.
 struct IdleFlag<'a>(&'a AtomicBool);
 
 impl<'a> IdleFlag<'a> {
@@ -129,9 +137,9 @@ impl<T: Transport> Drive for Driver<T> {
         }
     }
 
-    fn try_drive_all(&self) -> Driven {
+    fn try_drive_checked(&self) -> Driven {
         match sync::try_drive(&self.state) {
-            Some(mut st) => self.drive(&mut st, true),
+            Some(mut st) => self.checked_drive(&mut st),
             None => Driven::Busy,
         }
     }
@@ -194,6 +202,10 @@ impl<T: Transport> Drive for Driver<T> {
         let Some(p) = st.progress.as_mut() else {
             return Err(command);
         };
+        // A thread that drives what it posts out itself looks at `queued` once it lets go
+        // (`Driver::checked_rounds`): checked from here on, like `Driver::checked_drive`.
+        let drive_here = sync::may_drive_here();
+        let checked = drive_here.then(|| IdleFlag::raise(&self.shared.idle_driving));
         p.command(command);
         if self.send_now {
             // Multiple-send: what the engine lets leave goes to the transport from this
@@ -204,20 +216,17 @@ impl<T: Transport> Drive for Driver<T> {
         }
         st.moved = true;
         self.shared.posted.store(true, Ordering::SeqCst);
-        if sync::may_drive_here() {
+        if drive_here {
             // A thread that holds no lock of its own (a worker posting the sends and
             // receives its task's completion made ready) drives what it posted out
             // itself, completions and callbacks included: the progression thread is
-            // woken only for what comes in meanwhile.
+            // woken only for what comes in meanwhile and this thread does not take
+            // (`Driver::checked_rounds`).
             self.drive(&mut st, true);
+            drop(checked);
             drop(st);
             store_load_order();
-            if self.shared.drivers.load(Ordering::SeqCst) == 0
-                && (self.shared.queued.load(Ordering::SeqCst) != 0
-                    || self.shared.posted.load(Ordering::SeqCst))
-            {
-                self.shared.wake();
-            }
+            self.checked_rounds();
             return Ok(());
         }
         drop(st);
@@ -230,6 +239,42 @@ impl<T: Transport> Drive for Driver<T> {
 }
 
 impl<T: Transport> Driver<T> {
+    /// A full drive by a thread that looks at `queued` once it lets go of the lock (an
+    /// idle worker, or a worker that posted what its task made ready): `idle_driving` is
+    /// raised meanwhile, so that a sender that finds the lock held by it leaves its input
+    /// to it rather than wake the progression thread (`InboxTx::send`; in the ring, a
+    /// wake-up in one hop of seven, and with it the progression thread on a core a
+    /// polling worker needed). Lowered before the lock is let go.
+    fn checked_drive(&self, st: &mut State<T>) -> Driven {
+        let _flag = IdleFlag::raise(&self.shared.idle_driving);
+        self.drive(st, true)
+    }
+
+    /// After a [`Driver::checked_drive`], the lock let go and `store_load_order` passed:
+    /// takes what came in meanwhile, a few rounds; what is still there after them, with
+    /// nobody else driving, is the progression thread's, woken for it. A lock held by
+    /// another thread is that thread's to look at once it lets go.
+    fn checked_rounds(&self) {
+        let shared = &*self.shared;
+        for _ in 0..CHECKED_ROUNDS {
+            if shared.settled().is_some() {
+                return;
+            }
+            let Some(mut st) = sync::try_drive(&self.state) else {
+                return;
+            };
+            let driven = self.checked_drive(&mut st);
+            drop(st);
+            store_load_order();
+            if driven == Driven::Stopped {
+                return;
+            }
+        }
+        if shared.drivers.load(Ordering::SeqCst) == 0 && shared.settled().is_none() {
+            shared.wake();
+        }
+    }
+
     /// Takes in everything queued, then drives the engine once: sends that became ready
     /// together leave in priority order. `full`: until neither the engine nor the
     /// transport has anything to do (the progression thread); otherwise with one poll of
@@ -417,7 +462,9 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
         let driven = if st.stopping {
             Driven::Stopped
         } else {
-            d.drive(&mut st, true)
+            // Checked: this thread looks at `queued` once it lets go (below), so a sender
+            // that finds the lock held by it need not wake it.
+            d.checked_drive(&mut st)
         };
         if st.stopping {
             let progress = st.progress.take();
@@ -427,6 +474,9 @@ pub(crate) fn run<T: Transport>(d: &Driver<T>) {
         }
         let hot = d.hot(&mut st);
         drop(st);
+        // (`InboxTx::send` counts its input, then reads the flag `checked_drive` lowered
+        // before the lock was let go: one of the two sees the other)
+        store_load_order();
         if let (Some(mode), Some(rt)) = (d.driver_mode, d.shared.runtime.get()) {
             // Driver mode: every `call_frequency` polls that moved nothing, and whenever
             // the transport is idle, run up to `task_frequency` tasks here.

@@ -333,6 +333,75 @@ fn loom_a_send_posted_without_multiple_send_leaves_once() {
     a_posted_send_leaves_once(false);
 }
 
+/// Rank 0's progression thread, its driver registered for peer driving
+/// ([`Shared::set_driver`], as a rank's start does).
+fn peer_drivable(rank: &Rank0) -> Arc<Driver<Probe>> {
+    let d = rank.driver.recv().expect("the driver");
+    let drive: Arc<dyn Drive> = d.clone();
+    rank.shared.set_driver(&drive);
+    d
+}
+
+/// Another rank's worker hands rank 0 an input and, allowed to
+/// (`sync::with_peer_drive`), drives rank 0's progress itself (`InboxTx::send`) while
+/// rank 0's progression thread runs, drives (a checked holder: `Shared::idle_driving`
+/// raised) or parks: when it finds the lock held by the progression thread it wakes
+/// nobody, and the input is taken all the same. A progression thread that let go without
+/// looking at `queued` would park with the input left (a deadlock, which `loom` reports).
+#[test]
+fn loom_an_input_a_peer_drives_as_the_progression_thread_runs_is_taken() {
+    explore(None, || {
+        let (delivered, arrivals) = mpsc::channel();
+        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))), None);
+        let d = peer_drivable(&rank);
+        crate::sync::model_peer_drive(|| rank.tx.send(Input::Net(())));
+        arrivals.recv().expect("the input is taken");
+        drop(d);
+        rank.stop();
+    });
+}
+
+/// A worker posts a send and drives it out itself ([`Drive::post`] with the permission of
+/// `sync::with_peer_drive`: a checked holder from the post on) while another rank's
+/// worker hands rank 0 an input and tries to drive it there (`InboxTx::send`), and the
+/// progression thread runs: whoever holds the lock when the input comes, it is taken, and
+/// the send leaves once. A checked holder that let go without taking what came in
+/// meanwhile, or waking the progression thread for it, would leave the input behind.
+#[test]
+fn loom_an_input_left_to_a_worker_driving_its_post_is_taken() {
+    explore(Some(3), || {
+        let (delivered, arrivals) = mpsc::channel();
+        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))), None);
+        let d = peer_drivable(&rank);
+        let worker = {
+            let d = Arc::clone(&d);
+            let tx = Arc::clone(&rank.tx);
+            thread::spawn(move || {
+                let send = Command::Send {
+                    args: starling_core::engine::SendArgs::new(CommId::WORLD, Rank(0), Tag(1), 8),
+                    bytes: super::Payload::Bytes(vec![7; 8]),
+                    done: Box::new(|_| {}),
+                };
+                crate::sync::model_peer_drive(|| {
+                    if let Err(send) = d.post(send) {
+                        tx.send(Input::Command(send));
+                    }
+                });
+            })
+        };
+        crate::sync::model_peer_drive(|| rank.tx.send(Input::Net(())));
+        arrivals.recv().expect("the input is taken");
+        worker.join().expect("the worker");
+        while rank.sent.load(Ordering::SeqCst) == 0 {
+            thread::yield_now();
+        }
+        drop(d);
+        let sent = Arc::clone(&rank.sent);
+        rank.stop();
+        assert_eq!(sent.load(Ordering::SeqCst), 1, "the envelope is sent once");
+    });
+}
+
 /// Two application threads drive at once (`drivers` reaches 2) while a peer delivers:
 /// only the last to leave may find the input left behind, and it wakes the progression
 /// thread.
