@@ -78,7 +78,11 @@
 //! `STARLING_MPI_MAX_MESSAGE` (default `i32::MAX`; every rank must use the same),
 //! `STARLING_COMM_STATS_DIR` (each rank writes its statistics there at shutdown, for
 //! the `comm-matrix` tool), `STARLING_WORKERS_GETBIND` and `STARLING_DISPLAY_BINDINGS`
-//! (workers bound to the cores the launcher gave the process: see [`bind`]). With
+//! (workers bound to the cores the launcher gave the process: see [`bind`]),
+//! `STARLING_CROWDED` (whether the node has fewer cores than ranks; by default from the
+//! launcher's count of the node's ranks, `OMPI_COMM_WORLD_LOCAL_SIZE` or
+//! `MPI_LOCALNRANKS`, against the node's online cores: see
+//! [`RuntimeConfig::crowded`](starling_std::RuntimeConfig::crowded)). With
 //! `STARLING_TRACE` (set on every rank: the ranks align their trace clocks at start-up,
 //! collectively) each process writes its rank's timeline; see [`trace`](crate::trace).
 
@@ -209,6 +213,12 @@ impl MpiConfig {
             .filter(|d| !d.is_empty())
             .map(std::path::PathBuf::from)
             .or_else(watchdog::default_dir);
+        // Whether the ranks on this node crowd its cores (`RuntimeConfig::crowded`): all
+        // its online cores, not this process's share (mpirun binds each rank to one).
+        let cores = bind::online_cpus()
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let runtime = core::mem::take(&mut c.rank.runtime);
+        c.rank.runtime = runtime.crowded_by(local_ranks(), cores);
         c
     }
 
@@ -220,6 +230,17 @@ impl MpiConfig {
             Threading::Serialized
         }
     }
+}
+
+/// The ranks of this job on this node, as the launcher says (Open MPI's
+/// `OMPI_COMM_WORLD_LOCAL_SIZE`, MPICH's `MPI_LOCALNRANKS`); 1 when it does not.
+fn local_ranks() -> usize {
+    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|v| env_number(v))
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(1)
+        .max(1)
 }
 
 fn env_flag(name: &str) -> bool {

@@ -815,3 +815,44 @@ fn in_process_ranks_share_the_cores_unless_told_not_to() {
     let given = workers(all + 1);
     assert_eq!(given.for_ranks(2).runtime.workers, all + 1);
 }
+
+/// More in-process ranks than cores crowd the machine (`RuntimeConfig::crowded`: idle
+/// workers yield at every poll, a ready task counts on a polling worker); as many or
+/// fewer do not. (`STARLING_CROWDED` would override: the test suite leaves it unset.)
+#[test]
+fn more_ranks_than_cores_crowd_the_machine() {
+    if std::env::var_os("STARLING_CROWDED").is_some() {
+        return;
+    }
+    let all = RuntimeConfig::default().workers as u32;
+    assert!(ClusterConfig::default().for_ranks(all + 1).runtime.crowded);
+    assert!(!ClusterConfig::default().for_ranks(all).runtime.crowded);
+    assert!(!ClusterConfig::default().for_ranks(1).runtime.crowded);
+    // Crowded, the ring still carries its token round (the policy changes waits only).
+    let tokens = run_local_with(all + 1, ClusterConfig::default(), |ctx| {
+        let token = ctx.register(Variable::new(0u64));
+        let (me, n) = (ctx.rank().0, ctx.size());
+        let bump = Codelet::new("bump", |b| {
+            let mut v = b.w::<Variable<u64>>(0);
+            let x = v.get();
+            v.set(x + 1);
+        });
+        for round in 0..50u32 {
+            let tag = Tag(i64::from(round));
+            if me != 0 || round != 0 {
+                let from = Rank((me + n - 1) % n);
+                ctx.recv(&token, from, tag).wait().expect("the token comes");
+            }
+            ctx.task(&bump).rw(&token).submit();
+            let to = Rank((me + 1) % n);
+            let next = Tag(i64::from(round + u32::from(me + 1 == n)));
+            if !(me + 1 == n && round == 49) {
+                ctx.send(&token, to, next).wait().expect("the token goes");
+            }
+        }
+        ctx.wait_for_all();
+        ctx.unregister(token).get()
+    })
+    .unwrap();
+    assert_eq!(tokens[all as usize], u64::from(50 * (all + 1)));
+}

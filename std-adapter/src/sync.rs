@@ -69,10 +69,10 @@ pub(crate) fn store_load_order() {
 pub(crate) const SPIN: core::time::Duration = core::time::Duration::from_micros(30);
 
 /// Polls `ready` until it holds or [`SPIN`] passes; whether it holds. Between polls the
-/// thread hints the processor that it spins, and every few polls yields its core, so that
-/// on an oversubscribed machine the thread it waits for can run on it.
+/// thread hints the processor that it spins, and every `polls_per_yield` polls yields its
+/// core, so that on an oversubscribed machine the thread it waits for can run on it.
 #[cfg(not(loom))]
-pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
+pub(crate) fn spin_until(polls_per_yield: u32, mut ready: impl FnMut() -> bool) -> bool {
     let start = std::time::Instant::now();
     let mut polls = 0u32;
     loop {
@@ -80,7 +80,7 @@ pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
             return true;
         }
         polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(16) {
+        if polls.is_multiple_of(polls_per_yield.max(1)) {
             if start.elapsed() >= SPIN {
                 return false;
             }
@@ -95,7 +95,7 @@ pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
 /// Under `loom`, one poll after a yield: the models explore the path through the poll
 /// (the lock released and taken again) without a clock.
 #[cfg(loom)]
-pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
+pub(crate) fn spin_until(_polls_per_yield: u32, mut ready: impl FnMut() -> bool) -> bool {
     thread::yield_now();
     ready()
 }

@@ -169,12 +169,15 @@ impl ClusterConfig {
 
     /// This configuration for `ranks` in-process ranks: with
     /// [`share_cores`](Self::share_cores) and the default worker count, each rank's share
-    /// of the cores.
+    /// of the cores; and whether the ranks outnumber the cores
+    /// ([`RuntimeConfig::crowded`], unless `STARLING_CROWDED` says).
     pub fn for_ranks(mut self, ranks: u32) -> Self {
         let all = RuntimeConfig::default().workers;
         if self.share_cores && ranks > 1 && self.runtime.workers == all {
             self.runtime.workers = (all / ranks as usize).max(all.min(2));
         }
+        // Whether the ranks outnumber the cores ([`RuntimeConfig::crowded`]).
+        self.runtime = self.runtime.crowded_by(ranks as usize, all);
         self
     }
 

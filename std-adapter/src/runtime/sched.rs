@@ -140,6 +140,11 @@ pub(crate) struct Scheduler {
     devices: Vec<Slot>,
     rr: usize,
     len: usize,
+    /// Polling workers not yet counted on to take a task ([`Scheduler::set_polling`]).
+    pollers: usize,
+    /// Whether a ready task counts on a polling worker rather than wake a sleeping one
+    /// ([`Scheduler::count_on_pollers`]).
+    count_on_pollers: bool,
     /// Workers asleep: notify only when one is (a notify is a system call).
     asleep: usize,
     epoch: Instant,
@@ -168,6 +173,8 @@ impl Scheduler {
             devices: Vec::new(),
             rr: 0,
             len: 0,
+            pollers: 0,
+            count_on_pollers: false,
             epoch: Instant::now(),
             error: (0.0, 0),
             sums: (0.0, 0.0),
@@ -416,11 +423,38 @@ impl Scheduler {
         }
     }
 
+    /// Makes a ready task count on a polling worker, when one polls, rather than wake a
+    /// sleeping one ([`Scheduler::wake`]): on a crowded machine
+    /// ([`crate::RuntimeConfig::crowded`]) a woken worker waits for a core as long as the
+    /// polling one, and both then race for the one task (in the 4-rank in-process ring,
+    /// a wake-up in most hops); where each rank has a core the woken worker often wins
+    /// the race, and waking it is faster.
+    pub(crate) fn count_on_pollers(&mut self, on: bool) {
+        self.count_on_pollers = on;
+    }
+
+    /// A worker starts (`true`) or stops polling for work: while one polls and is not
+    /// counted on yet, a task it can take wakes nobody ([`Scheduler::wake`]).
+    pub(crate) fn set_polling(&mut self, polling: bool) {
+        if polling {
+            self.pollers += 1;
+        } else {
+            self.pollers = self.pollers.saturating_sub(1);
+        }
+    }
+
     /// The worker to wake for a task placed at `target`: itself if asleep (`dmda`), any
-    /// asleep worker otherwise; `None` when none needs waking. The worker is marked awake
-    /// at once, so that the next task wakes another.
+    /// asleep worker otherwise; `None` when none needs waking — none asleep, or (`prio`,
+    /// `ws`: any worker can take the task; [`Scheduler::count_on_pollers`] set) a polling
+    /// worker not yet counted on, which will (it looks at the queues once it stops
+    /// polling) and is counted on from now. The
+    /// worker is marked awake at once, so that the next task wakes another.
     pub(crate) fn wake(&mut self, target: Target) -> Option<usize> {
         if self.asleep == 0 {
+            return None;
+        }
+        if self.count_on_pollers && self.pollers > 0 && self.policy != SchedPolicy::Dmda {
+            self.pollers -= 1;
             return None;
         }
         let w = match target {

@@ -180,6 +180,9 @@ struct Shared {
     idle_drive: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// How many worker threads run tasks.
     threads: usize,
+    /// Polls an idle worker makes between two yields of its core
+    /// ([`RuntimeConfig::crowded`]).
+    polls_per_yield: u32,
     /// The rank's timeline trace, when tracing.
     trace: Option<Arc<Recorder>>,
     /// Where tasks with a kernel run, when not on this runtime's workers.
@@ -278,7 +281,11 @@ impl Runtime {
         let state = State {
             nodes: Slab::default(),
             handles: IdMap::default(),
-            sched: Scheduler::new(config.sched, &arch),
+            sched: {
+                let mut sched = Scheduler::new(config.sched, &arch);
+                sched.count_on_pollers(config.crowded);
+                sched
+            },
             outstanding: 0,
             running: 0,
             completed: 0,
@@ -305,6 +312,7 @@ impl Runtime {
                 idle_drive: std::sync::OnceLock::new(),
                 trace,
                 threads,
+                polls_per_yield: config.polls_per_yield(),
                 offload: std::sync::OnceLock::new(),
                 layers: Layers::default(),
                 failed: AtomicBool::new(false),

@@ -160,6 +160,37 @@ fn waking_marks_the_worker_awake_so_the_next_task_wakes_another() {
 }
 
 #[test]
+fn on_a_crowded_machine_a_ready_task_counts_on_a_polling_worker_once() {
+    let mut s = Scheduler::new(SchedPolicy::Prio, &[Arch::Cpu, Arch::Cpu, Arch::Cpu]);
+    s.set_asleep(1, true);
+    s.set_asleep(2, true);
+    // Not crowded: a polling worker does not stop a sleeping one from being woken.
+    s.set_polling(true);
+    assert_eq!(s.wake(Target::Any), Some(1));
+    s.set_asleep(1, true);
+    // Crowded: the polling worker takes the first task, a sleeper the second.
+    s.count_on_pollers(true);
+    assert_eq!(s.wake(Target::Any), None, "the polling worker will take it");
+    assert_eq!(s.wake(Target::Any), Some(1), "counted on once only");
+    // It stops polling (it took the task): the next task wakes the last sleeper.
+    s.set_polling(false);
+    assert_eq!(s.wake(Target::Any), Some(2));
+    // Two poll, neither counted on yet: two tasks wake nobody.
+    s.set_asleep(1, true);
+    s.set_polling(true);
+    s.set_polling(true);
+    assert_eq!(s.wake(Target::Any), None);
+    assert_eq!(s.wake(Target::Any), None);
+    assert_eq!(s.wake(Target::Any), Some(1));
+    // `dmda` places a task on one worker: a polling one elsewhere cannot take it.
+    let mut d = dmda(&[Arch::Cpu, Arch::Cpu]);
+    d.count_on_pollers(true);
+    d.set_asleep(1, true);
+    d.set_polling(true);
+    assert_eq!(d.wake(Target::Worker(1)), Some(1));
+}
+
+#[test]
 fn policies_parse_by_name() {
     for p in [SchedPolicy::Prio, SchedPolicy::Ws, SchedPolicy::Dmda] {
         assert_eq!(SchedPolicy::parse(p.name()), Some(p));

@@ -39,13 +39,14 @@ impl Runtime {
                 }
                 if core::mem::take(&mut may_spin) && st.outstanding > st.running {
                     let seen = self.shared.readied.load(Ordering::Acquire);
+                    st.sched.set_polling(true);
                     drop(st);
                     let idle_drive = self.shared.idle_drive.get();
                     let found = || {
                         self.shared.readied.load(Ordering::Acquire) != seen
                             || self.shared.stop.load(Ordering::Acquire)
                     };
-                    crate::sync::spin_until(|| {
+                    crate::sync::spin_until(self.shared.polls_per_yield, || {
                         found()
                             || idle_drive.is_some_and(|d| {
                                 crate::sync::with_peer_drive(d);
@@ -53,6 +54,7 @@ impl Runtime {
                             })
                     });
                     st = self.state();
+                    st.sched.set_polling(false);
                     continue;
                 }
                 st.sched.set_asleep(w, true);
