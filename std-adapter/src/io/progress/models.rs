@@ -292,6 +292,15 @@ fn loom_a_waiter_whose_drives_found_nothing_takes_an_input_queued_meanwhile() {
     });
 }
 
+/// A send of 8 bytes to rank 0 with tag 1, its outcome ignored: what the models post.
+fn eight_byte_send() -> Command {
+    Command::Send {
+        args: starling_core::engine::SendArgs::new(CommId::WORLD, Rank(0), Tag(1), 8),
+        bytes: super::Payload::Bytes(vec![7; 8]),
+        done: Box::new(|_| {}),
+    }
+}
+
 /// A thread posts a send straight into the engine ([`Drive::post`]; into the inbox when
 /// the progression lock is taken) while the progression thread runs. With multiple-send
 /// the posting thread hands it to the transport itself; without, the progression thread
@@ -305,12 +314,7 @@ fn a_posted_send_leaves_once(multiple_send: bool) {
         c.multiple_send = multiple_send;
         let rank = rank0_with(delivered, Some(Arc::new(AtomicBool::new(false))), c);
         let d = rank.driver.recv().expect("the driver");
-        let send = Command::Send {
-            args: starling_core::engine::SendArgs::new(CommId::WORLD, Rank(0), Tag(1), 8),
-            bytes: super::Payload::Bytes(vec![7; 8]),
-            done: Box::new(|_| {}),
-        };
-        if let Err(send) = d.post(send) {
+        if let Err(send) = d.post(eight_byte_send()) {
             rank.tx.send(Input::Command(send));
         }
         while rank.sent.load(Ordering::SeqCst) == 0 {
@@ -377,13 +381,8 @@ fn loom_an_input_left_to_a_worker_driving_its_post_is_taken() {
             let d = Arc::clone(&d);
             let tx = Arc::clone(&rank.tx);
             thread::spawn(move || {
-                let send = Command::Send {
-                    args: starling_core::engine::SendArgs::new(CommId::WORLD, Rank(0), Tag(1), 8),
-                    bytes: super::Payload::Bytes(vec![7; 8]),
-                    done: Box::new(|_| {}),
-                };
                 crate::sync::model_peer_drive(|| {
-                    if let Err(send) = d.post(send) {
+                    if let Err(send) = d.post(eight_byte_send()) {
                         tx.send(Input::Command(send));
                     }
                 });
