@@ -80,8 +80,9 @@
 //! the `comm-matrix` tool), `STARLING_WORKERS_GETBIND` and `STARLING_DISPLAY_BINDINGS`
 //! (workers bound to the cores the launcher gave the process: see [`bind`]),
 //! `STARLING_CROWDED` (whether the node has fewer cores than ranks; by default from the
-//! launcher's count of the node's ranks, `OMPI_COMM_WORLD_LOCAL_SIZE` or
-//! `MPI_LOCALNRANKS`, against the node's online cores: see
+//! launcher's count of the node's ranks — `OMPI_COMM_WORLD_LOCAL_SIZE`,
+//! `MPI_LOCALNRANKS`, `PMIX_LOCAL_SIZE` or `SLURM_NTASKS_PER_NODE` — against the node's
+//! online cores: see
 //! [`RuntimeConfig::crowded`](starling_std::RuntimeConfig::crowded)). With
 //! `STARLING_TRACE` (set on every rank: the ranks align their trace clocks at start-up,
 //! collectively) each process writes its rank's timeline; see [`trace`](crate::trace).
@@ -233,14 +234,24 @@ impl MpiConfig {
 }
 
 /// The ranks of this job on this node, as the launcher says (Open MPI's
-/// `OMPI_COMM_WORLD_LOCAL_SIZE`, MPICH's `MPI_LOCALNRANKS`); 1 when it does not.
+/// `OMPI_COMM_WORLD_LOCAL_SIZE`, MPICH's `MPI_LOCALNRANKS`, PMIx's `PMIX_LOCAL_SIZE`,
+/// Slurm's `SLURM_NTASKS_PER_NODE` — its first count, as in `2(x3)`); 1 when none does.
 fn local_ranks() -> usize {
-    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
-        .iter()
-        .find_map(|v| env_number(v))
-        .and_then(|n| usize::try_from(n).ok())
-        .unwrap_or(1)
-        .max(1)
+    [
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+        "PMIX_LOCAL_SIZE",
+    ]
+    .iter()
+    .find_map(|v| env_number(v))
+    .or_else(|| {
+        let v = std::env::var("SLURM_NTASKS_PER_NODE").ok()?;
+        let digits: String = v.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    })
+    .and_then(|n| usize::try_from(n).ok())
+    .unwrap_or(1)
+    .max(1)
 }
 
 fn env_flag(name: &str) -> bool {

@@ -825,9 +825,25 @@ fn more_ranks_than_cores_crowd_the_machine() {
         return;
     }
     let all = RuntimeConfig::default().workers as u32;
-    assert!(ClusterConfig::default().for_ranks(all + 1).runtime.crowded);
-    assert!(!ClusterConfig::default().for_ranks(all).runtime.crowded);
-    assert!(!ClusterConfig::default().for_ranks(1).runtime.crowded);
+    let crowded = |ranks: u32| ClusterConfig::default().for_ranks(ranks).runtime.crowded;
+    assert_eq!(crowded(all + 1), Some(true));
+    assert_eq!(crowded(all), Some(false));
+    assert_eq!(crowded(1), Some(false));
+    // A configuration that says is kept as it says.
+    let said = |crowded: bool, ranks: u32| {
+        ClusterConfig {
+            runtime: RuntimeConfig {
+                crowded: Some(crowded),
+                ..RuntimeConfig::default()
+            },
+            ..ClusterConfig::default()
+        }
+        .for_ranks(ranks)
+        .runtime
+        .crowded
+    };
+    assert_eq!(said(false, all + 1), Some(false));
+    assert_eq!(said(true, 1), Some(true));
     // Crowded, the ring still carries its token round (the policy changes waits only).
     let tokens = run_local_with(all + 1, ClusterConfig::default(), |ctx| {
         let token = ctx.register(Variable::new(0u64));

@@ -283,7 +283,7 @@ impl Runtime {
             handles: IdMap::default(),
             sched: {
                 let mut sched = Scheduler::new(config.sched, &arch);
-                sched.count_on_pollers(config.crowded);
+                sched.count_on_pollers(config.is_crowded());
                 sched
             },
             outstanding: 0,

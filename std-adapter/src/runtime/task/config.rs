@@ -34,15 +34,16 @@ pub struct RuntimeConfig {
     /// Print each worker's tasks, busy and idle time and the models' mean error at
     /// shutdown (`STARLING_SCHED_STATS=1`).
     pub sched_stats: bool,
-    /// The machine has fewer cores than ranks on it, so that a rank's workers cannot all
-    /// have a core (`STARLING_CROWDED=1` or `0` to say so; by default the launchers
-    /// decide: in-process ranks against the process's cores, an MPI rank from the ranks
-    /// on its node against the node's cores). Then an idle worker that polls for work
-    /// gives its core up at every poll rather than every sixteenth, and a task made ready
-    /// counts on a polling worker of its rank rather than wake a sleeping one: the worker
-    /// whose task is ready gets a core sooner (the 4-rank in-process ring on 2 cores:
-    /// 16 – 19 µs a hop → 3 – 4 µs).
-    pub crowded: bool,
+    /// Whether the machine has fewer cores than ranks on it, so that a rank's workers
+    /// cannot all have a core. `Some` says so (`STARLING_CROWDED=1` or `0`); `None`, the
+    /// default, lets the launchers decide ([`RuntimeConfig::crowded_by`]: in-process
+    /// ranks against the process's cores, an MPI rank from the ranks on its node against
+    /// the node's cores); a runtime started with `None` is not crowded. When crowded, an
+    /// idle worker that polls for work gives its core up at every poll rather than every
+    /// sixteenth, and a task made ready counts on a polling worker of its rank rather
+    /// than wake a sleeping one: the worker whose task is ready gets a core sooner (the
+    /// 4-rank in-process ring on 2 cores: 16 – 19 µs a hop → 3 – 4 µs).
+    pub crowded: Option<bool>,
 }
 
 impl Default for RuntimeConfig {
@@ -56,7 +57,7 @@ impl Default for RuntimeConfig {
             model_home: None,
             worker_speed: Vec::new(),
             sched_stats: false,
-            crowded: false,
+            crowded: None,
         }
     }
 }
@@ -117,23 +118,28 @@ impl RuntimeConfig {
                 .collect();
         }
         c.sched_stats = env_flag("STARLING_SCHED_STATS");
-        c.crowded = crowded_env().unwrap_or(false);
+        c.crowded = crowded_env();
         c
     }
 
-    /// Sets [`RuntimeConfig::crowded`] for `ranks` ranks (processes or in-process ranks)
-    /// on a machine of `cores` cores: whether they outnumber them, unless
-    /// `STARLING_CROWDED` says.
+    /// Decides [`RuntimeConfig::crowded`], unless it is set already (or
+    /// `STARLING_CROWDED` says), for `ranks` ranks (processes or in-process ranks) on a
+    /// machine of `cores` cores: whether they outnumber them.
     #[must_use]
     pub fn crowded_by(mut self, ranks: usize, cores: usize) -> Self {
-        self.crowded = crowded_env().unwrap_or(ranks > cores);
+        self.crowded = Some(self.crowded.or_else(crowded_env).unwrap_or(ranks > cores));
         self
+    }
+
+    /// Whether the runtime runs crowded ([`RuntimeConfig::crowded`]; undecided: not).
+    pub(super) fn is_crowded(&self) -> bool {
+        self.crowded == Some(true)
     }
 
     /// How many polls an idle worker makes between two yields of its core
     /// ([`RuntimeConfig::crowded`]).
     pub(super) fn polls_per_yield(&self) -> u32 {
-        if self.crowded { 1 } else { 16 }
+        if self.is_crowded() { 1 } else { 16 }
     }
 
     /// Worker `w`'s speed in percent ([`RuntimeConfig::worker_speed`]).

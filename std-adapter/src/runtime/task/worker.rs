@@ -41,6 +41,9 @@ impl Runtime {
                     let seen = self.shared.readied.load(Ordering::Acquire);
                     st.sched.set_polling(true);
                     drop(st);
+                    // Counted out again if the poll panics (a drive's completion), so that
+                    // no task counts on a worker that stopped polling (`Scheduler::wake`).
+                    let polling = Polling(self);
                     let idle_drive = self.shared.idle_drive.get();
                     let found = || {
                         self.shared.readied.load(Ordering::Acquire) != seen
@@ -53,6 +56,7 @@ impl Runtime {
                                 found()
                             })
                     });
+                    core::mem::forget(polling);
                     st = self.state();
                     st.sched.set_polling(false);
                     continue;
@@ -261,5 +265,16 @@ impl Runtime {
         drop(st);
         self.run_hooks(hooks);
         device_time
+    }
+}
+
+/// A worker's poll for work, counted in its scheduler ([`Scheduler::set_polling`]): if the
+/// poll unwinds, its drop counts the worker out. Forgotten on the way out of a poll that
+/// returned (the worker counts itself out under the lock it takes anyway).
+struct Polling<'a>(&'a Runtime);
+
+impl Drop for Polling<'_> {
+    fn drop(&mut self) {
+        self.0.state().sched.set_polling(false);
     }
 }
