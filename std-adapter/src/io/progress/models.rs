@@ -365,6 +365,34 @@ fn loom_an_input_a_peer_drives_as_the_progression_thread_runs_is_taken() {
     });
 }
 
+/// Another rank's worker hands rank 0 an input and tries to drive rank 0 itself
+/// (`InboxTx::send` with the permission of `sync::with_peer_drive`) while an application
+/// thread of rank 0 drives once and leaves (`Drive::enter`, `Drive::try_drive`, the
+/// guard's drop: the progression thread stands back meanwhile) and the progression thread
+/// runs: whichever holds the lock when the input comes — the application thread, not a
+/// checked holder, or the progression thread, a checked one — the input is taken, and
+/// the transport is never entered by two threads at once.
+#[test]
+fn loom_an_input_a_peer_drives_while_an_application_thread_drives_is_taken() {
+    explore(Some(3), || {
+        let (delivered, arrivals) = mpsc::channel();
+        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))), None);
+        let d = peer_drivable(&rank);
+        let app = {
+            let d = Arc::clone(&d);
+            thread::spawn(move || {
+                let _guard = d.enter();
+                d.try_drive();
+            })
+        };
+        crate::sync::model_peer_drive(|| rank.tx.send(Input::Net(())));
+        arrivals.recv().expect("the input is taken");
+        app.join().expect("the application thread");
+        drop(d);
+        rank.stop();
+    });
+}
+
 /// A worker posts a send and drives it out itself ([`Drive::post`] with the permission of
 /// `sync::with_peer_drive`: a checked holder from the post on) while another rank's
 /// worker hands rank 0 an input and tries to drive it there (`InboxTx::send`), and the
