@@ -188,7 +188,7 @@ pub(crate) struct Shared {
     /// sender that finds the lock busy and this set need not wake the progression thread.
     /// Every other holder looks at `queued` once it lets go too, or wakes the progression
     /// thread whatever it finds (a post from a thread that may not drive).
-    idle_driving: AtomicBool,
+    checked_holder: AtomicBool,
     /// A drive of one poll moved something, and may have left more behind (a second
     /// completion waiting in the transport): an idle worker drives then even with
     /// nothing queued, as it did on every poll before it looked at `queued` first.
@@ -214,7 +214,7 @@ impl Shared {
             posted: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             drivers: AtomicUsize::new(0),
-            idle_driving: AtomicBool::new(false),
+            checked_holder: AtomicBool::new(false),
             more: AtomicBool::new(false),
             thread: std::sync::OnceLock::new(),
             driver: std::sync::OnceLock::new(),
@@ -295,7 +295,7 @@ impl<W> InboxTx<W> {
             // driving it): it takes the input once it lets go of the lock
             // (`Driver::checked_drive`). Waking the progression thread instead had it
             // preempt a polling worker on its core, in one ring hop of six.
-            Driven::Busy if self.shared.idle_driving.load(Ordering::SeqCst) => true,
+            Driven::Busy if self.shared.checked_holder.load(Ordering::SeqCst) => true,
             // Another thread drives, or the rank stopped: the usual wake.
             Driven::Busy | Driven::Stopped => false,
             // Inputs queued meanwhile, or commands posted, are the progression thread's

@@ -447,8 +447,8 @@ impl Scheduler {
     /// asleep worker otherwise; `None` when none needs waking — none asleep, or (`prio`,
     /// `ws`: any worker can take the task; [`Scheduler::count_on_pollers`] set) a polling
     /// worker not yet counted on, which will (it looks at the queues once it stops
-    /// polling) and is counted on from now. The
-    /// worker is marked awake at once, so that the next task wakes another.
+    /// polling) and is counted on from now. The worker is marked awake at once, so that
+    /// the next task wakes another.
     pub(crate) fn wake(&mut self, target: Target) -> Option<usize> {
         if self.asleep == 0 {
             return None;

@@ -82,18 +82,18 @@ pub(crate) trait Drive: Send + Sync {
 /// progression thread.
 const CHECKED_ROUNDS: usize = 3;
 
-/// `Shared::idle_driving`, raised while a checked holder holds the progress lock and
+/// `Shared::checked_holder`, raised while a checked holder holds the progress lock and
 /// lowered when dropped, before the lock is let go.
-struct IdleFlag<'a>(&'a AtomicBool);
+struct CheckedFlag<'a>(&'a AtomicBool);
 
-impl<'a> IdleFlag<'a> {
+impl<'a> CheckedFlag<'a> {
     fn raise(flag: &'a AtomicBool) -> Self {
         flag.store(true, Ordering::SeqCst);
         Self(flag)
     }
 }
 
-impl Drop for IdleFlag<'_> {
+impl Drop for CheckedFlag<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::SeqCst);
     }
@@ -158,7 +158,7 @@ impl<T: Transport> Drive for Driver<T> {
                 // Set while this thread holds the lock, cleared before it lets go (even
                 // if a callback panics): a sender that read it set, and did not wake
                 // anyone, counted its input before this thread looks below.
-                let _flag = IdleFlag::raise(&shared.idle_driving);
+                let _flag = CheckedFlag::raise(&shared.checked_holder);
                 // In one process, a full drive: the message it takes completes a receive
                 // whose task this worker then runs (one poll left it half done: 5.7 µs
                 // a ring hop instead of 2.1). A polled transport gets one poll, as
@@ -205,7 +205,7 @@ impl<T: Transport> Drive for Driver<T> {
         // A thread that drives what it posts out itself looks at `queued` once it lets go
         // (`Driver::checked_rounds`): checked from here on, like `Driver::checked_drive`.
         let drive_here = sync::may_drive_here();
-        let checked = drive_here.then(|| IdleFlag::raise(&self.shared.idle_driving));
+        let checked = drive_here.then(|| CheckedFlag::raise(&self.shared.checked_holder));
         p.command(command);
         if self.send_now {
             // Multiple-send: what the engine lets leave goes to the transport from this
@@ -239,14 +239,15 @@ impl<T: Transport> Drive for Driver<T> {
 }
 
 impl<T: Transport> Driver<T> {
-    /// A full drive by a thread that looks at `queued` once it lets go of the lock (an
-    /// idle worker, or a worker that posted what its task made ready): `idle_driving` is
-    /// raised meanwhile, so that a sender that finds the lock held by it leaves its input
+    /// A full drive by a thread that looks at `queued` once it lets go of the lock (a
+    /// worker that posted what its task made ready, a peer driving this rank, the
+    /// progression thread; an idle worker raises the flag itself, around a drive that may
+    /// be a single poll): `checked_holder` is raised meanwhile, so that a sender that finds the lock held by it leaves its input
     /// to it rather than wake the progression thread (`InboxTx::send`; in the ring, a
     /// wake-up in one hop of seven, and with it the progression thread on a core a
     /// polling worker needed). Lowered before the lock is let go.
     fn checked_drive(&self, st: &mut State<T>) -> Driven {
-        let _flag = IdleFlag::raise(&self.shared.idle_driving);
+        let _flag = CheckedFlag::raise(&self.shared.checked_holder);
         self.drive(st, true)
     }
 

@@ -346,87 +346,84 @@ fn peer_drivable(rank: &Rank0) -> Arc<Driver<Probe>> {
     d
 }
 
+/// What runs on a thread of its own beside a peer's input, with rank 0's driver and inbox.
+type Beside = fn(Arc<Driver<Probe>>, Arc<InboxTx<()>>);
+
 /// Another rank's worker hands rank 0 an input and, allowed to
-/// (`sync::with_peer_drive`), drives rank 0's progress itself (`InboxTx::send`) while
-/// rank 0's progression thread runs, drives (a checked holder: `Shared::idle_driving`
-/// raised) or parks: when it finds the lock held by the progression thread it wakes
-/// nobody, and the input is taken all the same. A progression thread that let go without
-/// looking at `queued` would park with the input left (a deadlock, which `loom` reports).
-#[test]
-fn loom_an_input_a_peer_drives_as_the_progression_thread_runs_is_taken() {
-    explore(None, || {
+/// (`sync::with_peer_drive`, granted here by `sync::model_peer_drive`), tries to drive
+/// rank 0 itself (`InboxTx::send`), while rank 0's progression thread runs and `beside`,
+/// if any, runs on a thread of its own: the input is taken (an input left with the
+/// progression thread parked is a deadlock, which `loom` reports), the transport is never
+/// entered by two threads at once (`Probe`), and it is asked to send `sends` messages.
+fn a_peer_input_is_taken(preemptions: Option<usize>, beside: Option<Beside>, sends: usize) {
+    explore(preemptions, move || {
         let (delivered, arrivals) = mpsc::channel();
         let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))), None);
         let d = peer_drivable(&rank);
+        let other = beside.map(|f| {
+            let (d, tx) = (Arc::clone(&d), Arc::clone(&rank.tx));
+            thread::spawn(move || f(d, tx))
+        });
         crate::sync::model_peer_drive(|| rank.tx.send(Input::Net(())));
         arrivals.recv().expect("the input is taken");
-        drop(d);
-        rank.stop();
-    });
-}
-
-/// Another rank's worker hands rank 0 an input and tries to drive rank 0 itself
-/// (`InboxTx::send` with the permission of `sync::with_peer_drive`) while an application
-/// thread of rank 0 drives once and leaves (`Drive::enter`, `Drive::try_drive`, the
-/// guard's drop: the progression thread stands back meanwhile) and the progression thread
-/// runs: whichever holds the lock when the input comes — the application thread, not a
-/// checked holder, or the progression thread, a checked one — the input is taken, and
-/// the transport is never entered by two threads at once.
-#[test]
-fn loom_an_input_a_peer_drives_while_an_application_thread_drives_is_taken() {
-    explore(Some(3), || {
-        let (delivered, arrivals) = mpsc::channel();
-        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))), None);
-        let d = peer_drivable(&rank);
-        let app = {
-            let d = Arc::clone(&d);
-            thread::spawn(move || {
-                let _guard = d.enter();
-                d.try_drive();
-            })
-        };
-        crate::sync::model_peer_drive(|| rank.tx.send(Input::Net(())));
-        arrivals.recv().expect("the input is taken");
-        app.join().expect("the application thread");
-        drop(d);
-        rank.stop();
-    });
-}
-
-/// A worker posts a send and drives it out itself ([`Drive::post`] with the permission of
-/// `sync::with_peer_drive`: a checked holder from the post on) while another rank's
-/// worker hands rank 0 an input and tries to drive it there (`InboxTx::send`), and the
-/// progression thread runs: whoever holds the lock when the input comes, it is taken, and
-/// the send leaves once. A checked holder that let go without taking what came in
-/// meanwhile, or waking the progression thread for it, would leave the input behind.
-#[test]
-fn loom_an_input_left_to_a_worker_driving_its_post_is_taken() {
-    explore(Some(3), || {
-        let (delivered, arrivals) = mpsc::channel();
-        let rank = rank0(delivered, Some(Arc::new(AtomicBool::new(false))), None);
-        let d = peer_drivable(&rank);
-        let worker = {
-            let d = Arc::clone(&d);
-            let tx = Arc::clone(&rank.tx);
-            thread::spawn(move || {
-                crate::sync::model_peer_drive(|| {
-                    if let Err(send) = d.post(eight_byte_send()) {
-                        tx.send(Input::Command(send));
-                    }
-                });
-            })
-        };
-        crate::sync::model_peer_drive(|| rank.tx.send(Input::Net(())));
-        arrivals.recv().expect("the input is taken");
-        worker.join().expect("the worker");
-        while rank.sent.load(Ordering::SeqCst) == 0 {
+        if let Some(t) = other {
+            t.join().expect("the thread beside");
+        }
+        while rank.sent.load(Ordering::SeqCst) < sends {
             thread::yield_now();
         }
         drop(d);
         let sent = Arc::clone(&rank.sent);
         rank.stop();
-        assert_eq!(sent.load(Ordering::SeqCst), 1, "the envelope is sent once");
+        assert_eq!(sent.load(Ordering::SeqCst), sends, "each send leaves once");
     });
+}
+
+/// [`a_peer_input_is_taken`] with the progression thread alone beside the peer: it runs,
+/// drives (a checked holder: `Shared::checked_holder` raised) or parks; when the peer
+/// finds the lock held by it, the peer wakes nobody, and the input is taken all the same.
+/// A progression thread that let go without looking at `queued` would park with the input
+/// left.
+#[test]
+fn loom_an_input_a_peer_drives_as_the_progression_thread_runs_is_taken() {
+    a_peer_input_is_taken(None, None, 0);
+}
+
+/// [`a_peer_input_is_taken`] while an application thread of rank 0 drives once and leaves
+/// (`Drive::enter`, `Drive::try_drive`, the guard's drop: the progression thread stands
+/// back meanwhile): whichever holds the lock when the input comes — the application
+/// thread, not a checked holder, or the progression thread, a checked one — the input is
+/// taken.
+#[test]
+fn loom_an_input_a_peer_drives_while_an_application_thread_drives_is_taken() {
+    a_peer_input_is_taken(
+        Some(3),
+        Some(|d, _| {
+            let _guard = d.enter();
+            d.try_drive();
+        }),
+        0,
+    );
+}
+
+/// [`a_peer_input_is_taken`] while a worker posts a send and drives it out itself
+/// ([`Drive::post`] with the permission of `sync::with_peer_drive`: a checked holder from
+/// the post on): the input is taken, and the send leaves once. A checked holder that let
+/// go without taking what came in meanwhile, or waking the progression thread for it,
+/// would leave the input behind.
+#[test]
+fn loom_an_input_left_to_a_worker_driving_its_post_is_taken() {
+    a_peer_input_is_taken(
+        Some(3),
+        Some(|d, tx| {
+            crate::sync::model_peer_drive(|| {
+                if let Err(send) = d.post(eight_byte_send()) {
+                    tx.send(Input::Command(send));
+                }
+            });
+        }),
+        1,
+    );
 }
 
 /// Two application threads drive at once (`drivers` reaches 2) while a peer delivers:
