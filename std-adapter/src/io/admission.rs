@@ -93,6 +93,14 @@ pub(crate) trait Admit {
     /// ([`Engine::early_keys`](starling_core::engine::Engine::early_keys)).
     fn early_keys(&self, f: &mut dyn FnMut(Key));
 
+    /// Whether any message waits in the engine for its receive. The default asks
+    /// [`Admit::early_keys`].
+    fn any_early(&self) -> bool {
+        let mut any = false;
+        self.early_keys(&mut |_| any = true);
+        any
+    }
+
     /// How many messages the engine kept waiting for their receive so far
     /// ([`Engine::waiting_arrivals`](starling_core::engine::Engine::waiting_arrivals)):
     /// unchanged, no key gained one.
@@ -138,8 +146,15 @@ pub(crate) struct Admission<C> {
     sends: VecDeque<C>,
     /// The waiting receives, oldest first, with their arrival numbers.
     recvs: VecDeque<(u64, C)>,
-    /// The arrival numbers of the waiting receives per key, oldest first.
+    /// The arrival numbers of the waiting receives per key, oldest first, while
+    /// `indexed` (see [`Admission::index`]); empty otherwise.
     recv_keys: IdMap<Key, Fifo>,
+    /// Whether `recv_keys` is kept: built when a question needs it (a receive whose
+    /// message is here, refused envelopes of a waiting key, early data, the fast path),
+    /// dropped when no receive waits. With 100 000 receives waiting and none of these,
+    /// it was two probes of a table of 100 000 keys, cold, for every receive that
+    /// waited.
+    indexed: bool,
     next_recv: u64,
     refused: Refused,
     /// Envelopes refused so far (a retry refused again counts again).
@@ -163,6 +178,7 @@ impl<C> Default for Admission<C> {
             sends: VecDeque::new(),
             recvs: VecDeque::new(),
             recv_keys: IdMap::default(),
+            indexed: false,
             next_recv: 0,
             refused: Refused::default(),
             refusals: 0,
@@ -242,11 +258,14 @@ impl<C> Admission<C> {
             Direction::Recv => {
                 let seq = self.next_recv;
                 self.next_recv += 1;
-                if let Some(key) = a.recv_key(&c) {
-                    push_seq(&mut self.recv_keys, key, seq);
-                    self.note_key(key);
-                }
+                let key = a.recv_key(&c);
                 self.recvs.push_back((seq, c));
+                if let Some(key) = key {
+                    if self.indexed {
+                        push_seq(&mut self.recv_keys, key, seq);
+                    }
+                    self.note_key(a, key);
+                }
             }
         }
     }
@@ -255,9 +274,14 @@ impl<C> Admission<C> {
     fn take_recv(&mut self, a: &impl Admit<Cmd = C>, at: usize) -> Option<(u64, C)> {
         let (seq, c) = self.recvs.remove(at)?;
         self.here.remove(&seq);
-        if let Some(key) = a.recv_key(&c) {
-            if remove_seq(&mut self.recv_keys, &key, seq).is_some() {
-                self.note_key(key);
+        if self.recvs.is_empty() {
+            // Nothing waits: nothing to index (a later question builds it again).
+            self.recv_keys.clear();
+            self.indexed = false;
+            self.here.clear();
+        } else if let Some(key) = a.recv_key(&c) {
+            if !self.indexed || remove_seq(&mut self.recv_keys, &key, seq).is_some() {
+                self.note_key(a, key);
             }
         }
         Some((seq, c))
@@ -265,16 +289,43 @@ impl<C> Admission<C> {
 
     /// Puts waiting receive `seq` back at `at`: the engine had no room for it.
     fn put_back_recv(&mut self, a: &impl Admit<Cmd = C>, at: usize, seq: u64, c: C) {
-        if let Some(key) = a.recv_key(&c) {
-            match self.recv_keys.get_mut(&key) {
-                Some(q) => q.push_front(seq),
-                None => {
-                    self.recv_keys.insert(key, Fifo::new(seq));
+        let key = a.recv_key(&c);
+        self.recvs.insert(at, (seq, c));
+        if let Some(key) = key {
+            if self.indexed {
+                match self.recv_keys.get_mut(&key) {
+                    Some(q) => q.push_front(seq),
+                    None => {
+                        self.recv_keys.insert(key, Fifo::new(seq));
+                    }
                 }
             }
-            self.note_key(key);
+            self.note_key(a, key);
         }
-        self.recvs.insert(at, (seq, c));
+    }
+
+    /// Builds the waiting receives' keys (`recv_keys`) if they are not kept yet: one pass
+    /// through the waiting receives, in order; from then on they are kept as receives
+    /// wait and go, until none waits.
+    fn index(&mut self, a: &impl Admit<Cmd = C>) {
+        if self.indexed {
+            return;
+        }
+        self.indexed = true;
+        for (seq, c) in &self.recvs {
+            if let Some(key) = a.recv_key(c) {
+                push_seq(&mut self.recv_keys, key, *seq);
+            }
+        }
+    }
+
+    /// Whether a receive of `key` waits (building the index if needed).
+    fn waits(&mut self, a: &impl Admit<Cmd = C>, key: Key) -> bool {
+        if self.recvs.is_empty() {
+            return false;
+        }
+        self.index(a);
+        self.recv_keys.contains_key(&key)
     }
 
     /// A new submission: submitted at once unless earlier ones of its direction wait (it
@@ -289,7 +340,7 @@ impl<C> Admission<C> {
                 Direction::Recv => match a.recv_key(&c) {
                     Some(key) => {
                         if self.message_here(a, key) {
-                            !self.recv_keys.contains_key(&key)
+                            !self.waits(a, key)
                         } else {
                             self.recvs.is_empty() && Self::may_take_slot(a)
                         }
@@ -339,7 +390,7 @@ impl<C> Admission<C> {
     /// the oldest waiting receive of a key whose message is here goes before it (each key
     /// keeps its order). Whether any went in.
     pub(crate) fn admit_waiting(&mut self, a: &mut impl Admit<Cmd = C>) -> bool {
-        self.absorb_freed();
+        self.absorb_freed(a);
         let mut any = false;
         while a.can_submit(Direction::Send) {
             let Some(c) = self.sends.pop_front() else {
@@ -394,7 +445,7 @@ impl<C> Admission<C> {
     /// whose message is here: looked for among the keys that have something here (refused
     /// envelopes, early data), not through the whole queue.
     fn first_here(&mut self, a: &impl Admit<Cmd = C>) -> Option<usize> {
-        if self.recv_keys.is_empty() {
+        if self.recvs.is_empty() {
             return None;
         }
         // Messages on fast tags wait in the transport (protocol §19), which no epoch
@@ -402,6 +453,7 @@ impl<C> Admission<C> {
         // would be a search through every waiting key on every idle poll: quadratic in
         // the waiting receives over MPI, whose progression polls without pause.)
         let fast = if a.fast_path() {
+            self.index(a);
             self.recv_keys
                 .iter()
                 .filter(|(key, _)| a.fast_message_here(**key))
@@ -416,7 +468,7 @@ impl<C> Admission<C> {
             let seq = fast?;
             return self.recvs.binary_search_by_key(&seq, |(s, _)| *s).ok();
         }
-        self.absorb_freed();
+        self.absorb_freed(a);
         let mut oldest: Option<u64> = None;
         while let Some(&seq) = self.here.first() {
             if self.still_here(a, seq) {
@@ -425,7 +477,11 @@ impl<C> Admission<C> {
             }
             self.here.remove(&seq);
         }
-        // The engine's side: its early data, a table of bounded size.
+        // The engine's side: its early data, a table of bounded size (with none, the
+        // index is not needed).
+        if a.any_early() {
+            self.index(a);
+        }
         let mut consider = |key: Key| {
             if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
                 if oldest.is_none_or(|o| seq < o) && self.message_here(a, key) {
@@ -446,23 +502,28 @@ impl<C> Admission<C> {
 
     /// Notes the keys whose refused envelope became free to go since the last time (the
     /// refused side of [`Admission::first_here`]).
-    fn absorb_freed(&mut self) {
+    fn absorb_freed(&mut self, a: &impl Admit<Cmd = C>) {
         for key in core::mem::take(&mut self.refused.freed_keys) {
-            self.note_key(key);
+            self.note_key(a, key);
         }
     }
 
     /// Notes that the oldest waiting receive of `key`, if any, has its message here when
     /// a refused envelope of `key` is free to go.
-    fn note_key(&mut self, key: Key) {
-        if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
-            if self
+    fn note_key(&mut self, a: &impl Admit<Cmd = C>, key: Key) {
+        // (the refused envelopes first: usually none, and then the waiting receives' keys
+        // are not needed)
+        if self.recvs.is_empty()
+            || !self
                 .refused
                 .front_of(key)
                 .is_some_and(|r| self.refused.eligible(r))
-            {
-                self.here.insert(seq);
-            }
+        {
+            return;
+        }
+        self.index(a);
+        if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
+            self.here.insert(seq);
         }
     }
 
@@ -712,13 +773,20 @@ fn push_seq<K: core::hash::Hash + Eq>(map: &mut IdMap<K, Fifo>, k: K, seq: u64) 
 }
 
 /// Takes `seq` out of the queue of `k` in `map`; the new oldest, if any.
-fn remove_seq<K: core::hash::Hash + Eq>(map: &mut IdMap<K, Fifo>, k: &K, seq: u64) -> Option<u64> {
-    let q = map.get_mut(k)?;
-    if q.remove(seq) {
-        map.remove(k);
+fn remove_seq<K: core::hash::Hash + Eq + Copy>(
+    map: &mut IdMap<K, Fifo>,
+    k: &K,
+    seq: u64,
+) -> Option<u64> {
+    // (one probe of the table, which may be large and cold: the entry is removed in place)
+    let std::collections::hash_map::Entry::Occupied(mut q) = map.entry(*k) else {
+        return None;
+    };
+    if q.get_mut().remove(seq) {
+        q.remove();
         None
     } else {
-        Some(q.front())
+        Some(q.get().front())
     }
 }
 

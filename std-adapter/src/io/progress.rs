@@ -710,6 +710,10 @@ impl<T: Transport> Admit for Progress<T> {
         self.engine.early_keys().for_each(f);
     }
 
+    fn any_early(&self) -> bool {
+        self.engine.early_keys().next().is_some()
+    }
+
     fn waiting_arrivals(&self) -> u64 {
         self.engine.waiting_arrivals()
     }

@@ -329,3 +329,75 @@ fn a_pass_takes_nothing_out_of_its_queue_while_the_engine_has_no_room() {
         assert!(a.is_empty());
     }
 }
+
+/// Whether the kept keys of the waiting receives are those a fresh pass would build.
+fn index_agrees(a: &Admission<u32>, f: &Fake) -> bool {
+    if !a.indexed {
+        return a.recv_keys.is_empty();
+    }
+    let mut fresh: IdMap<Key, Vec<u64>> = IdMap::default();
+    for (seq, c) in &a.recvs {
+        if let Some(k) = f.recv_key(c) {
+            fresh.entry(k).or_default().push(*seq);
+        }
+    }
+    fresh.len() == a.recv_keys.len()
+        && fresh.iter().all(|(k, seqs)| {
+            a.recv_keys.get(k).is_some_and(|q| {
+                core::iter::once(q.head)
+                    .chain(q.rest.iter().copied())
+                    .eq(seqs.iter().copied())
+            })
+        })
+}
+
+#[test]
+fn the_waiting_receives_keys_are_kept_only_while_a_question_needs_them() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    f.slots = Some(1);
+    f.room = 5_000;
+    // 100 receives whose messages are not here wait for the last slot: nothing asks
+    // which keys wait, so none are kept (with 100 000 waiting, keeping them was two
+    // probes of a cold table per receive).
+    for tag in (1..200).step_by(2) {
+        a.offer(&mut f, Direction::Recv, tag);
+    }
+    for _ in 0..10 {
+        assert!(!a.admit_waiting(&mut f));
+    }
+    assert!(!a.indexed);
+    // 101's message arrives as early data: the search for it builds the keys, and 101
+    // goes ahead of the older ones.
+    f.early = vec![key(101)];
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.submitted, [101]);
+    assert!(a.indexed && index_agrees(&a, &f));
+    // Kept from then on as receives wait and go: a second receive of 51 waits behind
+    // the first of its key, then 51's message is here and both go, in order.
+    f.early.clear();
+    a.offer(&mut f, Direction::Recv, 51);
+    assert!(index_agrees(&a, &f));
+    f.early = vec![key(51)];
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.submitted, [101, 51, 51]);
+    assert!(index_agrees(&a, &f));
+    // Once nothing waits, nothing is kept.
+    f.early.clear();
+    f.slots = Some(1_000);
+    assert!(a.admit_waiting(&mut f));
+    assert!(a.is_empty() && !a.indexed && index_agrees(&a, &f));
+    // A refused envelope of a waiting key builds them again: its receive is noted as
+    // having its message here, and goes ahead of the one before it.
+    f.slots = Some(1);
+    a.offer(&mut f, Direction::Recv, 1); // not here: waits
+    a.offer(&mut f, Direction::Recv, 3); // not here yet: waits behind 1
+    assert!(!a.indexed);
+    f.full = vec![3];
+    assert!(!arrive(&mut a, &mut f, 3, 0)); // refused: 3's message is here
+    f.full.clear();
+    assert!(a.admit_waiting(&mut f));
+    assert!(a.indexed && index_agrees(&a, &f));
+    assert_eq!(f.submitted.last(), Some(&3));
+    assert_eq!(f.went_in, [3]);
+    assert_eq!(a.waiting(Direction::Recv).copied().collect::<Vec<_>>(), [1]);
+}
