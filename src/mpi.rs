@@ -79,6 +79,9 @@
 //! `STARLING_COMM_STATS_DIR` (each rank writes its statistics there at shutdown, for
 //! the `comm-matrix` tool), `STARLING_WORKERS_GETBIND` and `STARLING_DISPLAY_BINDINGS`
 //! (workers bound to the cores the launcher gave the process: see [`bind`]),
+//! `STARLING_MPI_YIELD_WHEN_IDLE=1` (leave Open MPI's `mpi_yield_when_idle` as it would
+//! be: on when the node is oversubscribed; by default [`init`] turns it off before it
+//! initialises MPI, [`MpiConfig::mpi_yield_when_idle`]),
 //! `STARLING_CROWDED` (whether the node has fewer cores than ranks; by default from the
 //! launcher's count of the node's ranks — `OMPI_COMM_WORLD_LOCAL_SIZE`,
 //! `MPI_LOCALNRANKS`, `PMIX_LOCAL_SIZE` or `SLURM_NTASKS_PER_NODE` — against the node's
@@ -97,7 +100,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use starling_core::Rank;
 use starling_mpi::mpi::topology::Communicator;
-use starling_mpi::transport::{AppComms, Settings};
+use starling_mpi::transport::{AppComms, Settings, YieldWhenIdle};
 // The `starling-mpi` adapter's items: the transport, its settings and errors, the clock
 // alignment, worker binding, and rsmpi itself.
 pub use starling_mpi::{
@@ -159,6 +162,13 @@ pub struct MpiConfig {
     /// them and every communication is dropped, as in `starling::run_fake`. For measuring
     /// one rank's submission cost in a job of any size (usually `mpirun -n 1`).
     pub fake: Option<(Rank, u32)>,
+    /// Leave Open MPI's `mpi_yield_when_idle` as the launcher set it
+    /// (`STARLING_MPI_YIELD_WHEN_IDLE=1`). By default [`init`] turns it off before it
+    /// initialises MPI ([`transport::no_yield_when_idle`]): Open MPI turns it on on an
+    /// oversubscribed node, and then every poll of MPI that finds nothing gives up the
+    /// core, on top of the yields of Starling's own threads
+    /// ([`RuntimeConfig::crowded`](starling_std::RuntimeConfig::crowded)).
+    pub mpi_yield_when_idle: bool,
 }
 
 impl Default for MpiConfig {
@@ -174,6 +184,7 @@ impl Default for MpiConfig {
             getbind: GetBind::Auto,
             display_bindings: false,
             fake: None,
+            mpi_yield_when_idle: false,
         }
     }
 }
@@ -186,6 +197,7 @@ impl MpiConfig {
             application_calls_mpi: env_flag("STARLING_MPI_THREAD_MULTIPLE"),
             getbind: GetBind::from_env(),
             display_bindings: env_flag("STARLING_DISPLAY_BINDINGS"),
+            mpi_yield_when_idle: env_flag("STARLING_MPI_YIELD_WHEN_IDLE"),
             ..Self::default()
         };
         if let Some(s) = env_number("STARLING_WATCHDOG_SECS") {
@@ -299,7 +311,9 @@ pub fn init(config: MpiConfig) -> Result<MpiRank, MpiError> {
     if RUNNING.swap(true, Ordering::SeqCst) {
         return Err(MpiError::AlreadyRunning);
     }
-    start(config, None)
+    // Before any of the rank's threads start (the progression thread initialises MPI).
+    let yield_when_idle = (!config.mpi_yield_when_idle).then(transport::no_yield_when_idle);
+    start(config, None, yield_when_idle)
 }
 
 /// Starts this process's rank over a communicator the application made
@@ -356,11 +370,16 @@ pub fn init_comm<C: Communicator>(mut config: MpiConfig, comm: &C) -> Result<Mpi
     if let Some(dir) = config.hang_dir.take() {
         config.hang_dir = Some(dir.join(format!("comm-{}", comms.leader())));
     }
-    start(config, Some(comms))
+    start(config, Some(comms), None)
 }
 
-/// Starts the rank ([`init`], [`init_comm`]); `RUNNING` is set.
-fn start(config: MpiConfig, comms: Option<AppComms>) -> Result<MpiRank, MpiError> {
+/// Starts the rank ([`init`], [`init_comm`]); `RUNNING` is set. `yield_when_idle`: what
+/// [`init`] did to Open MPI's `mpi_yield_when_idle`.
+fn start(
+    config: MpiConfig,
+    comms: Option<AppComms>,
+    yield_when_idle: Option<YieldWhenIdle>,
+) -> Result<MpiRank, MpiError> {
     let abandon = Arc::new(AtomicBool::new(false));
     let settings = Settings {
         threading: config.threading(),
@@ -418,6 +437,7 @@ fn start(config: MpiConfig, comms: Option<AppComms>) -> Result<MpiRank, MpiError
                 bindings,
                 watchdog,
                 fired,
+                yield_when_idle,
             };
             if rank.config.display_bindings {
                 rank.display_bindings(rank_config.runtime.workers);
@@ -458,6 +478,8 @@ pub struct MpiRank {
     watchdog: Option<Watchdog>,
     /// What the watchdog found while the rank ran, if it fired.
     fired: Arc<Mutex<Vec<String>>>,
+    /// What [`init`] did to Open MPI's `mpi_yield_when_idle`.
+    yield_when_idle: Option<YieldWhenIdle>,
 }
 
 impl core::fmt::Debug for MpiRank {
@@ -498,10 +520,31 @@ impl MpiRank {
         self.bindings.as_ref()
     }
 
+    /// What [`init`] did to Open MPI's `mpi_yield_when_idle` before it initialised MPI
+    /// ([`transport::no_yield_when_idle`]); `None` when it was told to leave it
+    /// ([`MpiConfig::mpi_yield_when_idle`]) or did not initialise MPI ([`init_comm`]).
+    pub fn yield_when_idle(&self) -> Option<&YieldWhenIdle> {
+        self.yield_when_idle.as_ref()
+    }
+
     /// Prints one line: the rank's workers and cores (`STARLING_DISPLAY_BINDINGS`). Waits
     /// a little for the workers to bind themselves, as they do when they start.
     fn display_bindings(&self, workers: usize) {
         let rank = self.rank().0;
+        say(&format!(
+            "[starling-mpi] rank {rank}: Open MPI's mpi_yield_when_idle: {}",
+            match &self.yield_when_idle {
+                None => "left as the launcher set it".to_string(),
+                Some(YieldWhenIdle::TurnedOff { was }) =>
+                    format!("turned off (it was {})", was.as_deref().unwrap_or("unset")),
+                Some(YieldWhenIdle::AlreadyOff) => "off already".to_string(),
+                Some(YieldWhenIdle::TooLate) => "left: MPI was initialised already".to_string(),
+                Some(YieldWhenIdle::OtherThreads) => {
+                    "left: the process had other threads".to_string()
+                }
+                Some(_) => "left".to_string(),
+            }
+        ));
         let Some(b) = &self.bindings else {
             let cores = bind::process_cores()
                 .map_or_else(|e| format!("unknown ({e})"), |c| format!("{c:?}"));

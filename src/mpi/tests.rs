@@ -41,3 +41,25 @@ fn binding_off_leaves_the_runtime_alone_and_on_keeps_the_worker_count() {
     assert_eq!(runtime.workers, 3, "STARLING_NCPU's count stays");
     assert!(runtime.on_worker_start.is_some());
 }
+
+#[test]
+fn with_another_thread_the_environment_is_left_as_it_is() {
+    // Another thread, alive while the call runs: setting the environment could race with
+    // it, so nothing is set (whatever the test harness's own threads).
+    let (stop, wait) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || wait.recv());
+    let before = std::env::var_os(transport::YIELD_WHEN_IDLE_VAR);
+    let did = transport::no_yield_when_idle();
+    assert!(
+        matches!(
+            did,
+            YieldWhenIdle::OtherThreads
+                | YieldWhenIdle::AlreadyOff
+                | YieldWhenIdle::TooLate
+        ),
+        "{did:?}"
+    );
+    assert_eq!(std::env::var_os(transport::YIELD_WHEN_IDLE_VAR), before);
+    drop(stop);
+    let _ = other.join();
+}
