@@ -53,9 +53,7 @@ fn with_another_thread_the_environment_is_left_as_it_is() {
     assert!(
         matches!(
             did,
-            YieldWhenIdle::OtherThreads
-                | YieldWhenIdle::AlreadyOff
-                | YieldWhenIdle::TooLate
+            YieldWhenIdle::OtherThreads | YieldWhenIdle::AlreadyOff | YieldWhenIdle::TooLate
         ),
         "{did:?}"
     );
