@@ -81,7 +81,8 @@
 //! (workers bound to the cores the launcher gave the process: see [`bind`]),
 //! `STARLING_MPI_YIELD_WHEN_IDLE=1` (leave Open MPI's `mpi_yield_when_idle` as it would
 //! be: on when the node is oversubscribed; by default [`init`] turns it off before it
-//! initialises MPI, [`MpiConfig::mpi_yield_when_idle`]),
+//! initialises MPI, when `OMPI_MCA_mpi_yield_when_idle` is unset,
+//! [`MpiConfig::mpi_yield_when_idle`]),
 //! `STARLING_CROWDED` (whether the node has fewer cores than ranks; by default from the
 //! launcher's count of the node's ranks — `OMPI_COMM_WORLD_LOCAL_SIZE`,
 //! `MPI_LOCALNRANKS`, `PMIX_LOCAL_SIZE` or `SLURM_NTASKS_PER_NODE` — against the node's
@@ -162,10 +163,11 @@ pub struct MpiConfig {
     /// them and every communication is dropped, as in `starling::run_fake`. For measuring
     /// one rank's submission cost in a job of any size (usually `mpirun -n 1`).
     pub fake: Option<(Rank, u32)>,
-    /// Leave Open MPI's `mpi_yield_when_idle` as the launcher set it
+    /// Leave Open MPI's `mpi_yield_when_idle` to Open MPI
     /// (`STARLING_MPI_YIELD_WHEN_IDLE=1`). By default [`init`] turns it off before it
-    /// initialises MPI ([`transport::no_yield_when_idle`]): Open MPI turns it on on an
-    /// oversubscribed node, and then every poll of MPI that finds nothing gives up the
+    /// initialises MPI, unless the user or the launcher set it
+    /// ([`transport::no_yield_when_idle`]): Open MPI turns it on on an oversubscribed
+    /// node, and then every poll of MPI that finds nothing gives up the
     /// core, on top of the yields of Starling's own threads
     /// ([`RuntimeConfig::crowded`](starling_std::RuntimeConfig::crowded)).
     pub mpi_yield_when_idle: bool,
@@ -534,13 +536,12 @@ impl MpiRank {
         say(&format!(
             "[starling-mpi] rank {rank}: Open MPI's mpi_yield_when_idle: {}",
             match &self.yield_when_idle {
-                None => "left as the launcher set it".to_string(),
-                Some(YieldWhenIdle::TurnedOff { was }) =>
-                    format!("turned off (it was {})", was.as_deref().unwrap_or("unset")),
-                Some(YieldWhenIdle::AlreadyOff) => "off already".to_string(),
+                None => "left to Open MPI (STARLING_MPI_YIELD_WHEN_IDLE)".to_string(),
+                Some(YieldWhenIdle::TurnedOff) => "turned off (it was unset)".to_string(),
+                Some(YieldWhenIdle::Set(v)) => format!("left as set ({v})"),
                 Some(YieldWhenIdle::TooLate) => "left: MPI was initialised already".to_string(),
                 Some(YieldWhenIdle::OtherThreads) => {
-                    "left: the process had other threads".to_string()
+                    "left unset: the process had other threads".to_string()
                 }
                 Some(_) => "left".to_string(),
             }

@@ -154,34 +154,35 @@ struct Comm {
 }
 
 /// The environment variable through which Open MPI reads its `mpi_yield_when_idle`
-/// parameter at `MPI_Init` (an MCA parameter, `OMPI_MCA_<name>`). Left unset, Open MPI
-/// turns the parameter on by itself when the node is oversubscribed (more processes
-/// than slots, as `mpirun --oversubscribe` allows); set, it is what it says.
+/// parameter at `MPI_Init` (an MCA parameter, `OMPI_MCA_<name>`; `mpirun --mca
+/// mpi_yield_when_idle 1` sets it too). Left unset, Open MPI 4 turns the parameter on by
+/// itself when the node is oversubscribed (more processes than slots, as `mpirun
+/// --oversubscribe` allows); set, it is what it says (measured with Open MPI 4.1).
+/// Open MPI 5 turns it on for an oversubscribed node whatever the variable says (read in
+/// its sources, not run here): there, setting it changes nothing.
 pub const YIELD_WHEN_IDLE_VAR: &str = "OMPI_MCA_mpi_yield_when_idle";
 
 /// What [`no_yield_when_idle`] found and did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum YieldWhenIdle {
-    /// The variable was unset (Open MPI then decides: on when the node is
-    /// oversubscribed) or said something else: it is now 0.
-    TurnedOff {
-        /// What it said before (`None`: unset).
-        was: Option<String>,
-    },
-    /// It was 0 already.
-    AlreadyOff,
+    /// The variable was unset (Open MPI would decide: on when the node is
+    /// oversubscribed): it is now 0.
+    TurnedOff,
+    /// The variable was set, by the user or the launcher (`--mca`): left as it says.
+    Set(String),
     /// MPI is initialised already: its parameters are read; nothing changed.
     TooLate,
     /// The process has other threads, or their number cannot be read (not Linux):
     /// setting the environment could race with a thread that reads it, so it was left
-    /// as it is.
+    /// unset.
     OtherThreads,
 }
 
 /// Turns off Open MPI's `mpi_yield_when_idle` for this process before MPI is
-/// initialised, by setting [`YIELD_WHEN_IDLE_VAR`] to 0 (other MPI libraries do not
-/// read it).
+/// initialised, by setting [`YIELD_WHEN_IDLE_VAR`] to 0 when it is unset (a value the
+/// user or the launcher gave is kept; other MPI libraries do not read it). The variable
+/// stays in the environment: processes this one starts inherit it.
 ///
 /// With it on (what Open MPI chooses on an oversubscribed node), every call into MPI's
 /// progress that completes nothing gives up the core (`sched_yield`): each `MPI_Test`
@@ -189,19 +190,18 @@ pub enum YieldWhenIdle {
 /// worker about to run the task a message just made ready. Starling's threads pace
 /// their own polling (they yield at every poll when the ranks outnumber the cores:
 /// `RuntimeConfig::crowded`), and with MPI yielding too, the 4-process token ring on 2
-/// cores took 80 – 120 µs a hop against 9 – 13 µs without (`docs/performance.md`).
+/// cores took 87 – 109 µs a hop against 8.1 – 10 µs without (`docs/performance.md`).
 ///
 /// Sound only while no other thread reads or writes the environment, so it changes
 /// nothing when the process has another thread (Linux's `/proc/self/task` says; elsewhere
-/// it cannot tell, and changes nothing): call it on the main thread before anything
-/// starts threads, as the facade's `starling::mpi::init` does.
+/// it cannot tell, and changes nothing): call it before anything starts a thread, as the
+/// facade's `starling::mpi::init` does.
 pub fn no_yield_when_idle() -> YieldWhenIdle {
     if mpi::environment::is_initialized() {
         return YieldWhenIdle::TooLate;
     }
-    let was = std::env::var(YIELD_WHEN_IDLE_VAR).ok();
-    if was.as_deref().map(str::trim) == Some("0") {
-        return YieldWhenIdle::AlreadyOff;
+    if let Ok(value) = std::env::var(YIELD_WHEN_IDLE_VAR) {
+        return YieldWhenIdle::Set(value);
     }
     let alone = std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.count() == 1);
     if !alone {
@@ -211,7 +211,7 @@ pub fn no_yield_when_idle() -> YieldWhenIdle {
     // thread could have started another since): no other thread can read or write the
     // environment while it changes.
     unsafe { std::env::set_var(YIELD_WHEN_IDLE_VAR, "0") };
-    YieldWhenIdle::TurnedOff { was }
+    YieldWhenIdle::TurnedOff
 }
 
 /// What [`MpiTransport::new`] needs.

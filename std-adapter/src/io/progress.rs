@@ -711,7 +711,7 @@ impl<T: Transport> Admit for Progress<T> {
     }
 
     fn any_early(&self) -> bool {
-        self.engine.early_keys().next().is_some()
+        self.engine.any_early()
     }
 
     fn waiting_arrivals(&self) -> u64 {
