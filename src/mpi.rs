@@ -544,10 +544,6 @@ impl MpiRank {
                     "left unset: the process had other threads".to_string()
                 }
                 Some(_) => "left".to_string(),
-            } + match transport::yield_when_idle_in_use() {
-                Some(true) => "; MPI yields when idle",
-                Some(false) => "; MPI does not yield when idle",
-                None => "",
             }
         ));
         let Some(b) = &self.bindings else {

@@ -23,7 +23,7 @@
 //! | --- | --- |
 //! | [`MpiTransport::new`], [`transport::Settings`] | initialises MPI (or adopts the application's) on the calling thread and builds the transport |
 //! | [`transport::AppComms`] | Starling's duplicates of a communicator the application made (`starpu_mpi_init_comm`) |
-//! | [`transport::no_yield_when_idle`], [`transport::yield_when_idle_in_use`] | turns Open MPI's `mpi_yield_when_idle` off before MPI is initialised (Open MPI turns it on for an oversubscribed node), when that is sound; the value MPI then uses, read through `MPI_T` |
+//! | [`transport::no_yield_when_idle`] | turns Open MPI's `mpi_yield_when_idle` off before MPI is initialised (Open MPI turns it on for an oversubscribed node), when that is sound |
 //! | [`clock::offset_to_rank0`] | how far this process's clock is from rank 0's (the ranks' traces on one timeline) |
 //! | [`bind`] | the cores the launcher gave the process, and workers pinned to them (`STARLING_WORKERS_GETBIND`) |
 //! | [`under_mpirun`] | whether `mpirun`/`mpiexec` started this process |

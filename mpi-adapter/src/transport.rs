@@ -214,76 +214,6 @@ pub fn no_yield_when_idle() -> YieldWhenIdle {
     YieldWhenIdle::TurnedOff
 }
 
-/// Open MPI's `mpi_yield_when_idle` as MPI read it when [`MpiTransport::new`] initialised
-/// it or adopted it (see [`yield_when_idle_in_use`]).
-static YIELD_IN_USE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-
-/// Whether MPI yields the core on an empty poll, as MPI itself reports it: Open MPI's
-/// `mpi_yield_when_idle` control variable, read through the tools interface (`MPI_T`)
-/// once MPI is initialised, on the thread that built the transport. `None` before
-/// [`MpiTransport::new`], where MPI has no such variable (MPICH) or it cannot be read.
-pub fn yield_when_idle_in_use() -> Option<bool> {
-    YIELD_IN_USE.get().copied().flatten()
-}
-
-/// Reads Open MPI's `mpi_yield_when_idle` control variable through `MPI_T`; `None` when
-/// there is none or a call fails. Call with MPI initialised, on the thread that calls MPI.
-fn read_yield_when_idle() -> Option<bool> {
-    let mut provided: c_int = 0;
-    // SAFETY: `MPI_T_init_thread` may be called at any time, also after `MPI_Init`; it
-    // writes the level it provides into `provided`, which lives across the call.
-    let init =
-        unsafe { mpi::ffi::MPI_T_init_thread(mpi::ffi::RSMPI_THREAD_SINGLE, &raw mut provided) };
-    if init != mpi::ffi::MPI_SUCCESS as c_int {
-        return None;
-    }
-    let value = (|| {
-        let mut index: c_int = 0;
-        // SAFETY: the name is a NUL-terminated string that outlives the call; `index` is
-        // written only.
-        let found = unsafe {
-            mpi::ffi::MPI_T_cvar_get_index(c"mpi_yield_when_idle".as_ptr(), &raw mut index)
-        };
-        if found != mpi::ffi::MPI_SUCCESS as c_int {
-            return None;
-        }
-        let mut handle = core::mem::MaybeUninit::<mpi::ffi::MPI_T_cvar_handle>::uninit();
-        let mut count: c_int = 0;
-        // SAFETY: a variable not bound to an object takes a null object; the handle and
-        // the count are written only.
-        let alloc = unsafe {
-            mpi::ffi::MPI_T_cvar_handle_alloc(
-                index,
-                core::ptr::null_mut(),
-                handle.as_mut_ptr(),
-                &raw mut count,
-            )
-        };
-        if alloc != mpi::ffi::MPI_SUCCESS as c_int {
-            return None;
-        }
-        // SAFETY: `MPI_T_cvar_handle_alloc` succeeded: it wrote the handle.
-        let mut handle = unsafe { handle.assume_init() };
-        // A boolean variable is one `int` (Open MPI); room for a few wider values, to be
-        // safe whatever `count` and the type are.
-        let mut buf = [0_i64; 4];
-        let read = if (1..=4).contains(&count) {
-            // SAFETY: `buf` holds `count` values of up to 8 bytes each and outlives the
-            // call.
-            unsafe { mpi::ffi::MPI_T_cvar_read(handle, buf.as_mut_ptr().cast()) }
-        } else {
-            !0
-        };
-        // SAFETY: the handle was allocated above and is freed once.
-        unsafe { mpi::ffi::MPI_T_cvar_handle_free(&raw mut handle) };
-        // (an `int` of 0 or 1 is the low bytes of the first slot, which started at 0)
-        (read == mpi::ffi::MPI_SUCCESS as c_int).then(|| buf[0] as u32 != 0)
-    })();
-    // SAFETY: paired with the successful `MPI_T_init_thread` above.
-    unsafe { mpi::ffi::MPI_T_finalize() };
-    value
-}
-
 /// What [`MpiTransport::new`] needs.
 #[derive(Debug)]
 pub struct Settings {
@@ -530,7 +460,6 @@ impl MpiTransport {
             }
             Some(universe)
         };
-        let _ = YIELD_IN_USE.set(read_yield_when_idle());
         // `MPI_TAG_UB` is an attribute of the world (the standard does not promise it on
         // other communicators); it bounds tags on every communicator.
         let world = SimpleCommunicator::world();
