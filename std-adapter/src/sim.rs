@@ -763,6 +763,10 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
             .for_each(f);
     }
 
+    fn any_early(&self) -> bool {
+        self.cluster.nodes[self.rank.index()].engine.any_early()
+    }
+
     fn waiting_arrivals(&self) -> u64 {
         self.cluster.nodes[self.rank.index()]
             .engine

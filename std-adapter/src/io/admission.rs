@@ -93,13 +93,9 @@ pub(crate) trait Admit {
     /// ([`Engine::early_keys`](starling_core::engine::Engine::early_keys)).
     fn early_keys(&self, f: &mut dyn FnMut(Key));
 
-    /// Whether any message waits in the engine for its receive. The default asks
-    /// [`Admit::early_keys`].
-    fn any_early(&self) -> bool {
-        let mut any = false;
-        self.early_keys(&mut |_| any = true);
-        any
-    }
+    /// Whether any message waits in the engine for its receive
+    /// ([`Engine::any_early`](starling_core::engine::Engine::any_early)).
+    fn any_early(&self) -> bool;
 
     /// How many messages the engine kept waiting for their receive so far
     /// ([`Engine::waiting_arrivals`](starling_core::engine::Engine::waiting_arrivals)):

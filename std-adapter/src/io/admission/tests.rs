@@ -86,6 +86,10 @@ impl Admit for Fake {
         }
     }
 
+    fn any_early(&self) -> bool {
+        !self.early.is_empty()
+    }
+
     fn waiting_arrivals(&self) -> u64 {
         self.early.len() as u64
     }
