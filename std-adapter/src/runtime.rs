@@ -1,5 +1,6 @@
 //! The task runtime: data handles, interfaces, codelets and device layers, performance models, the scheduler, the ready queue, tasks and workers.
 
+pub(crate) mod by_id;
 pub mod codelet;
 pub mod data;
 pub mod device;

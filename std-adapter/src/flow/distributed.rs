@@ -815,7 +815,6 @@ impl Context {
     }
 }
 
-mod by_id;
 mod cache;
 mod collective;
 use cache::apply_update;

@@ -479,7 +479,10 @@ pub(crate) fn blob(bytes: Vec<u8>, capacity: usize) -> Arc<Cell<Blob>> {
 // A plain atomic, not the `sync` shim: a static needs a `const` constructor, and this
 // counter is no structure the loom models check.
 static TEMPORARY_IDS: core::sync::atomic::AtomicU32 =
-    core::sync::atomic::AtomicU32::new(0x8000_0000);
+    core::sync::atomic::AtomicU32::new(TEMPORARY_BASE);
+
+/// The first id of the temporary range ([`temporary_id`]).
+pub(crate) const TEMPORARY_BASE: u32 = 0x8000_0000;
 
 /// A new id for a handle the runtime makes for itself, in the temporary range.
 pub(crate) fn temporary_id() -> DataId {

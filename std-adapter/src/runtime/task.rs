@@ -22,11 +22,11 @@ use std::collections::HashMap;
 use starling_core::{AccessMode, DataId};
 
 use crate::error::{TaskError, TransferError};
-use crate::id_hash::IdMap;
+use crate::runtime::by_id::ById;
 use crate::runtime::codelet::DeviceTask;
 pub(crate) use crate::runtime::codelet::{Access, Finish, KernelTime, panic_text};
 pub use crate::runtime::codelet::{Buffers, Codelet, Kernel};
-use crate::runtime::data::AnyCell;
+use crate::runtime::data::{AnyCell, TEMPORARY_BASE};
 use crate::runtime::device::Layers;
 use crate::runtime::perfmodel::{Arch, Calibrate, Store};
 pub(crate) use crate::runtime::ready::NodeId;
@@ -118,6 +118,17 @@ struct HandleDeps {
     copies: u64,
 }
 
+impl HandleDeps {
+    /// Nothing pending and nothing to remember: the same as no entry.
+    fn is_idle(&self) -> bool {
+        self.last_writer.is_none()
+            && self.readers.is_empty()
+            && !self.unordered
+            && self.poison.is_none()
+            && self.copies == 0
+    }
+}
+
 /// Whether an access in `mode` depends on the value before it (R, RW, COMMUTE, REDUX):
 /// a poisoned value poisons it. A plain W replaces the value.
 fn reads_value(mode: AccessMode) -> bool {
@@ -131,7 +142,10 @@ fn writes_value(mode: AccessMode) -> bool {
 
 struct State {
     nodes: Slab<Node>,
-    handles: IdMap<DataId, HandleDeps>,
+    /// Each handle's pending accesses, by id: a vector for the application's handles
+    /// (submission and completion walk it in the flow's order), a hash map for the
+    /// runtime's temporary ones, dropped when nothing of theirs is pending.
+    handles: ById<HandleDeps>,
     sched: Scheduler,
     /// Nodes submitted and not complete, plus requests in flight: what `wait_for_all`
     /// waits to reach zero.
@@ -280,7 +294,7 @@ impl Runtime {
         });
         let state = State {
             nodes: Slab::default(),
-            handles: IdMap::default(),
+            handles: ById::new(),
             sched: {
                 let mut sched = Scheduler::new(config.sched, &arch);
                 sched.count_on_pollers(config.is_crowded());
@@ -489,7 +503,7 @@ impl Runtime {
                 .iter()
                 .filter(|b| b.cell.id() == data)
                 .any(|b| b.mode.writes() || b.mode.contains(AccessMode::COMMUTE));
-            let hd = handles.entry(data).or_default();
+            let hd = handles.or_default(data);
             if hd.unordered {
                 continue;
             }
@@ -720,6 +734,11 @@ impl Runtime {
                     }
                 }
                 hd.readers.retain(|r| *r != id);
+                if hd.is_idle() && a.cell.id().0 >= TEMPORARY_BASE {
+                    // A temporary handle with nothing pending: nothing to keep (its
+                    // entry would otherwise outlive it, one per reduction buffer).
+                    st.handles.remove(&a.cell.id());
+                }
             }
         }
         for s in node.successors {
@@ -805,7 +824,7 @@ impl Runtime {
 
     /// Switches sequential consistency for one handle.
     pub(crate) fn set_ordered(&self, data: DataId, ordered: bool) {
-        self.state().handles.entry(data).or_default().unordered = !ordered;
+        self.state().handles.or_default(data).unordered = !ordered;
     }
 
     /// Blocks until every node and request submitted so far has completed.

@@ -10,7 +10,7 @@ use starling_core::insert::{Access, Plan};
 use starling_core::select::Policies;
 use starling_core::{CommId, DataId, Owner, Rank, Tag};
 
-use super::by_id::ById;
+use crate::runtime::by_id::ById;
 use crate::runtime::data::AnyCell;
 use crate::runtime::task::{Codelet, env_flag};
 use crate::sync::Arc;

@@ -128,7 +128,7 @@ impl Runtime {
             _ => 1,
         };
         for a in &node.accesses {
-            let h = handles.entry(a.cell.id()).or_default();
+            let h = handles.or_default(a.cell.id());
             let before = if h.copies == 0 { 1 } else { h.copies };
             h.copies = if writes_value(a.mode) {
                 bit

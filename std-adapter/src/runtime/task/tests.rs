@@ -212,6 +212,35 @@ mod dependencies {
     }
 
     #[test]
+    fn a_temporary_handle_leaves_no_entry_once_nothing_of_it_is_pending() {
+        use crate::runtime::data::TEMPORARY_BASE;
+        let hooks = Hooks::new();
+        let h = variable(0, 0);
+        let t = variable(TEMPORARY_BASE + 1, 0);
+        hooks.submit("w", vec![access(&h, W), access(&t, W)]);
+        hooks.submit("r", vec![access(&t, R)]);
+        let temporaries = || hooks.rt.state().handles.temporaries();
+        assert_eq!(temporaries(), 1);
+        hooks.complete("w");
+        // The reader still holds the temporary handle: its entry stays, and orders a
+        // writer after the reader.
+        assert_eq!(temporaries(), 1);
+        hooks.submit("w2", vec![access(&t, W)]);
+        assert_eq!(hooks.started(), ["w", "r"]);
+        hooks.complete("r");
+        assert_eq!(hooks.started(), ["w", "r", "w2"]);
+        hooks.complete("w2");
+        assert_eq!(
+            temporaries(),
+            0,
+            "a temporary handle's entry outlived its accesses"
+        );
+        // The application's handle keeps its slot.
+        assert!(hooks.rt.state().handles.get(&DataId(0)).is_some());
+        hooks.finish();
+    }
+
+    #[test]
     fn reads_of_one_handle_start_together() {
         let hooks = Hooks::new();
         let h = variable(0, 0);
