@@ -69,7 +69,23 @@ enum Work {
         callback: Option<Callback>,
         tag: Option<TaskTag>,
     },
-    Hook(Hook),
+    Hook {
+        hook: Hook,
+        /// The hook asks the device layers itself how to read its data (a send: a device
+        /// value or main memory), instead of main memory being brought up to date before
+        /// it.
+        own_host: bool,
+    },
+}
+
+impl Work {
+    /// A hook that reads main memory as the layers leave it.
+    fn hook(hook: Hook) -> Self {
+        Self::Hook {
+            hook,
+            own_host: false,
+        }
+    }
 }
 
 /// Why a node is poisoned: the first failed transfer that its input depends on.
@@ -79,8 +95,23 @@ pub(crate) type Poison = Arc<TransferError>;
 /// its [`crate::TaskHandle`].
 pub(crate) type Outcome = Arc<Mutex<Option<Result<(), TaskError>>>>;
 
+/// Where `dmda` placed a task and what it expects of it: boxed, and absent under `prio`
+/// and `ws`, so that a node takes two cache lines (its slot one 128-byte line pair,
+/// `slab.rs`), which the submitting thread writes and a worker on another core reads.
+#[derive(Clone, Copy)]
+struct Placement {
+    /// Where the scheduler placed the task once ready.
+    placed: Target,
+    /// The duration it expects there.
+    expected: Option<f64>,
+    /// When it was handed to its device (seconds of the scheduler's clock).
+    begin: f64,
+}
+
+/// A node of the task graph (a task, or a hook: a request, an acquisition).
 struct Node {
-    deps: usize,
+    /// Predecessors not completed yet (a count of nodes, far below 2^32).
+    deps: u32,
     successors: Vec<NodeId>,
     priority: i32,
     accesses: Vec<Access>,
@@ -90,16 +121,22 @@ struct Node {
     /// [`Runtime::fail`], this node's own transfer failed): a task does not run, and the
     /// data it writes are poisoned in turn for the nodes after it.
     poison: Option<Poison>,
-    /// A hook that asks the device layers itself how to read its data (a send: a device
-    /// value or main memory), instead of main memory being brought up to date before it.
-    own_host: bool,
     /// A task's outcome, for its handle: set when the node completes.
     outcome: Option<Outcome>,
-    /// Where the scheduler placed the task once ready, and the duration it expects there.
-    placed: Target,
-    expected: Option<f64>,
-    /// When it was handed to its device (seconds of the scheduler's clock).
-    begin: f64,
+    /// `dmda`'s placement, once placed.
+    placement: Option<Box<Placement>>,
+}
+
+impl Node {
+    /// Where the scheduler placed the task (`Any` unless `dmda` placed it).
+    fn placed(&self) -> Target {
+        self.placement.as_ref().map_or(Target::Any, |p| p.placed)
+    }
+
+    /// The duration the scheduler expects the task to take where it placed it.
+    fn expected(&self) -> Option<f64> {
+        self.placement.as_ref().and_then(|p| p.expected)
+    }
 }
 
 #[derive(Default)]
@@ -396,14 +433,7 @@ impl Runtime {
             tag,
         };
         let outcome = Outcome::default();
-        self.submit_node(
-            work,
-            accesses,
-            priority,
-            0,
-            false,
-            Some(Arc::clone(&outcome)),
-        );
+        self.submit_node(work, accesses, priority, 0, Some(Arc::clone(&outcome)));
         outcome
     }
 
@@ -423,19 +453,23 @@ impl Runtime {
     /// submitting thread if they already are), and the node completes when someone calls
     /// [`Runtime::complete`] with its id.
     pub(crate) fn submit_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
-        self.submit(Work::Hook(hook), accesses, priority, 0, false);
+        self.submit(Work::hook(hook), accesses, priority, 0);
     }
 
     /// [`Runtime::submit_hook`] for a request: also counts the request in flight, as
     /// [`Runtime::begin_request`] does, under the same lock.
     pub(crate) fn submit_request_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
-        self.submit(Work::Hook(hook), accesses, priority, 1, false);
+        self.submit(Work::hook(hook), accesses, priority, 1);
     }
 
     /// [`Runtime::submit_request_hook`] for a send: the hook reads its data itself, asking
     /// the device layers how ([`crate::device::Layers::export`], else `to_host`).
     pub(crate) fn submit_send_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
-        self.submit(Work::Hook(hook), accesses, priority, 1, true);
+        let work = Work::Hook {
+            hook,
+            own_host: true,
+        };
+        self.submit(work, accesses, priority, 1);
     }
 
     /// Records a host access that could not bring its data back from a device: reported
@@ -445,15 +479,8 @@ impl Runtime {
     }
 
     /// Submits a node, counting `requests` requests in flight with it.
-    fn submit(
-        &self,
-        work: Work,
-        accesses: Vec<Access>,
-        priority: i32,
-        requests: usize,
-        own_host: bool,
-    ) {
-        self.submit_node(work, accesses, priority, requests, own_host, None);
+    fn submit(&self, work: Work, accesses: Vec<Access>, priority: i32, requests: usize) {
+        self.submit_node(work, accesses, priority, requests, None);
     }
 
     /// [`Runtime::submit`], with the outcome a task's handle reads.
@@ -463,7 +490,6 @@ impl Runtime {
         accesses: Vec<Access>,
         priority: i32,
         requests: usize,
-        own_host: bool,
         outcome: Option<Outcome>,
     ) {
         let mut st = self.state();
@@ -534,11 +560,8 @@ impl Runtime {
             accesses,
             work: Some(work),
             poison,
-            own_host,
             outcome,
-            placed: Target::Any,
-            expected: None,
-            begin: 0.0,
+            placement: None,
         });
         debug_assert_eq!(inserted, id);
         let mut hooks = Hooks::default();
@@ -556,9 +579,9 @@ impl Runtime {
             return;
         };
         match node.work.take() {
-            Some(Work::Hook(h)) => {
+            Some(Work::Hook { hook: h, own_host }) => {
                 // A hook accesses host memory: the device layers bring it up to date first.
-                let host = if self.shared.layers.any() && !node.own_host {
+                let host = if self.shared.layers.any() && !own_host {
                     node.accesses.clone()
                 } else {
                     Vec::new()

@@ -5,7 +5,8 @@
 //! [`crate::sched`], the models in [`crate::perfmodel`].
 
 use super::{
-    Access, DeviceTask, KernelTime, NodeId, Runtime, State, Work, reads_value, writes_value,
+    Access, DeviceTask, KernelTime, NodeId, Placement, Runtime, State, Work, reads_value,
+    writes_value,
 };
 use crate::runtime::perfmodel::{Arch, Bus};
 use crate::runtime::sched::{SchedPolicy, Target};
@@ -136,13 +137,17 @@ impl Runtime {
                 before | bit
             };
         }
-        node.placed = match target {
+        let placed = match target {
             Target::Worker(w) => sched.push_to(w, node.priority, id, expected.unwrap_or(0.0)),
             Target::Device(d) => sched.push_device(d, expected.unwrap_or(0.0)),
             Target::Any => sched.push(node.priority, id, None),
         };
-        node.expected = expected;
-        node.placed
+        node.placement = Some(Box::new(Placement {
+            placed,
+            expected,
+            begin: 0.0,
+        }));
+        placed
     }
 
     /// Hands task `id`, placed on a device slot by `dmda`, to its device layer; when the
@@ -161,7 +166,9 @@ impl Runtime {
         else {
             return;
         };
-        node.begin = now;
+        if let Some(p) = node.placement.as_mut() {
+            p.begin = now;
+        }
         let accesses = node.accesses.clone();
         let priority = node.priority;
         st.running += 1;
@@ -183,11 +190,11 @@ impl Runtime {
             {
                 let mut st = self.state();
                 let State { nodes, sched, .. } = &mut *st;
-                if let Some(node) = nodes.get_mut(&id) {
-                    if let Target::Device(d) = node.placed {
-                        sched.withdraw_device(d, node.expected.unwrap_or(0.0));
+                if let Some(p) = nodes.get_mut(&id).and_then(|n| n.placement.as_mut()) {
+                    if let Target::Device(d) = p.placed {
+                        sched.withdraw_device(d, p.expected.unwrap_or(0.0));
                     }
-                    node.placed = Target::Any;
+                    p.placed = Target::Any;
                 }
             }
             task.run_on_cpu(|b| self.shared.layers.to_host(b.accesses));
@@ -207,9 +214,13 @@ impl Runtime {
         if !self.shared.measure && self.shared.policy != SchedPolicy::Dmda {
             return None;
         }
-        let (placed, expected, begin) = st.nodes.get(&id).map_or((Target::Any, None, 0.0), |n| {
-            (n.placed, n.expected, n.begin)
-        });
+        let (placed, expected, begin) = st
+            .nodes
+            .get(&id)
+            .and_then(|n| n.placement.as_deref())
+            .map_or((Target::Any, None, 0.0), |p| {
+                (p.placed, p.expected, p.begin)
+            });
         match (placed, ran_on) {
             (Target::Device(d), _) => {
                 let (measured, sampled) = match kernel {

@@ -23,6 +23,10 @@ use std::collections::VecDeque;
 
 use super::NodeId;
 
+/// Aligned to a cache line: a node's slot (128 bytes for the task graph's nodes) takes
+/// two whole lines, never parts of three, when the submitting thread writes it and a
+/// worker on another core reads it.
+#[repr(align(64))]
 struct Slot<T> {
     generation: u32,
     value: Option<T>,
@@ -128,6 +132,15 @@ impl<T> Slab<T> {
 #[cfg(test)]
 mod tests {
     use super::Slab;
+
+    #[test]
+    fn a_nodes_slot_is_two_whole_cache_lines() {
+        // The submitting thread writes a node's slot and a worker on another core reads
+        // it: each byte over 128 is a third line to move (`Node` keeps `dmda`'s
+        // placement boxed for this).
+        assert_eq!(size_of::<super::Slot<super::super::Node>>(), 128);
+        assert_eq!(align_of::<super::Slot<super::super::Node>>(), 64);
+    }
 
     #[test]
     fn an_id_names_its_node_until_it_is_removed_and_never_after() {

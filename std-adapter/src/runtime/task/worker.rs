@@ -99,8 +99,8 @@ impl Runtime {
         };
         let accesses = node.accesses.clone();
         let priority = node.priority;
-        let expected = node.expected;
-        if let Target::Worker(placed) = node.placed {
+        let expected = node.expected();
+        if let Target::Worker(placed) = node.placed() {
             if self.shared.policy == SchedPolicy::Dmda {
                 sched.started(placed, expected.unwrap_or(0.0));
             }
