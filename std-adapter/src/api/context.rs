@@ -9,7 +9,7 @@ use crate::error::{CommError, Noted, TaskError, TransferError};
 use crate::io::progress::{Command, Drive};
 use crate::runtime::data::{AnyCell, Cell, DataMut, DataRef, Handle, Interface};
 use crate::runtime::pool::BufferPool;
-use crate::runtime::task::{Access, Codelet, NodeId, Outcome, Runtime, TaskTag};
+use crate::runtime::task::{Access, Codelet, NodeId, Runtime, TaskTag};
 use crate::sync::{Arc, AtomicBool, AtomicU32, Mutex, Ordering, lock};
 use crate::trace::{self};
 
@@ -254,29 +254,29 @@ impl TaskBuilder<'_> {
 }
 
 /// A submitted task, to wait for it alone ([`TaskBuilder::submit`]; the reference's
-/// `starpu_task_wait` on a task submitted with `detach = 0`). Cheap: two shared pointers;
-/// clone it to wait from several places. Dropping it detaches nothing and waits for
-/// nothing.
+/// `starpu_task_wait` on a task submitted with `detach = 0`). Cheap: a shared pointer to
+/// the runtime and the task's id; clone it to wait from several places. Dropping it
+/// detaches nothing and waits for nothing.
 #[derive(Clone)]
 pub struct TaskHandle {
     runtime: Runtime,
-    outcome: Outcome,
+    id: NodeId,
 }
 
 impl core::fmt::Debug for TaskHandle {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("TaskHandle")
-            .field("outcome", &*lock(&self.outcome))
+            .field("outcome", &self.test())
             .finish_non_exhaustive()
     }
 }
 
 impl TaskHandle {
-    /// The handle of a task of `ctx`'s runtime whose outcome is `outcome`.
-    pub(crate) fn new(ctx: &Context, outcome: Outcome) -> Self {
+    /// The handle of task `id` of `ctx`'s runtime.
+    pub(crate) fn new(ctx: &Context, id: NodeId) -> Self {
         Self {
             runtime: ctx.runtime.clone(),
-            outcome,
+            id,
         }
     }
 
@@ -293,17 +293,17 @@ impl TaskHandle {
     /// task or a callback it can wait for a task that needs the very worker it holds (on
     /// a rank with one worker, it waits forever).
     pub fn wait(&self) -> Result<(), TaskError> {
-        self.runtime.wait_outcome(&self.outcome)
+        self.runtime.wait_outcome(self.id)
     }
 
     /// The task's outcome if it completed, `None` while it has not (without waiting).
     pub fn test(&self) -> Option<Result<(), TaskError>> {
-        lock(&self.outcome).clone()
+        self.runtime.task_outcome(self.id)
     }
 
     /// Whether the task completed (ran, failed or was skipped).
     pub fn is_done(&self) -> bool {
-        lock(&self.outcome).is_some()
+        self.test().is_some()
     }
 }
 

@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use starling_core::{AccessMode, DataId};
 
 use crate::error::{TaskError, TransferError};
+use crate::id_hash::IdMap;
 use crate::runtime::by_id::ById;
 use crate::runtime::codelet::DeviceTask;
 pub(crate) use crate::runtime::codelet::{Access, Finish, KernelTime, panic_text};
@@ -91,9 +92,23 @@ impl Work {
 /// Why a node is poisoned: the first failed transfer that its input depends on.
 pub(crate) type Poison = Arc<TransferError>;
 
-/// A task's outcome, set once when it completes (under the runtime's state lock), read by
-/// its [`crate::TaskHandle`].
-pub(crate) type Outcome = Arc<Mutex<Option<Result<(), TaskError>>>>;
+/// Why a task failed, kept for its [`crate::TaskHandle`] once its node is gone
+/// ([`State::task_failures`]).
+enum TaskFailure {
+    /// It did not run: an input depends on this failed transfer.
+    Upstream(Poison),
+    /// Its kernel or callback panicked, or its data could not come back from a device.
+    Failed(Box<TaskError>),
+}
+
+impl TaskFailure {
+    fn error(&self) -> TaskError {
+        match self {
+            Self::Upstream(p) => TaskError::Upstream(Box::new((**p).clone())),
+            Self::Failed(e) => (**e).clone(),
+        }
+    }
+}
 
 /// Where `dmda` placed a task and what it expects of it: boxed, and absent under `prio`
 /// and `ws`, so that a node takes two cache lines (its slot one 128-byte line pair,
@@ -121,8 +136,6 @@ struct Node {
     /// [`Runtime::fail`], this node's own transfer failed): a task does not run, and the
     /// data it writes are poisoned in turn for the nodes after it.
     poison: Option<Poison>,
-    /// A task's outcome, for its handle: set when the node completes.
-    outcome: Option<Outcome>,
     /// `dmda`'s placement, once placed.
     placement: Option<Box<Placement>>,
 }
@@ -206,6 +219,12 @@ struct State {
     tasks_done: u64,
     /// Failed transfers the task flow depends on, in the order they failed.
     failures: Vec<Poison>,
+    /// Why each task that failed or did not run failed, by id, for its handle: a task
+    /// that completes without failing leaves nothing (its handle reads "done" from its
+    /// node being gone), so a task costs no outcome of its own to allocate, share with
+    /// the worker that completes it and free (issue 20). Kept for the runtime's life, as
+    /// the failures and panics reported at shutdown are.
+    task_failures: IdMap<NodeId, TaskFailure>,
     /// Poisoned tasks made ready and not completed yet (they complete without running).
     skipped: Vec<NodeId>,
     /// Tasks that did not run because an input depended on a failed transfer.
@@ -348,6 +367,7 @@ impl Runtime {
             tasks_submitted: 0,
             tasks_done: 0,
             failures: Vec::new(),
+            task_failures: IdMap::default(),
             skipped: Vec::new(),
             tasks_skipped: 0,
         };
@@ -412,8 +432,9 @@ impl Runtime {
         (st.tasks_done, st.tasks_submitted)
     }
 
-    /// Submits a task; its outcome is set once it completes: `Ok` when it ran,
-    /// [`TaskError`] when it did not run (a failed transfer upstream) or failed.
+    /// Submits a task, and returns its id: [`Runtime::task_outcome`] says how it ended
+    /// once it completed, `Ok` when it ran, [`TaskError`] when it did not run (a failed
+    /// transfer upstream) or failed.
     pub(crate) fn submit_task(
         &self,
         codelet: Codelet,
@@ -421,7 +442,7 @@ impl Runtime {
         priority: i32,
         callback: Option<Callback>,
         tag: Option<TaskTag>,
-    ) -> Outcome {
+    ) -> NodeId {
         if let Some(device) = codelet.device() {
             if self.shared.layers.attach(&device.layer) {
                 self.measure_bus(&device.layer);
@@ -432,17 +453,31 @@ impl Runtime {
             callback,
             tag,
         };
-        let outcome = Outcome::default();
-        self.submit_node(work, accesses, priority, 0, Some(Arc::clone(&outcome)));
-        outcome
+        self.submit_node(work, accesses, priority, 0)
     }
 
-    /// Blocks until `outcome` (of [`Runtime::submit_task`]) is set, and returns it.
-    pub(crate) fn wait_outcome(&self, outcome: &Outcome) -> Result<(), TaskError> {
+    /// How task `id` (of [`Runtime::submit_task`]) ended, `None` while it has not
+    /// completed. A node id names its node until it completes and nothing after
+    /// (`task/slab.rs`), and a failure is recorded before its task completes.
+    fn outcome_in(st: &State, id: NodeId) -> Option<Result<(), TaskError>> {
+        if st.nodes.get(&id).is_some() {
+            return None;
+        }
+        Some(st.task_failures.get(&id).map_or(Ok(()), |f| Err(f.error())))
+    }
+
+    /// [`Runtime::outcome_in`], without waiting.
+    pub(crate) fn task_outcome(&self, id: NodeId) -> Option<Result<(), TaskError>> {
+        Self::outcome_in(&self.state(), id)
+    }
+
+    /// Blocks until task `id` (of [`Runtime::submit_task`]) completed, and returns how
+    /// it ended.
+    pub(crate) fn wait_outcome(&self, id: NodeId) -> Result<(), TaskError> {
         let _wait = trace::wait(self.tracer(), "task_wait");
         let mut st = self.state();
         loop {
-            if let Some(r) = lock(outcome).clone() {
+            if let Some(r) = Self::outcome_in(&st, id) {
                 return r;
             }
             st = self.wait_progress(st);
@@ -480,18 +515,17 @@ impl Runtime {
 
     /// Submits a node, counting `requests` requests in flight with it.
     fn submit(&self, work: Work, accesses: Vec<Access>, priority: i32, requests: usize) {
-        self.submit_node(work, accesses, priority, requests, None);
+        self.submit_node(work, accesses, priority, requests);
     }
 
-    /// [`Runtime::submit`], with the outcome a task's handle reads.
+    /// [`Runtime::submit`], returning the node's id.
     fn submit_node(
         &self,
         work: Work,
         accesses: Vec<Access>,
         priority: i32,
         requests: usize,
-        outcome: Option<Outcome>,
-    ) {
+    ) -> NodeId {
         let mut st = self.state();
         // The id is known before the node goes in: the handles' bookkeeping names it.
         let id = st.nodes.next_id();
@@ -560,7 +594,6 @@ impl Runtime {
             accesses,
             work: Some(work),
             poison,
-            outcome,
             placement: None,
         });
         debug_assert_eq!(inserted, id);
@@ -571,6 +604,7 @@ impl Runtime {
         }
         drop(st);
         self.run_hooks(hooks);
+        id
     }
 
     /// A node's dependencies are met: queue a task, or collect a hook to run unlocked.
@@ -719,8 +753,18 @@ impl Runtime {
             st.tasks_done += 1;
             // Its tag is unlocked as if it ran, so that `tag_wait` returns (the failure
             // that skipped it is reported by the waits and at shutdown) instead of hanging.
-            let tag = match st.nodes.get_mut(&id).and_then(|n| n.work.take()) {
-                Some(Work::Task { tag, .. }) => tag,
+            let tag = match st
+                .nodes
+                .get_mut(&id)
+                .map(|n| (n.work.take(), n.poison.clone()))
+            {
+                Some((Some(Work::Task { tag, .. }), poison)) => {
+                    // Its handle reads why, once the node is gone.
+                    if let Some(p) = poison {
+                        st.task_failures.insert(id, TaskFailure::Upstream(p));
+                    }
+                    tag
+                }
                 _ => None,
             };
             if let Some(t) = tag {
@@ -734,14 +778,6 @@ impl Runtime {
         let Some(node) = st.nodes.remove(&id) else {
             return;
         };
-        if let Some(outcome) = &node.outcome {
-            // Set under the state lock, before `notify_progress`: a waiter cannot miss it.
-            // A failure already set (by `finish_task`) stays.
-            lock(outcome).get_or_insert_with(|| match &node.poison {
-                Some(p) => Err(TaskError::Upstream(Box::new((**p).clone()))),
-                None => Ok(()),
-            });
-        }
         for a in &node.accesses {
             if let Some(hd) = st.handles.get_mut(&a.cell.id()) {
                 if hd.last_writer == Some(id) {

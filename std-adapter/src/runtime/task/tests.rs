@@ -1247,6 +1247,49 @@ mod poison {
     }
 
     #[test]
+    fn a_tasks_outcome_is_read_by_its_id_even_after_its_slot_is_taken_again() {
+        use crate::error::TaskError;
+        let (rt, workers) = start(1);
+        let x = variable(0, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.submit_hook(
+            vec![access(&x, W)],
+            0,
+            Box::new(move |id| tx.send(id).unwrap()),
+        );
+        let recv = rx.recv().unwrap();
+        let skipped = rt.submit_task(
+            Codelet::empty("reads x"),
+            vec![access(&x, R)],
+            0,
+            None,
+            None,
+        );
+        assert!(rt.task_outcome(skipped).is_none(), "not complete yet");
+        rt.fail(recv, failure(0));
+        assert!(rt.wait_until(support::TIMEOUT, |v| v.outstanding == 0));
+        let ran = rt.submit_task(
+            Codelet::empty("writes x"),
+            vec![access(&x, W)],
+            0,
+            None,
+            None,
+        );
+        // More tasks than slots were freed: every freed slot is taken again, with its
+        // generation raised.
+        for _ in 0..64 {
+            rt.submit_task(Codelet::empty("more"), vec![access(&x, RW)], 0, None, None);
+        }
+        assert!(rt.wait_until(support::TIMEOUT, |v| v.outstanding == 0));
+        match rt.wait_outcome(skipped) {
+            Err(TaskError::Upstream(e)) => assert_eq!(*e, failure(0)),
+            other => panic!("expected the failed transfer, got {other:?}"),
+        }
+        assert!(matches!(rt.task_outcome(ran), Some(Ok(()))));
+        finish(&rt, workers);
+    }
+
+    #[test]
     fn a_hook_after_a_poisoned_value_sees_the_poison_and_a_writer_hook_does_not() {
         let hooks = Hooks::new();
         let x = variable(0, 0);

@@ -245,12 +245,13 @@ impl Runtime {
     ) -> Option<DeviceEnd> {
         if let Some(what) = failure {
             let mut st = self.state();
-            if let Some(outcome) = st.nodes.get(&id).and_then(|n| n.outcome.as_ref()) {
-                *lock(outcome) = Some(Err(TaskError::Failed {
-                    codelet: name.to_owned(),
-                    what: what.clone(),
-                }));
-            }
+            // Its handle reads why, once the node is gone.
+            let failed = TaskError::Failed {
+                codelet: name.to_owned(),
+                what: what.clone(),
+            };
+            st.task_failures
+                .insert(id, TaskFailure::Failed(Box::new(failed)));
             st.panics.push(format!("task `{name}` {what}"));
         }
         if let Some(t) = tag {
