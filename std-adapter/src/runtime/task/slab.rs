@@ -9,9 +9,9 @@
 //!
 //! A freed slot is taken again before the table grows, the first freed first, with its
 //! generation raised, so that the id of a node that completed names nothing any more
-//! (a late [`Slab::get`] of it finds `None`, as the hash table did; a generation wraps
-//! only after 2^32 reuses of one slot, and nothing holds a node's id past its
-//! completion for that long). The table grows to the most nodes live at once, never
+//! (a late [`Slab::get`] of it finds `None`, as the hash table did). A slot whose 2^32
+//! generations are spent is retired, never wrapped: an id names one node for the
+//! runtime's life (a `TaskHandle` reads its task's outcome by it). The table grows to the most nodes live at once, never
 //! beyond. First freed, first taken: the submitting
 //! thread and a worker completing tasks work on two ends of the free list, so that a new
 //! node does not land in the slot a worker on another core freed a moment ago, whose
@@ -115,7 +115,14 @@ impl<T> Slab<T> {
             .get_mut(slot)
             .filter(|s| s.generation == generation)?;
         let value = s.value.take()?;
-        s.generation = s.generation.wrapping_add(1);
+        if s.generation == u32::MAX {
+            // Its generations are spent: the slot is retired rather than wrapped, so that
+            // no id ever names two nodes (a `TaskHandle` keeps its task's id for as long
+            // as the application likes, and reads "done" and the failure by it). One
+            // slot of 128 bytes lost per 2^32 nodes that used it.
+            return Some(value);
+        }
+        s.generation += 1;
         // `slot` came from a u32.
         #[allow(clippy::cast_possible_truncation)]
         self.free.push_back(slot as u32);
@@ -125,13 +132,32 @@ impl<T> Slab<T> {
     /// How many nodes are live.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.slots.iter().filter(|s| s.value.is_some()).count()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::Slab;
+
+    #[test]
+    fn a_slot_whose_generations_are_spent_is_retired_not_wrapped() {
+        let mut s = Slab::default();
+        let first = s.insert("first");
+        assert_eq!(s.remove(&first), Some("first"));
+        // Slot 0, free, at its last generation.
+        s.slots[0].generation = u32::MAX;
+        let last = s.insert("last");
+        assert_eq!(last, u64::from(u32::MAX) << 32, "slot 0's last generation");
+        assert_eq!(s.remove(&last), Some("last"));
+        // The next node takes a new slot: slot 0 wrapped would give `first`'s id again.
+        let next = s.insert("next");
+        assert_ne!(next, first);
+        assert_eq!(next, 1, "slot 1, generation 0");
+        assert_eq!(s.get(&last), None);
+        assert_eq!(s.get(&first), None);
+        assert_eq!(s.len(), 1);
+    }
 
     #[test]
     fn a_nodes_slot_is_two_whole_cache_lines() {
