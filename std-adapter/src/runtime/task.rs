@@ -169,13 +169,15 @@ struct HandleDeps {
 }
 
 impl HandleDeps {
-    /// Nothing pending and nothing to remember: the same as no entry.
+    /// Nothing pending and nothing to remember but `dmda`'s estimate of its copies: a
+    /// temporary handle's entry goes then (the estimate goes with it: it only weighs a
+    /// transfer, never decides coherence, and under `dmda` it is never 0 once placed,
+    /// which kept every temporary handle's entry).
     fn is_idle(&self) -> bool {
         self.last_writer.is_none()
             && self.readers.is_empty()
             && !self.unordered
             && self.poison.is_none()
-            && self.copies == 0
     }
 }
 

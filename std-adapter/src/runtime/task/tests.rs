@@ -241,6 +241,34 @@ mod dependencies {
     }
 
     #[test]
+    fn under_dmda_a_temporary_handle_leaves_no_entry_either() {
+        // `dmda` records where it expects a handle's copies (never 0 once placed): that
+        // estimate must not keep a temporary handle's entry alive.
+        use crate::runtime::data::TEMPORARY_BASE;
+        use crate::runtime::sched::SchedPolicy;
+        let home = std::env::temp_dir().join(format!("starling-dmda-temp-{}", std::process::id()));
+        let config = RuntimeConfig {
+            workers: 1,
+            disable_kernels: false,
+            sched: SchedPolicy::Dmda,
+            model_home: Some(home.clone()),
+            ..RuntimeConfig::default()
+        };
+        let (rt, workers) = Runtime::start(&config, "test");
+        let t = variable(TEMPORARY_BASE + 1, 0);
+        rt.submit_task(
+            Codelet::new("writes t", |_| {}),
+            vec![access(&t, W)],
+            0,
+            None,
+            None,
+        );
+        super::support::finish(&rt, workers);
+        assert_eq!(rt.state().handles.temporaries(), 0);
+        let _ = std::fs::remove_dir_all(home);
+    }
+
+    #[test]
     fn reads_of_one_handle_start_together() {
         let hooks = Hooks::new();
         let h = variable(0, 0);
