@@ -263,7 +263,7 @@ mod dependencies {
             None,
             None,
         );
-        super::support::finish(&rt, workers);
+        support::finish(&rt, workers);
         assert_eq!(rt.state().handles.temporaries(), 0);
         let _ = std::fs::remove_dir_all(home);
     }
