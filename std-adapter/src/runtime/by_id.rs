@@ -20,11 +20,11 @@ use core::ops::Index;
 use starling_core::DataId;
 
 use crate::id_hash::IdMap;
-use crate::runtime::data::TEMPORARY_BASE;
+use crate::runtime::data::is_temporary;
 
 /// A map from [`DataId`] to `V`, with the `HashMap` methods its users need.
 pub(crate) struct ById<V> {
-    /// Slot `i` holds id `i`, for the ids a context hands out (below [`TEMPORARY_BASE`]).
+    /// Slot `i` holds id `i`, for the ids a context hands out (not temporary ones).
     slots: Vec<Option<V>>,
     /// The ids of temporary handles.
     sparse: IdMap<DataId, V>,
@@ -45,8 +45,8 @@ impl<V> ById<V> {
     }
 
     /// Whether `id` has a slot in the vector.
-    fn dense(id: DataId) -> bool {
-        id.0 < TEMPORARY_BASE
+    const fn dense(id: DataId) -> bool {
+        !is_temporary(id)
     }
 
     pub(crate) fn get(&self, id: &DataId) -> Option<&V> {
@@ -70,11 +70,16 @@ impl<V> ById<V> {
         if !Self::dense(id) {
             return self.sparse.entry(id).or_insert_with(make);
         }
+        self.slot(id).get_or_insert_with(make)
+    }
+
+    /// The vector's slot of dense id `id`, grown to it.
+    fn slot(&mut self, id: DataId) -> &mut Option<V> {
         let i = id.0 as usize;
         if i >= self.slots.len() {
             self.slots.resize_with(i + 1, || None);
         }
-        self.slots[i].get_or_insert_with(make)
+        &mut self.slots[i]
     }
 
     /// Sets the value of `id`; returns the one it replaces.
@@ -82,11 +87,7 @@ impl<V> ById<V> {
         if !Self::dense(id) {
             return self.sparse.insert(id, value);
         }
-        let i = id.0 as usize;
-        if i >= self.slots.len() {
-            self.slots.resize_with(i + 1, || None);
-        }
-        self.slots[i].replace(value)
+        self.slot(id).replace(value)
     }
 
     pub(crate) fn remove(&mut self, id: &DataId) -> Option<V> {
@@ -125,6 +126,7 @@ impl<V> Index<&DataId> for ById<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::data::TEMPORARY_BASE;
 
     #[test]
     fn a_map_by_id_behaves_as_a_hash_map() {

@@ -484,6 +484,11 @@ static TEMPORARY_IDS: core::sync::atomic::AtomicU32 =
 /// The first id of the temporary range ([`temporary_id`]).
 pub(crate) const TEMPORARY_BASE: u32 = 0x8000_0000;
 
+/// Whether `id` is a temporary handle's ([`temporary_id`]), not one a context handed out.
+pub(crate) const fn is_temporary(id: DataId) -> bool {
+    id.0 >= TEMPORARY_BASE
+}
+
 /// A new id for a handle the runtime makes for itself, in the temporary range.
 pub(crate) fn temporary_id() -> DataId {
     DataId(TEMPORARY_IDS.fetch_add(1, core::sync::atomic::Ordering::SeqCst))

@@ -27,7 +27,7 @@ use crate::runtime::by_id::ById;
 use crate::runtime::codelet::DeviceTask;
 pub(crate) use crate::runtime::codelet::{Access, Finish, KernelTime, panic_text};
 pub use crate::runtime::codelet::{Buffers, Codelet, Kernel};
-use crate::runtime::data::{AnyCell, TEMPORARY_BASE};
+use crate::runtime::data::{AnyCell, is_temporary};
 use crate::runtime::device::Layers;
 use crate::runtime::perfmodel::{Arch, Calibrate, Store};
 pub(crate) use crate::runtime::ready::NodeId;
@@ -795,7 +795,7 @@ impl Runtime {
                     }
                 }
                 hd.readers.retain(|r| *r != id);
-                if hd.is_idle() && a.cell.id().0 >= TEMPORARY_BASE {
+                if hd.is_idle() && is_temporary(a.cell.id()) {
                     // A temporary handle with nothing pending: nothing to keep (its
                     // entry would otherwise outlive it, one per reduction buffer).
                     st.handles.remove(&a.cell.id());

@@ -1208,6 +1208,18 @@ mod poison {
         }
     }
 
+    /// A receive into `x`, started and held until the test fails or completes it: its
+    /// node's id.
+    fn held_receive(rt: &Runtime, x: &Arc<Cell<Variable<u64>>>) -> super::super::NodeId {
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.submit_hook(
+            vec![access(x, W)],
+            0,
+            Box::new(move |id| tx.send(id).unwrap()),
+        );
+        rx.recv().unwrap()
+    }
+
     /// A task that logs its name when it runs.
     fn logged(log: &Arc<Mutex<Vec<&'static str>>>, name: &'static str) -> Codelet {
         let log = Arc::clone(log);
@@ -1221,14 +1233,7 @@ mod poison {
         let x = variable(0, 0);
         let y = variable(1, 0);
         let z = variable(2, 0);
-        // A receive into x, held until the test fails it.
-        let (tx, rx) = std::sync::mpsc::channel();
-        rt.submit_hook(
-            vec![access(&x, W)],
-            0,
-            Box::new(move |id| tx.send(id).unwrap()),
-        );
-        let recv = rx.recv().unwrap();
+        let recv = held_receive(&rt, &x);
         let log_cb = Arc::clone(&log);
         // y = f(x), then z = g(y): both poisoned. An unrelated task on z's sibling runs.
         rt.submit_task(
@@ -1279,13 +1284,7 @@ mod poison {
         use crate::error::TaskError;
         let (rt, workers) = start(1);
         let x = variable(0, 0);
-        let (tx, rx) = std::sync::mpsc::channel();
-        rt.submit_hook(
-            vec![access(&x, W)],
-            0,
-            Box::new(move |id| tx.send(id).unwrap()),
-        );
-        let recv = rx.recv().unwrap();
+        let recv = held_receive(&rt, &x);
         let skipped = rt.submit_task(
             Codelet::empty("reads x"),
             vec![access(&x, R)],
