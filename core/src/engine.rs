@@ -188,6 +188,25 @@ pub struct RefusalOrder {
     pub payload: Option<PhysTag>,
 }
 
+/// A reading of what [`Engine::recv_would_wait`] depends on ([`Engine::recv_room`]).
+/// While two readings are equal, a receive that would wait still would: no match key
+/// was freed, no message was kept waiting for its receive, nothing went in or out of the
+/// engine's own wait — short of a submission of the adapter's own between them, which
+/// the adapter knows about. An adapter that polls without pause asks again only when the
+/// reading changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct RecvRoom {
+    /// Distinct keys of the posted receives in the matcher.
+    pub keys: usize,
+    /// Distinct keys of the receives posted on fast tags (protocol §19).
+    pub fast_keys: usize,
+    /// [`Engine::waiting_arrivals`].
+    pub arrivals: u64,
+    /// Receives waiting inside the engine for room in the matcher.
+    pub deferred: usize,
+}
+
 impl<const REQ: usize, const KEYS: usize, const PEERS: usize> fmt::Debug
     for Engine<REQ, KEYS, PEERS>
 {
@@ -238,6 +257,36 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// is matched at once and completes without anything else.
     pub fn has_early(&self, key: Key) -> bool {
         self.matcher.has_unexpected_key(key)
+    }
+
+    /// Whether a receive of `key` whose data became ready now would wait inside the
+    /// engine for room in the matcher ([`Engine::handle_data_ready`]): receives wait there
+    /// already, or no message of `key` waits for it, no receive of `key` is posted and
+    /// every match key is taken. An adapter that keeps receives waiting in order may keep
+    /// such a receive itself until this turns `false` — it goes in then with no wait
+    /// inside — unless its message is here ([`Engine::has_early`]: it is matched at once).
+    /// A hint: a receive submitted anyway is never refused for it.
+    pub fn recv_would_wait(&self, key: Key) -> bool {
+        if !self.deferred.is_empty() {
+            return true;
+        }
+        if crate::fast::fast_tag(&self.config, key.comm, key.tag).is_some() {
+            return !self.fast.contains_key(key) && self.fast.key_count() >= self.key_limit();
+        }
+        self.matcher.recv_keys() >= self.key_limit()
+            && !self.matcher.has_recv_key(key)
+            && !self.matcher.has_unexpected_key(key)
+    }
+
+    /// The reading of what [`Engine::recv_would_wait`] depends on ([`RecvRoom`]): four
+    /// counters, no lookup.
+    pub fn recv_room(&self) -> RecvRoom {
+        RecvRoom {
+            keys: self.matcher.recv_keys(),
+            fast_keys: self.fast.key_count(),
+            arrivals: self.waiting_arrivals,
+            deferred: self.deferred.len(),
+        }
     }
 
     /// Whether any message waits in the engine for its receive ([`Engine::has_early`]

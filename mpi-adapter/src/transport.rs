@@ -73,9 +73,35 @@ use starling_std::transport::{Completion, RecvBuffer, SendBuffer, Transport};
 use crate::TransportError;
 use crate::lent::{Lent, split, split_mut};
 
-/// A payload request: its chunks' requests (`None` once completed) and its buffer.
+/// The requests of a payload's chunks (`None` once completed): one inline (an envelope, a
+/// message within the transport's limit: no allocation per message), or several.
+enum Reqs {
+    One(Option<Request<'static, [u8]>>),
+    Many(Vec<Option<Request<'static, [u8]>>>),
+}
+
+impl Reqs {
+    /// The chunks' requests.
+    fn as_mut_slice(&mut self) -> &mut [Option<Request<'static, [u8]>>] {
+        match self {
+            Self::One(r) => core::slice::from_mut(r),
+            Self::Many(v) => v,
+        }
+    }
+
+    /// The requests of the chunks not completed.
+    fn into_pending(self) -> impl Iterator<Item = Request<'static, [u8]>> {
+        let (one, many) = match self {
+            Self::One(r) => (r, Vec::new()),
+            Self::Many(v) => (None, v),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+}
+
+/// A payload request: its chunks' requests and its buffer.
 struct Op {
-    reqs: Vec<Option<Request<'static, [u8]>>>,
+    reqs: Reqs,
     lent: Lent,
     /// Bytes received so far (receives).
     got: usize,
@@ -85,7 +111,7 @@ impl Op {
     /// Tests every unfinished chunk; whether all have completed.
     fn test(&mut self) -> bool {
         let mut done = true;
-        for slot in &mut self.reqs {
+        for slot in self.reqs.as_mut_slice() {
             if let Some(r) = slot.take() {
                 match r.test() {
                     Ok(status) => self.got += count(&status),
@@ -102,7 +128,7 @@ impl Op {
     /// Gives up on the unfinished chunks (an abnormal shutdown): their requests and the
     /// buffer are leaked, since MPI may still use them.
     fn abandon(self) {
-        for r in self.reqs.into_iter().flatten() {
+        for r in self.reqs.into_pending() {
             core::mem::forget(r);
         }
     }
@@ -386,16 +412,18 @@ impl MpiTransport {
         };
         let process = self.comm(comm).process_at_rank(dest.0 as i32);
         let reqs = if buf.len() <= max {
-            vec![Some(process.immediate_send_with_tag(
+            Reqs::One(Some(process.immediate_send_with_tag(
                 StaticScope,
                 buf,
                 tag.0,
-            ))]
+            )))
         } else {
-            split(buf, max)
-                .into_iter()
-                .map(|chunk| Some(process.immediate_send_with_tag(StaticScope, chunk, tag.0)))
-                .collect()
+            Reqs::Many(
+                split(buf, max)
+                    .into_iter()
+                    .map(|chunk| Some(process.immediate_send_with_tag(StaticScope, chunk, tag.0)))
+                    .collect(),
+            )
         };
         self.sends.push((token, Op { reqs, lent, got: 0 }));
     }
@@ -413,18 +441,20 @@ impl MpiTransport {
         let max = self.max_message;
         let process = self.comm(comm).process_at_rank(source.0 as i32);
         let reqs = if buf.len() <= max {
-            vec![Some(process.immediate_receive_into_with_tag(
+            Reqs::One(Some(process.immediate_receive_into_with_tag(
                 StaticScope,
                 buf,
                 tag.0,
-            ))]
+            )))
         } else {
-            split_mut(buf, max)
-                .into_iter()
-                .map(|chunk| {
-                    Some(process.immediate_receive_into_with_tag(StaticScope, chunk, tag.0))
-                })
-                .collect()
+            Reqs::Many(
+                split_mut(buf, max)
+                    .into_iter()
+                    .map(|chunk| {
+                        Some(process.immediate_receive_into_with_tag(StaticScope, chunk, tag.0))
+                    })
+                    .collect(),
+            )
         };
         self.recvs.push((token, Op { reqs, lent, got: 0 }));
     }
@@ -642,7 +672,7 @@ impl MpiTransport {
                     source: Rank(source as u32),
                     index: id,
                     op: Op {
-                        reqs: vec![Some(req)],
+                        reqs: Reqs::One(Some(req)),
                         lent,
                         got: 0,
                     },
@@ -893,7 +923,7 @@ impl Transport for MpiTransport {
         self.barriers.push_back(BarrierOp {
             token,
             exchange: Some(Op {
-                reqs: vec![Some(req)],
+                reqs: Reqs::One(Some(req)),
                 lent,
                 got: 0,
             }),

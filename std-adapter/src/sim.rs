@@ -743,6 +743,16 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
         self.cluster.nodes[self.rank.index()].engine.has_early(key)
     }
 
+    fn recv_would_wait(&self, key: Key) -> bool {
+        self.cluster.nodes[self.rank.index()]
+            .engine
+            .recv_would_wait(key)
+    }
+
+    fn recv_room(&self) -> Option<starling_core::engine::RecvRoom> {
+        Some(self.cluster.nodes[self.rank.index()].engine.recv_room())
+    }
+
     fn fast_path(&self) -> bool {
         starling_core::fast::enabled(self.cluster.nodes[self.rank.index()].engine.config())
     }

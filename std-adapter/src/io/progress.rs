@@ -697,6 +697,14 @@ impl<T: Transport> Admit for Progress<T> {
         self.engine.has_early(key)
     }
 
+    fn recv_would_wait(&self, key: Key) -> bool {
+        self.engine.recv_would_wait(key)
+    }
+
+    fn recv_room(&self) -> Option<starling_core::engine::RecvRoom> {
+        Some(self.engine.recv_room())
+    }
+
     fn fast_path(&self) -> bool {
         starling_core::fast::enabled(self.engine.config())
     }

@@ -273,3 +273,43 @@ fn a_refused_envelope_keeps_its_order_with_its_key_and_its_payload_tag_only() {
     );
     assert_eq!(b.refusal_order(Rank(0), W, &[1, 2, 3]), None);
 }
+
+#[test]
+fn recv_would_wait_says_whether_a_receive_would_wait_for_a_key_and_the_reading_moves_with_it() {
+    let mut b = limited(1, 0, 2);
+    let key = |t: i64| Key {
+        comm: W,
+        peer: Rank(0),
+        tag: Tag(t),
+    };
+    assert!(!b.recv_would_wait(key(1)));
+    let first = ready_recv(&mut b, 1);
+    let _second = ready_recv(&mut b, 2);
+    let full = b.recv_room();
+    // Both keys taken: a third key would wait; another receive of a posted key would not.
+    assert!(b.recv_would_wait(key(3)));
+    assert!(!b.recv_would_wait(key(1)));
+    // A message of tag 4 kept for its receive: that receive is matched at once.
+    assert!(matches!(
+        b.handle_message(Rank(0), W, &eager(4, 0, 7)),
+        Ok(Arrival::Stash { .. })
+    ));
+    assert!(!b.recv_would_wait(key(4)));
+    assert_ne!(
+        b.recv_room(),
+        full,
+        "an arrival kept waiting moves the reading"
+    );
+    let stashed = b.recv_room();
+    // The message of tag 1 frees its key: tag 3 would go in now, and the reading moved.
+    assert!(matches!(
+        b.handle_message(Rank(0), W, &eager(1, 1, 7)),
+        Ok(Arrival::Deliver { req, .. }) if req == first
+    ));
+    assert!(!b.recv_would_wait(key(3)));
+    assert_ne!(b.recv_room(), stashed, "a freed key moves the reading");
+    // A receive waiting inside the engine makes every later one wait behind it.
+    let _third = ready_recv(&mut b, 3);
+    let _fifth = ready_recv(&mut b, 5);
+    assert!(b.recv_would_wait(key(2)));
+}

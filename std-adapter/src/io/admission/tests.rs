@@ -29,6 +29,13 @@ struct Fake {
     gate: bool,
     /// Submissions refused so far.
     refused: usize,
+    /// Keys whose receive would wait inside the engine for match keys
+    /// ([`Admit::recv_would_wait`]), unless their message is here.
+    no_key_room: Vec<Key>,
+    /// The engine's reading of its match-key room ([`Admit::recv_room`]).
+    recv_room: Option<RecvRoom>,
+    /// How many times [`Admit::recv_would_wait`] was asked.
+    wait_asked: core::cell::Cell<usize>,
 }
 
 impl Admit for Fake {
@@ -101,6 +108,15 @@ impl Admit for Fake {
 
     fn fast_path(&self) -> bool {
         self.fast
+    }
+
+    fn recv_would_wait(&self, key: Key) -> bool {
+        self.wait_asked.set(self.wait_asked.get() + 1);
+        self.no_key_room.contains(&key) && !self.early.contains(&key)
+    }
+
+    fn recv_room(&self) -> Option<RecvRoom> {
+        self.recv_room
     }
 }
 
@@ -404,4 +420,70 @@ fn the_waiting_receives_keys_are_kept_only_while_a_question_needs_them() {
     assert_eq!(f.submitted.last(), Some(&3));
     assert_eq!(f.went_in, [3]);
     assert_eq!(a.waiting(Direction::Recv).copied().collect::<Vec<_>>(), [1]);
+}
+
+fn room(keys: usize) -> RecvRoom {
+    RecvRoom {
+        keys,
+        fast_keys: 0,
+        arrivals: 0,
+        deferred: 0,
+    }
+}
+
+#[test]
+fn a_receive_that_would_wait_inside_the_engine_for_a_key_waits_here_until_its_message_comes() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    f.room = 10;
+    f.slots = Some(10);
+    let key = |c: u32| Key::new(CommId::WORLD, Rank(0), Tag(i64::from(c)));
+    // Receive 1 would wait inside the engine (every match key taken): it waits here,
+    // and receive 3 behind it, whatever its own key.
+    f.no_key_room = vec![key(1)];
+    a.offer(&mut f, Direction::Recv, 1);
+    a.offer(&mut f, Direction::Recv, 3);
+    assert!(f.submitted.is_empty());
+    assert!(!a.admit_waiting(&mut f));
+    assert!(f.submitted.is_empty());
+    // Its message came (early data in the engine): it is matched at once, so it goes in.
+    f.early = vec![key(1)];
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.submitted, [1, 3]);
+    // A key freed: a receive goes in at once.
+    f.early.clear();
+    f.no_key_room.clear();
+    a.offer(&mut f, Direction::Recv, 5);
+    assert_eq!(f.submitted, [1, 3, 5]);
+}
+
+#[test]
+fn the_oldest_receive_found_not_to_go_in_is_asked_about_again_only_once_the_engine_changed() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    f.room = 10;
+    f.slots = Some(10);
+    f.recv_room = Some(room(1024));
+    let key = Key::new(CommId::WORLD, Rank(0), Tag(1));
+    f.no_key_room = vec![key];
+    a.offer(&mut f, Direction::Recv, 1);
+    let asked = f.wait_asked.get();
+    // Idle polls: nothing changed, nothing asked.
+    for _ in 0..5 {
+        assert!(!a.admit_waiting(&mut f));
+    }
+    assert!(f.wait_asked.get() <= asked + 1, "asked on every idle poll");
+    let asked = f.wait_asked.get();
+    // A key freed: the reading changed, so it is asked again and goes in.
+    f.no_key_room.clear();
+    f.recv_room = Some(room(1023));
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.submitted, [1]);
+    assert!(f.wait_asked.get() > asked);
+    // A free slot more changes the answer too: a receive that may not take the last
+    // slot waits, and goes in once another slot freed, the reading unchanged.
+    f.slots = Some(1);
+    a.offer(&mut f, Direction::Recv, 3);
+    assert!(!a.admit_waiting(&mut f));
+    f.slots = Some(2);
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.submitted, [1, 3]);
 }

@@ -187,6 +187,7 @@ impl<T: Transport> Progress<T> {
             match self.engine.handle_message(source, comm, &bytes) {
                 Ok(Arrival::Nothing) => {}
                 Ok(Arrival::Deliver { req, inline }) => {
+                    let at = window(&bytes, inline).ok_or_else(|| inline.to_vec());
                     if let Some(Pending::Recv {
                         bytes: slot,
                         in_place,
@@ -195,11 +196,13 @@ impl<T: Transport> Progress<T> {
                     {
                         // What a marker left (§19) is replaced by the message.
                         *in_place = None;
-                        *slot = Some(inline.to_vec());
+                        *slot = Some(at.map_or_else(|copy| copy, |at| keep_inline(bytes, at)));
                     }
                 }
                 Ok(Arrival::Stash { early, inline }) => {
-                    self.early.insert(early, inline.to_vec());
+                    let at = window(&bytes, inline).ok_or_else(|| inline.to_vec());
+                    let kept = at.map_or_else(|copy| copy, |at| keep_inline(bytes, at));
+                    self.early.insert(early, kept);
                 }
                 Err(MessageError::Full(Table::Transmits | Table::Events)) => {
                     // Outputs first, then the same message again.
@@ -337,4 +340,27 @@ impl<T: Transport> Progress<T> {
             }
         }
     }
+}
+
+/// `inline` as an owned buffer: `bytes` cut down to it in place when it is a part of
+/// `bytes` (the engine hands out an eager payload as a slice of the envelope it was
+/// given), so that the payload keeps the envelope's buffer rather than being copied into
+/// one of its own (an allocation per message); a copy otherwise.
+fn keep_inline(mut bytes: Vec<u8>, inline: (usize, usize)) -> Vec<u8> {
+    let (start, len) = inline;
+    match start.checked_add(len) {
+        Some(end) if end <= bytes.len() => {
+            bytes.truncate(end);
+            bytes.drain(..start);
+            bytes
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Where `inline` lies in `bytes`: its start and length, or `None` when it is not a part
+/// of it.
+fn window(bytes: &[u8], inline: &[u8]) -> Option<(usize, usize)> {
+    let start = (inline.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
+    (start.checked_add(inline.len())? <= bytes.len()).then_some((start, inline.len()))
 }
