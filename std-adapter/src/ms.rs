@@ -588,7 +588,7 @@ fn send_bytes(
     done: Done,
 ) -> Result<(), CommError> {
     let cell: Arc<dyn AnyCell> = blob(bytes, 0);
-    ctx.post_send(cell, dest, tag, SendOpts::default(), done)
+    ctx.post_send(cell, dest, tag, SendOpts::default(), move |r| done.call(r))
 }
 
 /// Receives one message from `source` with `tag`; `then` runs with its bytes.
@@ -603,7 +603,7 @@ fn recv_bytes(
 ) -> Result<(), CommError> {
     let blob = blob(Vec::new(), MAX_MESSAGE);
     let cell: Arc<dyn AnyCell> = blob.clone();
-    let done: Done = Box::new(move |result| {
+    let done: Done = Done::new(move |result| {
         then(result.map(|()| blob.take().map(|b| b.bytes).unwrap_or_default()));
     });
     let opts = RecvOpts {
@@ -611,7 +611,7 @@ fn recv_bytes(
         sequential_consistency: false,
         unlock: None,
     };
-    ctx.post_recv(cell, source, tag, opts, done)
+    ctx.post_recv(cell, source, tag, opts, move |r| done.call(r))
 }
 
 /// Runs this rank's part of a master-slave job on `ctx`, a context of the whole job (the

@@ -479,14 +479,26 @@ fn post_transfer(
                 sync: t.sync,
                 unlock: None,
             };
-            ctx.post_flow_send(cell, t.peer, t.tag, opts, Box::new(|_| {}))
+            ctx.post_flow_send(
+                cell,
+                t.peer,
+                t.tag,
+                opts,
+                crate::io::progress::Done::new(|_| {}),
+            )
         }
         Direction::Recv => {
             let opts = RecvOpts {
                 comm,
                 ..RecvOpts::default()
             };
-            ctx.post_flow_recv(cell, t.peer, t.tag, opts, Box::new(|_| {}))
+            ctx.post_flow_recv(
+                cell,
+                t.peer,
+                t.tag,
+                opts,
+                crate::io::progress::Done::new(|_| {}),
+            )
         }
     }
 }

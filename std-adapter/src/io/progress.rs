@@ -65,8 +65,37 @@ pub(crate) type RankEngine = Engine<4096, 2048, 256>;
 /// does.
 pub(crate) const MATCH_KEYS: usize = 1024;
 
-/// Called once, on the progression thread, when a request finishes.
-pub(crate) type Done = Box<dyn FnOnce(Result<(), CommError>) + Send>;
+/// Called once, on the progression thread, when a request finishes ([`Done::call`]): a
+/// closure, or the hang tracker's entry that holds one. The tracker keeps a request's
+/// closure where the watchdog can reach it, and the request carries only the entry's
+/// place ([`crate::tools::hang::Tracked`]) — before, a box of its own around the
+/// closure, one allocation per request.
+pub(crate) struct Done(DoneKind);
+
+enum DoneKind {
+    Call(Box<dyn FnOnce(Result<(), CommError>) + Send>),
+    Tracked(crate::tools::hang::Tracked),
+}
+
+impl Done {
+    /// `f`, boxed.
+    pub(crate) fn new(f: impl FnOnce(Result<(), CommError>) + Send + 'static) -> Self {
+        Self(DoneKind::Call(Box::new(f)))
+    }
+
+    /// The closure that the hang tracker's entry `t` holds.
+    pub(crate) const fn tracked(t: crate::tools::hang::Tracked) -> Self {
+        Self(DoneKind::Tracked(t))
+    }
+
+    /// Runs it with the request's outcome.
+    pub(crate) fn call(self, result: Result<(), CommError>) {
+        match self.0 {
+            DoneKind::Call(f) => f(result),
+            DoneKind::Tracked(t) => t.finish(result),
+        }
+    }
+}
 
 /// What the progression thread is asked to do.
 pub(crate) enum Command {
@@ -501,7 +530,7 @@ impl<T: Transport> Progress<T> {
                     Err(e) if e.waits() => {
                         return Err(Command::Send { args, bytes, done });
                     }
-                    Err(e) => done(Err(CommError::from(e))),
+                    Err(e) => done.call(Err(CommError::from(e))),
                 }
             }
             Command::Recv {
@@ -532,7 +561,7 @@ impl<T: Transport> Progress<T> {
                     Err(e) if e.waits() => {
                         return Err(Command::Recv { args, cell, done });
                     }
-                    Err(e) => done(Err(CommError::from(e))),
+                    Err(e) => done.call(Err(CommError::from(e))),
                 }
             }
             other => self.command(other),
@@ -586,7 +615,7 @@ impl<T: Transport> Progress<T> {
                     if let Some(Pending::Send { done, .. } | Pending::Recv { done, .. }) =
                         self.pending.remove(&req)
                     {
-                        done(Err(error));
+                        done.call(Err(error));
                     }
                     return;
                 }

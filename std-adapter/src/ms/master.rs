@@ -423,7 +423,7 @@ impl Master<'_> {
                 bundle.encode(),
                 rank,
                 CMD,
-                Box::new(move |r| {
+                crate::io::progress::Done::new(move |r| {
                     if let Err(e) = r {
                         let _ =
                             tx.send(Event::SendFailed(format!("a message to slave {rank}: {e}")));

@@ -127,7 +127,7 @@ impl Slave<'_> {
             reply.encode(),
             self.master,
             REPLY,
-            Box::new(move |r| {
+            crate::io::progress::Done::new(move |r| {
                 if let Err(e) = r {
                     let _ = tx.send(Event::Failed(format!("a reply to the master: {e}")));
                 }
@@ -147,7 +147,7 @@ impl Slave<'_> {
     /// A completion that reports a failed transfer of datum `uid`.
     fn report(&self, what: String) -> crate::io::progress::Done {
         let tx = self.tx.clone();
-        Box::new(move |r| {
+        crate::io::progress::Done::new(move |r| {
             if let Err(e) = r {
                 let _ = tx.send(Event::Failed(format!("{what}: {e}")));
             }
@@ -193,7 +193,7 @@ impl Slave<'_> {
                 Ok(cell) => {
                     let done = self.report(format!("receiving datum {uid} from rank {from}"));
                     self.ctx
-                        .post_recv(cell, from, tag, RecvOpts::default(), done)?;
+                        .post_recv(cell, from, tag, RecvOpts::default(), move |r| done.call(r))?;
                 }
                 Err(e) => {
                     let _ = self.tx.send(Event::Failed(e));
@@ -203,7 +203,7 @@ impl Slave<'_> {
                 Ok(cell) => {
                     let done = self.report(format!("sending datum {uid} to rank {dest}"));
                     self.ctx
-                        .post_send(cell, dest, tag, SendOpts::default(), done)?;
+                        .post_send(cell, dest, tag, SendOpts::default(), move |r| done.call(r))?;
                 }
                 Err(e) => {
                     let _ = self.tx.send(Event::Failed(e));

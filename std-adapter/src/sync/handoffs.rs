@@ -38,7 +38,7 @@ fn loom_a_request_completed_on_another_thread_wakes_its_waiter() {
     loom::model(|| {
         let log = reports();
         let (req, done) = request_pair("send".into(), Arc::clone(&log), None, None);
-        let progression = thread::spawn(move || done(Ok(())));
+        let progression = thread::spawn(move || done.call(Ok(())));
         assert_eq!(req.wait(), Ok(()));
         progression.join().expect("the progression thread");
         assert!(lock(&log).is_empty(), "a waited request is not reported");
@@ -54,7 +54,7 @@ fn loom_a_test_racing_the_completion_sees_nothing_or_the_outcome() {
             tag: starling_core::Tag(3),
         };
         let outcome = Err(failure.clone());
-        let progression = thread::spawn(move || done(outcome));
+        let progression = thread::spawn(move || done.call(outcome));
         match req.test() {
             None => assert_eq!(req.wait(), Err(failure)),
             Some(got) => {
@@ -77,7 +77,7 @@ fn loom_a_request_dropped_unwaited_is_reported_once() {
     loom::model(|| {
         let log = reports();
         let (req, done) = request_pair("send of d0".into(), Arc::clone(&log), None, None);
-        let progression = thread::spawn(move || done(Ok(())));
+        let progression = thread::spawn(move || done.call(Ok(())));
         drop(req);
         progression.join().expect("the progression thread");
         assert!(

@@ -54,8 +54,8 @@ mod merge;
 mod track;
 
 pub use merge::{Explanation, GROUPS, LIKE, explain, explain_all, explain_and_keep, hang_dir};
-pub(crate) use track::Tracker;
 pub use track::{Activity, Probe, Watchdog};
+pub(crate) use track::{Tracked, Tracker};
 
 /// What a pending item of a rank is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -5,6 +5,7 @@
 use std::sync::mpsc;
 
 use starling_core::engine::{RecvArgs, SendArgs};
+use starling_core::envelope::HEADER_LEN;
 use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 
 use crate::error::{CommError, Noted, TransferDirection, TransferError};
@@ -71,7 +72,15 @@ impl Context {
         opts: SendOpts,
         done: Done,
     ) -> Result<(), CommError> {
-        self.post_send_from(cell, dest, tag, opts, done, self.in_place_min, true)
+        self.post_send_from(
+            cell,
+            dest,
+            tag,
+            opts,
+            move |r| done.call(r),
+            self.in_place_min,
+            true,
+        )
     }
 
     /// [`Context::post_recv`] for a transfer the task flow depends on: when it fails, the
@@ -86,7 +95,7 @@ impl Context {
         done: Done,
     ) -> Result<(), CommError> {
         let data = cell.id();
-        self.post_recv_inner(cell, source, tag, opts, done, Some(data))
+        self.post_recv_inner(cell, source, tag, opts, move |r| done.call(r), Some(data))
     }
 
     /// [`Context::post_flow_recv`] into a buffer that stands for datum `data` (a
@@ -100,7 +109,7 @@ impl Context {
         opts: RecvOpts,
         done: Done,
     ) -> Result<(), CommError> {
-        self.post_recv_inner(cell, source, tag, opts, done, Some(data))
+        self.post_recv_inner(cell, source, tag, opts, move |r| done.call(r), Some(data))
     }
 
     /// [`Context::post_send`], lending the handle's data in place from `in_place_min`
@@ -189,7 +198,9 @@ impl Context {
                     (Some(v), _) => Payload::Device(v),
                     (None, Some(l)) => Payload::Lent(l),
                     (None, None) => {
-                        let mut bytes = pool.take_empty(size);
+                        // (room for an envelope's header: an eager payload becomes its
+                        // envelope message in place)
+                        let mut bytes = pool.take_empty(size + HEADER_LEN);
                         if poison.is_none() && host_failed.is_none() {
                             cell.pack_into(&mut bytes);
                         }
@@ -203,7 +214,7 @@ impl Context {
                 args.priority = Priority(opts.priority);
                 args.sync = opts.sync;
                 let rt2 = rt.clone();
-                let finish: Done = Box::new(move |result| {
+                let finish: Done = Done::new(move |result| {
                     if let Some(t) = opts.unlock {
                         rt2.unlock_tag(t);
                     }
@@ -231,9 +242,9 @@ impl Context {
                     (Ok(done), None) => commands(Command::Send { args, bytes, done }),
                     (Ok(done), Some(p)) => {
                         drop(bytes);
-                        done(Err(CommError::Upstream(Box::new((*p).clone()))));
+                        done.call(Err(CommError::Upstream(Box::new((*p).clone()))));
                     }
-                    (Err((finish, e)), _) => finish(Err(e)), // the rank gave up (watchdog)
+                    (Err((finish, e)), _) => finish.call(Err(e)), // the rank gave up (watchdog)
                 }
                 if !hold {
                     rt.complete(node);
@@ -295,7 +306,7 @@ impl Context {
             0,
             Box::new(move |node| {
                 let args = RecvArgs::new(opts.comm, source, tag, 0);
-                let finish: Done = Box::new(move |result| {
+                let finish: Done = Done::new(move |result| {
                     if let Some(t) = opts.unlock {
                         rt.unlock_tag(t);
                     }
@@ -320,7 +331,7 @@ impl Context {
                 });
                 match ticket.start(finish) {
                     Ok(done) => commands(Command::Recv { args, cell, done }),
-                    Err((finish, e)) => finish(Err(e)), // the rank gave up (watchdog)
+                    Err((finish, e)) => finish.call(Err(e)), // the rank gave up (watchdog)
                 }
             }),
         );
@@ -394,7 +405,15 @@ impl Context {
             tag,
             me: self.rank,
         });
-        self.post_send_from(h.erased(), dest, tag, opts, done, in_place_min, false)?;
+        self.post_send_from(
+            h.erased(),
+            dest,
+            tag,
+            opts,
+            move |r| done.call(r),
+            in_place_min,
+            false,
+        )?;
         Ok(req)
     }
 
@@ -460,7 +479,7 @@ impl Context {
     ) -> Result<(), CommError> {
         let what = format!("{} sends", sends.len());
         self.detach_many(sends, what, unlock, callback, |cell, dest, tag, done| {
-            self.post_send(cell, dest, tag, opts, done)
+            self.post_send(cell, dest, tag, opts, move |r| done.call(r))
         })
     }
 
@@ -489,7 +508,7 @@ impl Context {
             tag,
             me: self.rank,
         });
-        self.post_recv(h.erased(), source, tag, opts, done)?;
+        self.post_recv(h.erased(), source, tag, opts, move |r| done.call(r))?;
         Ok(req)
     }
 
@@ -550,7 +569,7 @@ impl Context {
     ) -> Result<(), CommError> {
         let what = format!("{} receives", recvs.len());
         self.detach_many(recvs, what, unlock, callback, |cell, source, tag, done| {
-            self.post_recv(cell, source, tag, opts, done)
+            self.post_recv(cell, source, tag, opts, move |r| done.call(r))
         })
     }
 
@@ -571,11 +590,11 @@ impl Context {
             self.check_user_tag(*tag)?;
             h.cell.usable()?;
         }
-        let callback = Box::new(self.guarded(move || what, callback));
+        let callback = Done::new(self.guarded(move || what, callback));
         let all = self.all_done(items.len(), unlock, callback);
         for (h, peer, tag) in items {
             let all = Arc::clone(&all);
-            post(h.cell(), *peer, *tag, Box::new(move |r| all(r)))?;
+            post(h.cell(), *peer, *tag, Done::new(move |r| all(r)))?;
         }
         Ok(())
     }
@@ -602,7 +621,7 @@ impl Context {
                 (s.0.take(), s.1.take())
             };
             if let Some(done) = done {
-                done(first.map_or(Ok(()), Err));
+                done.call(first.map_or(Ok(()), Err));
             }
         };
         if n == 0 {
@@ -647,15 +666,15 @@ impl Context {
         let ticket = self
             .tracker
             .begin(kind, self.rank, CommId::WORLD, Tag(0), None);
-        let woken: Done = Box::new(move |_| {
+        let woken: Done = Done::new(move |_| {
             raised.store(true, Ordering::SeqCst);
             let _ = tx.send(());
         });
         match ticket.start(woken) {
             Ok(done) => (self.commands)(Command::Barrier {
-                done: Box::new(move || done(Ok(()))),
+                done: Box::new(move || done.call(Ok(()))),
             }),
-            Err((woken, e)) => woken(Err(e)),
+            Err((woken, e)) => woken.call(Err(e)),
         }
         if let Some(driver) = &self.driver {
             drive_until(&**driver, None, || flag.load(Ordering::SeqCst));

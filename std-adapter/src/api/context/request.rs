@@ -264,7 +264,7 @@ pub(crate) fn request_pair(
         timeline,
     });
     let i2 = Arc::clone(&inner);
-    let done: Done = Box::new(move |result| {
+    let done: Done = Done::new(move |result| {
         let sleeping = {
             let mut r = lock(&i2.result);
             *r = Some(result);

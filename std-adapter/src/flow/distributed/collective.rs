@@ -55,7 +55,7 @@ pub(super) fn reduce(
                             comm: info.comm,
                             ..RecvOpts::default()
                         },
-                        Box::new(|_| {}),
+                        crate::io::progress::Done::new(|_| {}),
                     )?;
                 }
                 ctx.runtime.submit_task(
@@ -85,7 +85,7 @@ pub(super) fn reduce(
                             comm: info.comm,
                             ..SendOpts::default()
                         },
-                        Box::new(|_| {}),
+                        crate::io::progress::Done::new(|_| {}),
                     )?;
                 }
             }
@@ -398,7 +398,8 @@ impl Context {
             let d = Arc::clone(&done);
             // Each transfer's outcome counts: the callback runs only if all succeeded (a
             // failure is reported by the runtime, see `post_flow_recv`).
-            let cb: crate::io::progress::Done = Box::new(move |r| d(r.is_ok()));
+            let cb: crate::io::progress::Done =
+                crate::io::progress::Done::new(move |r| d(r.is_ok()));
             if me == from {
                 let opts = SendOpts {
                     comm: info.comm,

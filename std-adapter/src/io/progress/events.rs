@@ -17,13 +17,35 @@ impl<T: Transport> Progress<T> {
                 header,
                 inline,
             } => {
-                let body = match inline.and_then(|req| self.pending.get(&req)) {
-                    Some(Pending::Send { bytes: Some(b), .. }) => b.bytes(),
-                    _ => &[],
+                // An eager payload travels in its envelope message, and nothing else reads
+                // it after: its packed buffer becomes the message, the header moved in
+                // before it (packed with room for it: no allocation per message).
+                let packed = match inline.and_then(|req| self.pending.get_mut(&req)) {
+                    Some(Pending::Send { bytes, .. }) => match bytes.take() {
+                        Some(Payload::Bytes(b)) => Some(b),
+                        other => {
+                            *bytes = other;
+                            None
+                        }
+                    },
+                    _ => None,
                 };
-                let mut bytes = Vec::with_capacity(header.len() + body.len());
-                bytes.extend_from_slice(&header);
-                bytes.extend_from_slice(body);
+                let bytes = match packed {
+                    Some(mut b) => {
+                        b.splice(0..0, header);
+                        b
+                    }
+                    None => {
+                        let body = match inline.and_then(|req| self.pending.get(&req)) {
+                            Some(Pending::Send { bytes: Some(b), .. }) => b.bytes(),
+                            _ => &[],
+                        };
+                        let mut bytes = Vec::with_capacity(header.len() + body.len());
+                        bytes.extend_from_slice(&header);
+                        bytes.extend_from_slice(body);
+                        bytes
+                    }
+                };
                 self.timeline.send(dest, comm, tag, &bytes, inline);
                 self.transport.send(dest, comm, tag, bytes, inline);
             }
@@ -242,7 +264,7 @@ impl<T: Transport> Progress<T> {
                     *in_place = None;
                 }
                 match (kind, pending) {
-                    (Kind::Send, Some(Pending::Send { done, .. })) => done(Ok(())),
+                    (Kind::Send, Some(Pending::Send { done, .. })) => done.call(Ok(())),
                     (
                         Kind::Recv,
                         Some(Pending::Recv {
@@ -253,7 +275,7 @@ impl<T: Transport> Progress<T> {
                     ) => {
                         // The bytes are in the handle already (its lock was released when
                         // the receive completed).
-                        done(if got as u64 == len {
+                        done.call(if got as u64 == len {
                             Ok(())
                         } else {
                             Err(CommError::Data(DataError::SizeMismatch {
@@ -273,7 +295,7 @@ impl<T: Transport> Progress<T> {
                     ) => {
                         // A device value: the handle's device copy becomes it.
                         let size = value.size();
-                        done(if size as u64 != len {
+                        done.call(if size as u64 != len {
                             Err(CommError::Data(DataError::SizeMismatch {
                                 expected: len as usize,
                                 got: size,
@@ -292,7 +314,7 @@ impl<T: Transport> Progress<T> {
                     ) if early_device.is_some() => {
                         drop(bytes);
                         let value = early_device.unwrap_or_else(|| unreachable!("checked"));
-                        done(
+                        done.call(
                             value
                                 .deliver(&cell, self.rank_shared.runtime.get().map(Runtime::layers))
                                 .map_err(CommError::Device),
@@ -314,7 +336,7 @@ impl<T: Transport> Progress<T> {
                             cell.unpack(&bytes).map_err(CommError::Data)
                         };
                         self.pool.give(bytes);
-                        done(result);
+                        done.call(result);
                     }
                     _ => {}
                 }
@@ -324,7 +346,7 @@ impl<T: Transport> Progress<T> {
                 if let Some(Pending::Send { done, .. } | Pending::Recv { done, .. }) =
                     self.pending.remove(&req)
                 {
-                    done(Err(match error {
+                    done.call(Err(match error {
                         RequestError::Truncated { capacity, size } => {
                             CommError::Data(DataError::SizeMismatch {
                                 expected: capacity as usize,

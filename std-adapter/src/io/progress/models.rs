@@ -297,7 +297,7 @@ fn eight_byte_send() -> Command {
     Command::Send {
         args: starling_core::engine::SendArgs::new(CommId::WORLD, Rank(0), Tag(1), 8),
         bytes: super::Payload::Bytes(vec![7; 8]),
-        done: Box::new(|_| {}),
+        done: super::Done::new(|_| {}),
     }
 }
 

@@ -24,7 +24,7 @@ impl Board {
         let ticket = ctx
             .tracker
             .begin(Waiting::Check, ctx.rank, CommId::WORLD, Tag(0), None);
-        let done = match ticket.start(Box::new(|_| {})) {
+        let done = match ticket.start(crate::io::progress::Done::new(|_| {})) {
             Ok(done) => done,
             Err((_, e)) => return Err(e),
         };
@@ -48,7 +48,7 @@ impl Board {
             }
             if let Some(why) = ctx.tracker.abandoned() {
                 drop(rounds);
-                done(Err(stalled(&why)));
+                done.call(Err(stalled(&why)));
                 return Err(stalled(&why));
             }
             rounds = self
@@ -63,7 +63,7 @@ impl Board {
             }
         }
         drop(rounds);
-        done(Ok(()));
+        done.call(Ok(()));
         Ok(all)
     }
 }
@@ -75,7 +75,7 @@ fn outcome() -> (
 ) {
     let (tx, rx) = mpsc::channel();
     (
-        Box::new(move |r| {
+        crate::io::progress::Done::new(move |r| {
             let _ = tx.send(r);
         }),
         rx,
@@ -108,9 +108,13 @@ fn p2p_all_gather(ctx: &Context, mine: Vec<u8>) -> Result<Vec<Vec<u8>>, CommErro
     if me.0 != 0 {
         let answer = blob(Vec::new(), MESSAGE_MAX * ctx.size as usize + 4096);
         let (done_r, rx_r) = outcome();
-        ctx.post_recv(answer.clone(), Rank(0), BCAST_TAG, opts, done_r)?;
+        ctx.post_recv(answer.clone(), Rank(0), BCAST_TAG, opts, move |r| {
+            done_r.call(r)
+        })?;
         let (done_s, rx_s) = outcome();
-        ctx.post_send(blob(mine, 0), Rank(0), GATHER_TAG, sync_opts(), done_s)?;
+        ctx.post_send(blob(mine, 0), Rank(0), GATHER_TAG, sync_opts(), move |r| {
+            done_s.call(r)
+        })?;
         wait(&rx_s)?;
         wait(&rx_r)?;
         let bytes = answer.read().bytes.clone();
@@ -124,7 +128,9 @@ fn p2p_all_gather(ctx: &Context, mine: Vec<u8>) -> Result<Vec<Vec<u8>>, CommErro
     for r in 1..ctx.size {
         let cell = blob(Vec::new(), MESSAGE_MAX);
         let (done, rx) = outcome();
-        ctx.post_recv(cell.clone(), Rank(r), GATHER_TAG, opts, done)?;
+        ctx.post_recv(cell.clone(), Rank(r), GATHER_TAG, opts, move |r| {
+            done.call(r)
+        })?;
         cells.push((cell, rx));
     }
     let mut parts = vec![mine];
@@ -145,7 +151,13 @@ fn p2p_all_gather(ctx: &Context, mine: Vec<u8>) -> Result<Vec<Vec<u8>>, CommErro
     let mut sends = Vec::new();
     for r in 1..ctx.size {
         let (done, rx) = outcome();
-        ctx.post_send(blob(all.clone(), 0), Rank(r), BCAST_TAG, sync_opts(), done)?;
+        ctx.post_send(
+            blob(all.clone(), 0),
+            Rank(r),
+            BCAST_TAG,
+            sync_opts(),
+            move |r| done.call(r),
+        )?;
         sends.push(rx);
     }
     for rx in &sends {

@@ -157,7 +157,7 @@ impl Tracker {
         };
         let n = dones.len();
         for d in dones {
-            d(Err(stalled(explanation)));
+            d.call(Err(stalled(explanation)));
         }
         n
     }
@@ -214,11 +214,25 @@ impl Ticket {
                 e.done = Some(done);
             }
         }
-        Ok(Box::new(move |result| {
-            if let Some(d) = tracker.finish(slot, id) {
-                d(result);
-            }
-        }))
+        Ok(Done::tracked(Tracked { tracker, slot, id }))
+    }
+}
+
+/// A request's entry in the hang tracker, which holds its completion: what the request
+/// carries in its place ([`Done::tracked`]).
+pub(crate) struct Tracked {
+    tracker: Arc<Tracker>,
+    slot: usize,
+    id: u64,
+}
+
+impl Tracked {
+    /// Takes the completion out of the entry and runs it with `result`, unless the
+    /// watchdog abandoned the request first (it ran it then).
+    pub(crate) fn finish(self, result: Result<(), CommError>) {
+        if let Some(d) = self.tracker.finish(self.slot, self.id) {
+            d.call(result);
+        }
     }
 }
 
