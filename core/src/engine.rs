@@ -189,11 +189,12 @@ pub struct RefusalOrder {
 }
 
 /// A reading of what [`Engine::recv_would_wait`] depends on ([`Engine::recv_room`]).
-/// While two readings are equal, a receive that would wait still would: no match key
-/// was freed, no message was kept waiting for its receive, nothing went in or out of the
-/// engine's own wait — short of a submission of the adapter's own between them, which
-/// the adapter knows about. An adapter that polls without pause asks again only when the
-/// reading changed.
+/// While two readings are equal, a receive of a key that would wait still would — no
+/// match key was freed, no message was kept waiting for its receive, nothing went in or
+/// out of the engine's own wait — provided no receive of that key was submitted between
+/// them (posted, it would change the answer for its key alone, not the reading). An
+/// adapter that keeps each key's receives in order asks about its oldest waiting one
+/// again only when the reading changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct RecvRoom {

@@ -190,7 +190,10 @@ pub(crate) struct Admission<C> {
 
 /// What whether the oldest waiting receive goes in depends on: which one it is, the
 /// engine's match-key room ([`RecvRoom`]), the refused envelopes' changes and the free
-/// receive slots. While they are the same, it still does not go in.
+/// receive slots. While they are the same, it still does not go in. That holds because
+/// no receive of the head's key goes into the engine while the head waits (`offer` puts
+/// a new one behind it, `first_here` takes only the oldest of each key): a receive of
+/// that key posted in the engine would change the answer without changing the reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct HeadStamp {
     seq: u64,

@@ -123,6 +123,13 @@ struct Placement {
     begin: f64,
 }
 
+/// What a new node does: its work, or a hook that runs unboxed if the node is ready at
+/// once ([`Runtime::submit_hook_node`]).
+enum NewWork<F> {
+    Work(Work),
+    Hook { hook: F, own_host: bool },
+}
+
 /// A node of the task graph (a task, or a hook: a request, an acquisition).
 struct Node {
     /// Predecessors not completed yet (a count of nodes, far below 2^32).
@@ -495,18 +502,40 @@ impl Runtime {
 
     /// [`Runtime::submit_hook`] for a request: also counts the request in flight, as
     /// [`Runtime::begin_request`] does, under the same lock.
-    pub(crate) fn submit_request_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
-        self.submit(Work::hook(hook), accesses, priority, 1);
+    ///
+    /// The hook is boxed only when it must wait: with nothing pending on its handles it
+    /// runs at once, from the caller's frame (a request posted on a free handle, the
+    /// usual case, allocates no hook).
+    pub(crate) fn submit_request_hook(
+        &self,
+        accesses: Vec<Access>,
+        priority: i32,
+        hook: impl FnOnce(NodeId) + Send + 'static,
+    ) {
+        self.submit_hook_node(accesses, priority, hook, false);
     }
 
     /// [`Runtime::submit_request_hook`] for a send: the hook reads its data itself, asking
     /// the device layers how ([`crate::device::Layers::export`], else `to_host`).
-    pub(crate) fn submit_send_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
-        let work = Work::Hook {
-            hook,
-            own_host: true,
-        };
-        self.submit(work, accesses, priority, 1);
+    pub(crate) fn submit_send_hook(
+        &self,
+        accesses: Vec<Access>,
+        priority: i32,
+        hook: impl FnOnce(NodeId) + Send + 'static,
+    ) {
+        self.submit_hook_node(accesses, priority, hook, true);
+    }
+
+    /// Submits a request's hook node (counting the request in flight): `hook` runs once
+    /// the node's dependencies are met — at once, unboxed, when none is pending.
+    fn submit_hook_node(
+        &self,
+        accesses: Vec<Access>,
+        priority: i32,
+        hook: impl FnOnce(NodeId) + Send + 'static,
+        own_host: bool,
+    ) {
+        self.submit_node_with(NewWork::Hook { hook, own_host }, accesses, priority, 1);
     }
 
     /// Records a host access that could not bring its data back from a device: reported
@@ -528,11 +557,28 @@ impl Runtime {
         priority: i32,
         requests: usize,
     ) -> NodeId {
+        self.submit_node_with(
+            NewWork::<fn(NodeId)>::Work(work),
+            accesses,
+            priority,
+            requests,
+        )
+    }
+
+    /// [`Runtime::submit_node`] for a node's work or a hook that runs unboxed when the
+    /// node is ready at once.
+    fn submit_node_with<F: FnOnce(NodeId) + Send + 'static>(
+        &self,
+        work: NewWork<F>,
+        accesses: Vec<Access>,
+        priority: i32,
+        requests: usize,
+    ) -> NodeId {
         let mut st = self.state();
         // The id is known before the node goes in: the handles' bookkeeping names it.
         let id = st.nodes.next_id();
         st.outstanding += 1 + requests;
-        st.tasks_submitted += u64::from(matches!(work, Work::Task { .. }));
+        st.tasks_submitted += u64::from(matches!(work, NewWork::Work(Work::Task { .. })));
         let mut deps = 0;
         let mut poison = None;
         let State { nodes, handles, .. } = &mut *st;
@@ -589,24 +635,64 @@ impl Runtime {
                 hd.readers.push(id);
             }
         }
+        // A hook ready at once runs from here, unboxed; one that waits is boxed.
+        let (work, now) = match work {
+            NewWork::Work(w) => (Some(w), None),
+            NewWork::Hook { hook, own_host } if deps == 0 => (None, Some((hook, own_host))),
+            NewWork::Hook { hook, own_host } => (
+                Some(Work::Hook {
+                    hook: Box::new(hook),
+                    own_host,
+                }),
+                None,
+            ),
+        };
         let inserted = st.nodes.insert(Node {
             deps,
             successors: Vec::new(),
             priority,
             accesses,
-            work: Some(work),
+            work,
             poison,
             placement: None,
         });
         debug_assert_eq!(inserted, id);
         let mut hooks = Hooks::default();
+        let mut now_host = Vec::new();
         if deps == 0 {
-            self.make_ready(&mut st, id, &mut hooks);
+            match &now {
+                Some((_, own_host)) => now_host = self.hook_host(&mut st, id, *own_host),
+                None => self.make_ready(&mut st, id, &mut hooks),
+            }
             self.complete_skipped(&mut st, &mut hooks);
         }
         drop(st);
+        // (this node's hook first, as `make_ready` would have queued it)
+        if let Some((hook, _)) = now {
+            self.run_hook(id, hook, &now_host);
+        }
         self.run_hooks(hooks);
         id
+    }
+
+    /// What the device layers bring to main memory before hook node `id` runs: its
+    /// accesses when a layer is attached and the hook does not ask the layers itself
+    /// (`own_host`), else nothing. Under `dmda`, the transfer estimate notes main memory
+    /// as holding a copy.
+    fn hook_host(&self, st: &mut State, id: NodeId, own_host: bool) -> Vec<Access> {
+        let host = match st.nodes.get(&id) {
+            Some(node) if self.shared.layers.any() && !own_host => node.accesses.clone(),
+            _ => Vec::new(),
+        };
+        if !host.is_empty() && self.shared.policy == SchedPolicy::Dmda {
+            // The layers bring main memory up to date (the transfer estimate).
+            for a in &host {
+                if let Some(h) = st.handles.get_mut(&a.cell.id()) {
+                    h.copies |= 1;
+                }
+            }
+        }
+        host
     }
 
     /// A node's dependencies are met: queue a task, or collect a hook to run unlocked.
@@ -617,19 +703,7 @@ impl Runtime {
         match node.work.take() {
             Some(Work::Hook { hook: h, own_host }) => {
                 // A hook accesses host memory: the device layers bring it up to date first.
-                let host = if self.shared.layers.any() && !own_host {
-                    node.accesses.clone()
-                } else {
-                    Vec::new()
-                };
-                if !host.is_empty() && self.shared.policy == SchedPolicy::Dmda {
-                    // The layers bring main memory up to date (the transfer estimate).
-                    for a in &host {
-                        if let Some(h) = st.handles.get_mut(&a.cell.id()) {
-                            h.copies |= 1;
-                        }
-                    }
-                }
+                let host = self.hook_host(st, id, own_host);
                 hooks.push(id, h, host);
             }
             Some(task @ Work::Task { .. }) if node.poison.is_some() => {
@@ -834,15 +908,20 @@ impl Runtime {
     /// failed task, so that the run cannot end with `Ok`.
     fn run_hooks(&self, hooks: Hooks) {
         for (id, hook, host) in hooks.first.into_iter().chain(hooks.rest) {
-            if !host.is_empty() {
-                if let Err(e) = self.shared.layers.to_host(&host) {
-                    self.state()
-                        .panics
-                        .push(format!("a host access could not bring its data back: {e}"));
-                }
-            }
-            hook(id);
+            self.run_hook(id, hook, &host);
         }
+    }
+
+    /// Runs hook node `id`'s hook once the device layers brought `host` to main memory.
+    fn run_hook(&self, id: NodeId, hook: impl FnOnce(NodeId), host: &[Access]) {
+        if !host.is_empty() {
+            if let Err(e) = self.shared.layers.to_host(host) {
+                self.state()
+                    .panics
+                    .push(format!("a host access could not bring its data back: {e}"));
+            }
+        }
+        hook(id);
     }
 
     /// The device layers attached to this runtime.

@@ -11,6 +11,7 @@ use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 use crate::error::{CommError, Noted, TransferDirection, TransferError};
 use crate::io::progress::{Command, Done, Payload};
 use crate::runtime::data::{AnyCell, Handle, Interface};
+use crate::runtime::pool;
 use crate::runtime::task::{Access, TaskTag};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, lock};
 use crate::trace::{self};
@@ -156,10 +157,8 @@ impl Context {
         let rt = runtime;
         let pool = Arc::clone(&self.pool);
         let device_min = self.device_min;
-        self.runtime.submit_send_hook(
-            access,
-            opts.priority,
-            Box::new(move |node| {
+        self.runtime
+            .submit_send_hook(access, opts.priority, move |node| {
                 let data = cell.id();
                 // A value that depends on a failed transfer is not sent.
                 let poison = rt.poison_of(node);
@@ -199,8 +198,11 @@ impl Context {
                     (None, Some(l)) => Payload::Lent(l),
                     (None, None) => {
                         // (room for an envelope's header: an eager payload becomes its
-                        // envelope message in place)
-                        let mut bytes = pool.take_empty(size + HEADER_LEN);
+                        // envelope message in place; only below the pool's sizes, so that
+                        // a large payload still fits the pool's buffers exactly)
+                        let room = size + HEADER_LEN;
+                        let mut bytes =
+                            pool.take_empty(if room < pool::MIN_LEN { room } else { size });
                         if poison.is_none() && host_failed.is_none() {
                             cell.pack_into(&mut bytes);
                         }
@@ -249,8 +251,7 @@ impl Context {
                 if !hold {
                     rt.complete(node);
                 }
-            }),
-        );
+            });
         Ok(())
     }
 
@@ -301,40 +302,36 @@ impl Context {
             Vec::new()
         };
         let rt = runtime;
-        self.runtime.submit_request_hook(
-            access,
-            0,
-            Box::new(move |node| {
-                let args = RecvArgs::new(opts.comm, source, tag, 0);
-                let finish: Done = Done::new(move |result| {
-                    if let Some(t) = opts.unlock {
-                        rt.unlock_tag(t);
-                    }
-                    // Release the handle before waking the waiter, so that its next
-                    // access finds the handle free. A failed receive of the task flow
-                    // leaves a stale value: it is poisoned, so nothing reads it.
-                    match (&result, flow) {
-                        (Err(cause), Some(data)) => rt.fail(
-                            node,
-                            TransferError {
-                                data,
-                                peer: source,
-                                tag,
-                                direction: TransferDirection::Recv,
-                                cause: cause.clone(),
-                            },
-                        ),
-                        _ => rt.complete(node),
-                    }
-                    done(result);
-                    rt.end_request();
-                });
-                match ticket.start(finish) {
-                    Ok(done) => commands(Command::Recv { args, cell, done }),
-                    Err((finish, e)) => finish.call(Err(e)), // the rank gave up (watchdog)
+        self.runtime.submit_request_hook(access, 0, move |node| {
+            let args = RecvArgs::new(opts.comm, source, tag, 0);
+            let finish: Done = Done::new(move |result| {
+                if let Some(t) = opts.unlock {
+                    rt.unlock_tag(t);
                 }
-            }),
-        );
+                // Release the handle before waking the waiter, so that its next
+                // access finds the handle free. A failed receive of the task flow
+                // leaves a stale value: it is poisoned, so nothing reads it.
+                match (&result, flow) {
+                    (Err(cause), Some(data)) => rt.fail(
+                        node,
+                        TransferError {
+                            data,
+                            peer: source,
+                            tag,
+                            direction: TransferDirection::Recv,
+                            cause: cause.clone(),
+                        },
+                    ),
+                    _ => rt.complete(node),
+                }
+                done(result);
+                rt.end_request();
+            });
+            match ticket.start(finish) {
+                Ok(done) => commands(Command::Recv { args, cell, done }),
+                Err((finish, e)) => finish.call(Err(e)), // the rank gave up (watchdog)
+            }
+        });
         Ok(())
     }
 
