@@ -62,6 +62,14 @@ impl BufferPool {
         }
     }
 
+    /// An empty buffer with room for `len` bytes and, below the sizes the pool keeps,
+    /// `headroom` more (a message header to move in before them without growing it); at
+    /// the pool's sizes exactly `len`, so that a kept buffer of that size still fits.
+    pub(crate) fn take_empty_with_headroom(&self, len: usize, headroom: usize) -> Vec<u8> {
+        let with = len + headroom;
+        self.take_empty(if with < MIN_LEN { with } else { len })
+    }
+
     /// A buffer of exactly `len` initialised bytes, to receive into (its contents are
     /// whatever it held).
     pub(crate) fn take_filled(&self, len: usize) -> Vec<u8> {
@@ -149,6 +157,22 @@ mod tests {
         pool.give(Vec::with_capacity(4 * MIN_LEN));
         assert_eq!(pool.len(), MAX_BUFFERS);
         assert!(pool.take_empty(4 * MIN_LEN).capacity() >= 4 * MIN_LEN);
+    }
+
+    #[test]
+    fn headroom_is_added_below_the_kept_sizes_only() {
+        let pool = BufferPool::new();
+        assert!(pool.take_empty_with_headroom(8, 24).capacity() >= 32);
+        // At the pool's sizes a kept buffer of exactly the length still serves.
+        pool.give(Vec::with_capacity(MIN_LEN));
+        let ptr = {
+            let b = pool.take_empty(MIN_LEN);
+            let p = b.as_ptr();
+            pool.give(b);
+            p
+        };
+        let again = pool.take_empty_with_headroom(MIN_LEN, 24);
+        assert_eq!(again.as_ptr(), ptr);
     }
 
     #[test]

@@ -123,11 +123,18 @@ struct Placement {
     begin: f64,
 }
 
-/// What a new node does: its work, or a hook that runs unboxed if the node is ready at
-/// once ([`Runtime::submit_hook_node`]).
+/// What a new node does ([`Runtime::submit_node_with`]): its work, or a request's hook,
+/// which runs unboxed if the node is ready at once and is boxed only to wait.
 enum NewWork<F> {
     Work(Work),
     Hook { hook: F, own_host: bool },
+}
+
+impl<F> NewWork<F> {
+    /// A hook; `own_host`: it asks the device layers for its data itself.
+    const fn hook(hook: F, own_host: bool) -> Self {
+        Self::Hook { hook, own_host }
+    }
 }
 
 /// A node of the task graph (a task, or a hook: a request, an acquisition).
@@ -512,7 +519,7 @@ impl Runtime {
         priority: i32,
         hook: impl FnOnce(NodeId) + Send + 'static,
     ) {
-        self.submit_hook_node(accesses, priority, hook, false);
+        self.submit_node_with(NewWork::hook(hook, false), accesses, priority, 1);
     }
 
     /// [`Runtime::submit_request_hook`] for a send: the hook reads its data itself, asking
@@ -523,19 +530,7 @@ impl Runtime {
         priority: i32,
         hook: impl FnOnce(NodeId) + Send + 'static,
     ) {
-        self.submit_hook_node(accesses, priority, hook, true);
-    }
-
-    /// Submits a request's hook node (counting the request in flight): `hook` runs once
-    /// the node's dependencies are met — at once, unboxed, when none is pending.
-    fn submit_hook_node(
-        &self,
-        accesses: Vec<Access>,
-        priority: i32,
-        hook: impl FnOnce(NodeId) + Send + 'static,
-        own_host: bool,
-    ) {
-        self.submit_node_with(NewWork::Hook { hook, own_host }, accesses, priority, 1);
+        self.submit_node_with(NewWork::hook(hook, true), accesses, priority, 1);
     }
 
     /// Records a host access that could not bring its data back from a device: reported

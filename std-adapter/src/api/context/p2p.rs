@@ -11,7 +11,6 @@ use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 use crate::error::{CommError, Noted, TransferDirection, TransferError};
 use crate::io::progress::{Command, Done, Payload};
 use crate::runtime::data::{AnyCell, Handle, Interface};
-use crate::runtime::pool;
 use crate::runtime::task::{Access, TaskTag};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, lock};
 use crate::trace::{self};
@@ -198,11 +197,8 @@ impl Context {
                     (None, Some(l)) => Payload::Lent(l),
                     (None, None) => {
                         // (room for an envelope's header: an eager payload becomes its
-                        // envelope message in place; only below the pool's sizes, so that
-                        // a large payload still fits the pool's buffers exactly)
-                        let room = size + HEADER_LEN;
-                        let mut bytes =
-                            pool.take_empty(if room < pool::MIN_LEN { room } else { size });
+                        // envelope message in place)
+                        let mut bytes = pool.take_empty_with_headroom(size, HEADER_LEN);
                         if poison.is_none() && host_failed.is_none() {
                             cell.pack_into(&mut bytes);
                         }

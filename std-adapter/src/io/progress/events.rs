@@ -2,6 +2,8 @@
 //! completions: it performs each transmission, hands in each arrival, and finishes each
 //! request its events complete.
 
+use core::ops::Range;
+
 use super::*;
 
 impl<T: Transport> Progress<T> {
@@ -17,34 +19,20 @@ impl<T: Transport> Progress<T> {
                 header,
                 inline,
             } => {
-                // An eager payload travels in its envelope message, and nothing else reads
-                // it after: its packed buffer becomes the message, the header moved in
-                // before it (packed with room for it: no allocation per message).
-                let packed = match inline.and_then(|req| self.pending.get_mut(&req)) {
-                    Some(Pending::Send { bytes, .. }) => match bytes.take() {
-                        Some(Payload::Bytes(b)) => Some(b),
-                        other => {
-                            *bytes = other;
-                            None
-                        }
-                    },
-                    _ => None,
-                };
-                let bytes = match packed {
-                    Some(mut b) => {
-                        b.splice(0..0, header);
-                        b
+                // An eager payload travels in its envelope message, and nothing reads it
+                // after: its packed buffer (packed with room for the header) becomes the
+                // message, the header moved in before it — no allocation per message.
+                let bytes = match inline.and_then(|req| self.pending.get_mut(&req)) {
+                    Some(Pending::Send {
+                        bytes: Some(Payload::Bytes(b)),
+                        ..
+                    }) => {
+                        let mut message = core::mem::take(b);
+                        message.splice(0..0, header);
+                        message
                     }
-                    None => {
-                        let body = match inline.and_then(|req| self.pending.get(&req)) {
-                            Some(Pending::Send { bytes: Some(b), .. }) => b.bytes(),
-                            _ => &[],
-                        };
-                        let mut bytes = Vec::with_capacity(header.len() + body.len());
-                        bytes.extend_from_slice(&header);
-                        bytes.extend_from_slice(body);
-                        bytes
-                    }
+                    Some(Pending::Send { bytes: Some(p), .. }) => [&header[..], p.bytes()].concat(),
+                    _ => header.to_vec(),
                 };
                 self.timeline.send(dest, comm, tag, &bytes, inline);
                 self.transport.send(dest, comm, tag, bytes, inline);
@@ -209,7 +197,7 @@ impl<T: Transport> Progress<T> {
             match self.engine.handle_message(source, comm, &bytes) {
                 Ok(Arrival::Nothing) => {}
                 Ok(Arrival::Deliver { req, inline }) => {
-                    let at = window(&bytes, inline).ok_or_else(|| inline.to_vec());
+                    let at = locate(&bytes, inline);
                     if let Some(Pending::Recv {
                         bytes: slot,
                         in_place,
@@ -218,13 +206,12 @@ impl<T: Transport> Progress<T> {
                     {
                         // What a marker left (§19) is replaced by the message.
                         *in_place = None;
-                        *slot = Some(at.map_or_else(|copy| copy, |at| keep_inline(bytes, at)));
+                        *slot = Some(own_inline(bytes, at));
                     }
                 }
                 Ok(Arrival::Stash { early, inline }) => {
-                    let at = window(&bytes, inline).ok_or_else(|| inline.to_vec());
-                    let kept = at.map_or_else(|copy| copy, |at| keep_inline(bytes, at));
-                    self.early.insert(early, kept);
+                    let at = locate(&bytes, inline);
+                    self.early.insert(early, own_inline(bytes, at));
                 }
                 Err(MessageError::Full(Table::Transmits | Table::Events)) => {
                     // Outputs first, then the same message again.
@@ -364,25 +351,27 @@ impl<T: Transport> Progress<T> {
     }
 }
 
-/// `inline` as an owned buffer: `bytes` cut down to it in place when it is a part of
-/// `bytes` (the engine hands out an eager payload as a slice of the envelope it was
-/// given), so that the payload keeps the envelope's buffer rather than being copied into
-/// one of its own (an allocation per message); a copy otherwise.
-fn keep_inline(mut bytes: Vec<u8>, inline: (usize, usize)) -> Vec<u8> {
-    let (start, len) = inline;
-    match start.checked_add(len) {
-        Some(end) if end <= bytes.len() => {
-            bytes.truncate(end);
-            bytes.drain(..start);
-            bytes
-        }
-        _ => Vec::new(),
-    }
+/// Where `inline`, an eager payload the engine handed out of envelope `bytes`, lies in
+/// it: `Ok(range)` when it is a part of `bytes` (the engine hands out a slice of the
+/// envelope it was given), else `Err` with a copy of it.
+fn locate(bytes: &[u8], inline: &[u8]) -> Result<Range<usize>, Vec<u8>> {
+    (inline.as_ptr() as usize)
+        .checked_sub(bytes.as_ptr() as usize)
+        .and_then(|start| Some(start..start.checked_add(inline.len())?))
+        .filter(|at| at.end <= bytes.len())
+        .ok_or_else(|| inline.to_vec())
 }
 
-/// Where `inline` lies in `bytes`: its start and length, or `None` when it is not a part
-/// of it.
-fn window(bytes: &[u8], inline: &[u8]) -> Option<(usize, usize)> {
-    let start = (inline.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
-    (start.checked_add(inline.len())? <= bytes.len()).then_some((start, inline.len()))
+/// The payload that [`locate`] found, as an owned buffer: `bytes` cut down to it in
+/// place (the envelope's buffer becomes the payload's: no allocation per message), or
+/// the copy.
+fn own_inline(mut bytes: Vec<u8>, at: Result<Range<usize>, Vec<u8>>) -> Vec<u8> {
+    match at {
+        Ok(at) => {
+            bytes.truncate(at.end);
+            bytes.drain(..at.start);
+            bytes
+        }
+        Err(copy) => copy,
+    }
 }
