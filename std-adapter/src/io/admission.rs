@@ -556,9 +556,17 @@ impl<C> Admission<C> {
     /// Notes the keys whose refused envelope became free to go since the last time (the
     /// refused side of [`Admission::first_here`]).
     fn absorb_freed(&mut self, a: &impl Admit<Cmd = C>) {
-        for key in core::mem::take(&mut self.refused.freed_keys) {
+        if self.refused.freed_keys.is_empty() {
+            return;
+        }
+        // (taken out and put back emptied: the list keeps its capacity, so noting a freed
+        // envelope allocates nothing once it grew; `note_key` adds to it no key)
+        let mut keys = core::mem::take(&mut self.refused.freed_keys);
+        for &key in &keys {
             self.note_key(a, key);
         }
+        keys.clear();
+        self.refused.freed_keys = keys;
     }
 
     /// Notes that the oldest waiting receive of `key`, if any, has its message here when
@@ -700,6 +708,24 @@ impl<C> Admission<C> {
             }
         }
         any
+    }
+}
+
+/// The groups of free refused envelopes, by the table that refused them
+/// ([`Refused::free_groups`]): one per table and one not tried, so no more than the
+/// tables plus one.
+#[derive(Default)]
+struct Groups {
+    items: [Option<Table>; 16],
+    len: usize,
+}
+
+impl IntoIterator for Groups {
+    type Item = Option<Table>;
+    type IntoIter = core::iter::Take<core::array::IntoIter<Option<Table>, 16>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.into_iter().take(self.len)
     }
 }
 
@@ -921,10 +947,18 @@ impl Refused {
     }
 
     /// The tables the free envelopes were refused for, those not tried yet (`None`)
-    /// first.
-    fn free_groups(&self) -> Vec<Option<Table>> {
-        let mut groups: Vec<_> = self.free.iter().map(|(t, _)| *t).collect();
-        groups.sort_by_key(Option::is_some);
+    /// first: at most one group per table and one untried, so a list on the stack.
+    fn free_groups(&self) -> Groups {
+        let mut groups = Groups::default();
+        for untried in [true, false] {
+            for (t, _) in &self.free {
+                debug_assert!(groups.len < groups.items.len(), "more groups than tables");
+                if t.is_none() == untried && groups.len < groups.items.len() {
+                    groups.items[groups.len] = *t;
+                    groups.len += 1;
+                }
+            }
+        }
         groups
     }
 
