@@ -91,7 +91,7 @@ if command -v cargo-fuzz >/dev/null 2>&1; then
     step "fuzz smoke: each target under libFuzzer for 15 s (cargo-fuzz is installed)"
     smoke=$(mktemp -d)
     cargo fuzz build -s none
-    for t in envelope matcher engine_sim planner; do
+    for t in envelope matcher engine_sim admission_sim planner; do
         cp -r "fuzz/corpus/$t" "$smoke/$t"
         if ! cargo fuzz run "$t" "$smoke/$t" -s none -- -max_total_time=15 >"$smoke/$t.log" 2>&1; then
             tail -40 "$smoke/$t.log"

@@ -186,6 +186,11 @@ pub struct RefusalOrder {
     /// The physical tag its payload follows on, for a data envelope (from the same
     /// source): payloads on one tag are matched in the order their receives are posted.
     pub payload: Option<PhysTag>,
+    /// A ready acknowledgement (the answer to a synchronous send of this rank, named by
+    /// its message id): no message of `key`, so it keeps its order with nothing, no
+    /// message waits behind it, and it is never a receive's message. Refused only for
+    /// the output queues (`Table::Transmits`, `Table::Events`).
+    pub reply: bool,
 }
 
 /// A reading of what [`Engine::recv_would_wait`] depends on ([`Engine::recv_room`]).
@@ -248,6 +253,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
                 sends: 0,
                 recvs: 0,
                 early: 0,
+                drains: 0,
             },
             deferred_dirty: false,
         }
@@ -452,7 +458,11 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
                     self.defer(req, next)?;
                 } else if let Err(e) = self.post_ready_recv(req, &r, next) {
                     match e {
-                        UsageError::Full(Table::EarlyRequests | Table::MatchKeys) => {
+                        // (no discard buffer for its truncated synchronous message: it
+                        // waits in order, retried as slots free)
+                        UsageError::Full(
+                            Table::EarlyRequests | Table::MatchKeys | Table::Discards,
+                        ) => {
                             self.defer(req, next)?;
                         }
                         other => return Err(other),
@@ -576,15 +586,26 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
                 .peek_recv(key)
                 .or_else(|| self.peek_deferred(key))
         };
-        let needs_slot = match waiting {
-            None => kind != UnexpectedKind::Sync,
+        //
+        // The two take their slot differently. An early buffer is an early request of the
+        // budget (it must leave the last receive slot free: `has_room`). A discard buffer
+        // drains the payload of a message whose receive is here and too small: that
+        // receive's completion needs it, so it takes any free slot of the slab, outside
+        // the budget — within the budget, a receive holding the last receive slot would
+        // wait for a slot that only its own completion frees (a hang, never an error).
+        // Refused, it waits for a slab slot ([`Table::Discards`]).
+        match waiting {
+            None if kind != UnexpectedKind::Sync && !self.has_room(Class::Early) => {
+                return Err(MessageError::Full(Table::Requests));
+            }
             Some(waiting) => {
                 let capacity = self.requests.get(waiting).map_or(0, |r| r.size);
-                env.size > capacity && kind != UnexpectedKind::Eager
+                let discard = env.size > capacity && kind != UnexpectedKind::Eager;
+                if discard && !self.has_slab_slot() {
+                    return Err(MessageError::Full(Table::Discards));
+                }
             }
-        };
-        if needs_slot && !self.has_room(Class::Early) {
-            return Err(MessageError::Full(Table::Requests));
+            None => {}
         }
         self.deferred_dirty = true;
         if fast_key {
@@ -611,8 +632,11 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// the adapter hands it in again after every earlier refused envelope of the same
     /// [`RefusalOrder::key`], and after every earlier one from the same source with the
     /// same [`RefusalOrder::payload`] tag (their payloads are matched in posting order on
-    /// that tag); it may overtake any other. `None` for bytes that do not decode (hand
-    /// them in: they are dropped as a peer error).
+    /// that tag); it may overtake any other. A ready acknowledgement
+    /// ([`RefusalOrder::reply`]) keeps its order with nothing: held behind a refused
+    /// message of its key, the synchronous send it answers could wait for a receive
+    /// that waits for that send's own receive to complete. `None` for bytes that do not
+    /// decode (hand them in: they are dropped as a peer error).
     pub fn refusal_order(&self, source: Rank, comm: CommId, bytes: &[u8]) -> Option<RefusalOrder> {
         let env = envelope::decode(bytes).ok()?.envelope;
         let payload = match env.kind {
@@ -626,6 +650,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
                 tag: env.tag,
             },
             payload,
+            reply: env.kind == EnvKind::SyncReady,
         })
     }
 
@@ -690,7 +715,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         // An early buffer filled up.
         match r.link {
             Link::None => {} // waits for its receive (it is in the matcher)
-            Link::Discard => {
+            Link::Discard | Link::Drain => {
                 let _ = self.slab_remove(req);
                 self.push_event(Event::Discard { early: req });
             }
@@ -808,10 +833,12 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     }
 
     /// Whether matching `r` with `u` can proceed: a truncated synchronous message needs a
-    /// discard buffer (a new early request).
+    /// discard buffer, which takes any free slot of the slab, outside the budget (as in
+    /// [`Engine::handle_message`]: the receive's message is here, and within the budget
+    /// the receive could wait for a slot only its own completion frees).
     fn room_for_match(&self, r: &Request, u: &Unexpected) -> Result<(), UsageError> {
-        if u.kind == UnexpectedKind::Sync && u.size > r.size && !self.has_room(Class::Early) {
-            return Err(UsageError::Full(Table::Requests));
+        if u.kind == UnexpectedKind::Sync && u.size > r.size && !self.has_slab_slot() {
+            return Err(UsageError::Full(Table::Discards));
         }
         Ok(())
     }

@@ -41,6 +41,10 @@ pub enum Table {
     Transmits,
     /// The engine's queue of events not yet polled.
     Events,
+    /// A slot of the request slab for draining a payload too long for the receive it
+    /// arrived for (taken outside the [`Budget`](crate::engine::Budget): the receive's
+    /// message is here, so it must not wait for room that only its own completion frees).
+    Discards,
 }
 
 impl Table {
@@ -60,6 +64,7 @@ impl Table {
             Self::Stats => "statistics table",
             Self::Transmits => "transmit queue",
             Self::Events => "event queue",
+            Self::Discards => "request slab (a slot to discard a payload)",
         }
     }
 }

@@ -304,6 +304,11 @@ pub enum Link {
     DeliverTo(ReqId),
     /// Nobody wants it (the receive that matched it failed): free it when it lands.
     Discard,
+    /// A discard buffer from the start: it drains the payload of a message too long for
+    /// the receive it arrived for, and is freed when it lands. It holds a slot of the
+    /// slab outside the request budget (the receive's message is here: within the budget
+    /// the receive could wait for a slot only its own completion frees).
+    Drain,
 }
 
 impl Request {

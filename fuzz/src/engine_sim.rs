@@ -24,6 +24,17 @@
 //!
 //! The simulator panics if an engine returns an error for something a well-behaved peer
 //! did, so any engine error there is a finding too.
+//!
+//! [`run_admitted`] (the `admission_sim` target) runs the same operations through the
+//! adapter's admission ([`Cluster::post_send`], [`Cluster::post_recv`]: what does not fit
+//! waits outside the engine, refused envelopes are kept and handed in again) on engines of
+//! tiny tables (16 requests shared out as 4, 2 match keys), with the fast path on for a
+//! third of the seeds, so that every case overflows the tables. There, once every request
+//! was made ready and the network drained, the flows are paired up (a receive of the
+//! largest size for each extra send, a standard send for each extra receive) and drained
+//! again: then every request must have completed, each receive with its own send's payload
+//! (or `Truncated`), and nothing may be left — no leftover, no submission that never went
+//! in, nothing in the transports. A full table is a wait, never a loss or a hang.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -31,7 +42,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use starling_core::engine::{Leftover, RecvArgs, RequestError, SendArgs, SubmitError};
 use starling_core::request::Kind;
 use starling_core::{CommId, Priority, Rank, ReqId, Tag};
-use starling_std::sim::{Cluster, Network};
+use starling_std::sim::{Cluster, Network, Ticket};
 
 /// Payload sizes: around the eager limits (0, 8, 256) and beyond.
 const SIZES: [usize; 11] = [0, 1, 7, 8, 9, 200, 255, 256, 257, 1000, 5000];
@@ -124,6 +135,15 @@ pub fn run(data: &[u8]) {
     check(&case);
 }
 
+/// Builds a [`Case`] from `data` and checks it through the admission on tiny tables
+/// ([`check_admitted`]); panics on a violation.
+pub fn run_admitted(data: &[u8]) {
+    let Ok(case) = Case::arbitrary_take_rest(Unstructured::new(data)) else {
+        return;
+    };
+    check_admitted(&case);
+}
+
 /// (communicator, source, destination, tag).
 type Key = (CommId, u32, u32, Tag);
 
@@ -146,6 +166,14 @@ struct Flows {
     recvs: Vec<RecvRec>,
 }
 
+/// A request as the checker names it: by the engine's id when submitted to the engine
+/// directly, by its ticket when submitted through the admission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Id {
+    Req(ReqId),
+    Ticket(Ticket),
+}
+
 /// A live request: its key, whether it is a send, its number within the key, detached.
 #[derive(Clone, Copy, Debug)]
 struct Live {
@@ -155,14 +183,16 @@ struct Live {
     detached: bool,
 }
 
-struct Checker {
+struct Checker<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     n: u32,
-    cluster: Cluster,
+    cluster: Cluster<REQ, KEYS, PEERS>,
     flows: BTreeMap<Key, Flows>,
-    live: Vec<HashMap<ReqId, Live>>,
+    live: Vec<HashMap<Id, Live>>,
     /// Per rank: requests submitted whose data is not ready, FIFO per (send?, key).
-    not_ready: Vec<BTreeMap<(bool, Key), VecDeque<ReqId>>>,
+    not_ready: Vec<BTreeMap<(bool, Key), VecDeque<Id>>>,
     key_priority: [i8; 4],
+    /// Submissions go through the admission ([`run_admitted`]).
+    admitted: bool,
 }
 
 fn payload(key: Key, index: usize, size: usize) -> Vec<u8> {
@@ -172,7 +202,7 @@ fn payload(key: Key, index: usize, size: usize) -> Vec<u8> {
         .collect()
 }
 
-impl Checker {
+impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Checker<REQ, KEYS, PEERS> {
     fn rank(&self, r: u8) -> u32 {
         u32::from(r) % self.n
     }
@@ -213,10 +243,18 @@ impl Checker {
                 args.sync = sync;
                 args.detached = detached;
                 args.priority = priority;
-                let req = self
-                    .cluster
-                    .try_send(Rank(key.1), args, data.clone(), false)
-                    .unwrap_or_else(|e| panic!("send {key:?} refused: {e}"));
+                let req = if self.admitted {
+                    Id::Ticket(
+                        self.cluster
+                            .post_send(Rank(key.1), args, data.clone(), false),
+                    )
+                } else {
+                    Id::Req(
+                        self.cluster
+                            .try_send(Rank(key.1), args, data.clone(), false)
+                            .unwrap_or_else(|e| panic!("send {key:?} refused: {e}")),
+                    )
+                };
                 flows.sends.push(SendRec {
                     payload: data,
                     sync,
@@ -242,10 +280,15 @@ impl Checker {
                 let index = flows.recvs.len();
                 let mut args = RecvArgs::new(key.0, Rank(key.1), key.3, capacity as u64);
                 args.detached = detached;
-                let req = self
-                    .cluster
-                    .try_recv(Rank(key.2), args, false)
-                    .unwrap_or_else(|e| panic!("receive {key:?} refused: {e}"));
+                let req = if self.admitted {
+                    Id::Ticket(self.cluster.post_recv(Rank(key.2), args, false))
+                } else {
+                    Id::Req(
+                        self.cluster
+                            .try_recv(Rank(key.2), args, false)
+                            .unwrap_or_else(|e| panic!("receive {key:?} refused: {e}")),
+                    )
+                };
                 flows.recvs.push(RecvRec {
                     capacity,
                     completed: false,
@@ -271,6 +314,9 @@ impl Checker {
                     }
                 }
             }
+            // (through the admission, a refusal for anything but room is a test bug: the
+            // direct runs check this one)
+            Op::OutOfRange { .. } if self.admitted => {}
             Op::OutOfRange { rank, recv } => {
                 let r = Rank(self.rank(rank));
                 let outside = Rank(self.n + u32::from(rank % 3));
@@ -297,7 +343,7 @@ impl Checker {
     fn submitted(
         &mut self,
         rank: u32,
-        req: ReqId,
+        req: Id,
         key: Key,
         send: bool,
         index: usize,
@@ -310,7 +356,7 @@ impl Checker {
             detached,
         };
         if let Some(old) = self.live[rank as usize].insert(req, live) {
-            panic!("rank {rank}: {req} issued while still live as {old:?}");
+            panic!("rank {rank}: {req:?} issued while still live as {old:?}");
         }
         self.not_ready[rank as usize]
             .entry((send, key))
@@ -326,14 +372,37 @@ impl Checker {
         if q.is_empty() {
             queues.remove(&k);
         }
-        self.cluster.data_ready(Rank(rank), req);
+        match req {
+            Id::Req(req) => self.cluster.data_ready(Rank(rank), req),
+            Id::Ticket(t) => self.cluster.ticket_ready(Rank(rank), t),
+        }
     }
 
     /// Takes every completion and checks it.
     fn collect(&mut self) {
-        for r in 0..self.n {
-            for c in self.cluster.take_completions(Rank(r)) {
-                let Some(live) = self.live[r as usize].remove(&c.req) else {
+        // (retiring a completion may let a waiting submission in, which may complete at
+        // once: collected until none is left)
+        let mut again = true;
+        while again {
+            again = false;
+            for r in 0..self.n {
+                let done = self.cluster.take_completions(Rank(r));
+                again |= !done.is_empty();
+                self.check_completions(r, done);
+            }
+        }
+    }
+
+    /// Checks the completions `done` of rank `r`.
+    fn check_completions(&mut self, r: u32, done: Vec<starling_std::sim::Completion>) {
+        {
+            for c in done {
+                let id = match (self.admitted, c.ticket) {
+                    (true, Some(t)) => Id::Ticket(t),
+                    (true, None) => panic!("rank {r}: completion without a ticket: {c:?}"),
+                    (false, _) => Id::Req(c.req),
+                };
+                let Some(live) = self.live[r as usize].remove(&id) else {
                     panic!("rank {r}: completion of {} which is not live: {c:?}", c.req);
                 };
                 let flows = self.flows.get_mut(&live.key).expect("key");
@@ -372,8 +441,8 @@ impl Checker {
         }
     }
 
-    /// Makes every request ready, drains the network, and checks what is left.
-    fn finish(&mut self) {
+    /// Makes every request ready and drains the network, until nothing moves.
+    fn drain(&mut self) {
         loop {
             let mut moved = false;
             for r in 0..self.n {
@@ -385,10 +454,97 @@ impl Checker {
             }
             moved |= self.cluster.run_until_quiet() > 0;
             self.collect();
-            if !moved {
+            // (retiring a completion frees a slot, which lets a waiting submission in and
+            // may send something: not done while anything is in flight)
+            if !moved && self.cluster.channels() == 0 {
                 break;
             }
         }
+    }
+
+    /// What every rank has left and keeps waiting, for a failure message.
+    fn dump(&self) -> String {
+        (0..self.n)
+            .map(|r| format!("\nrank {r}: {}", self.cluster.describe(Rank(r))))
+            .collect()
+    }
+
+    /// Through the admission: pairs the flows up (a receive of the largest size for each
+    /// extra send, a standard send for each extra receive), drains again, and checks that
+    /// everything completed and nothing is left anywhere.
+    fn finish_admitted(&mut self) {
+        self.drain();
+        let keys: Vec<Key> = self.flows.keys().copied().collect();
+        for key in keys {
+            loop {
+                let f = &self.flows[&key];
+                let (s, r) = (f.sends.len(), f.recvs.len());
+                let tag = u8::try_from(key.3.0 + 1).expect("tags -1..=1");
+                let (src, dst, comm) = (key.1 as u8, key.2 as u8, key.0.0 == 1);
+                let op = match s.cmp(&r) {
+                    core::cmp::Ordering::Greater => Op::Recv {
+                        src,
+                        dst,
+                        comm,
+                        tag,
+                        capacity: 0,
+                        detached: false,
+                    },
+                    core::cmp::Ordering::Less => Op::Send {
+                        src,
+                        dst,
+                        comm,
+                        tag,
+                        size: 3,
+                        sync: false,
+                        detached: false,
+                    },
+                    core::cmp::Ordering::Equal => break,
+                };
+                self.apply(op);
+            }
+        }
+        self.drain();
+        for (key, f) in &self.flows {
+            for (i, s) in f.sends.iter().enumerate() {
+                assert!(
+                    s.completed,
+                    "{key:?}: send {i} of {} never completed; {}",
+                    f.sends.len(),
+                    self.dump(),
+                );
+            }
+            for (i, r) in f.recvs.iter().enumerate() {
+                assert!(
+                    r.completed,
+                    "{key:?}: receive {i} of {} never completed; {}",
+                    f.recvs.len(),
+                    self.dump(),
+                );
+            }
+        }
+        for r in 0..self.n {
+            let rank = Rank(r);
+            assert!(
+                self.cluster.leftovers(rank).is_empty()
+                    && self.cluster.never_admitted(rank).is_empty(),
+                "rank {r}: {}",
+                self.cluster.describe(rank)
+            );
+        }
+        assert!(
+            self.cluster.is_quiet(),
+            "not quiet with everything completed"
+        );
+        assert!(
+            self.cluster.transports_empty(),
+            "a message left in a transport"
+        );
+    }
+
+    /// Makes every request ready, drains the network, and checks what is left.
+    fn finish(&mut self) {
+        self.drain();
         let mut expected: Vec<BTreeMap<String, usize>> = vec![BTreeMap::new(); self.n as usize];
         for (key, f) in &self.flows {
             let pairs = f.sends.len().min(f.recvs.len());
@@ -488,9 +644,52 @@ pub fn check(case: &Case) {
         live: vec![HashMap::new(); n as usize],
         not_ready: vec![BTreeMap::new(); n as usize],
         key_priority: case.key_priority,
+        admitted: false,
     };
     for op in case.ops.iter().take(MAX_OPS) {
         checker.apply(*op);
     }
     checker.finish();
+}
+
+/// Checks one case through the admission, on engines of 16 requests (a budget of 4) and
+/// 2 match keys; panics on a violation.
+pub fn check_admitted(case: &Case) {
+    let n = 2 + u32::from(case.ranks % 3);
+    let eager = [0u32, 8, 256][usize::from(case.eager % 3)];
+    let cap = u32::from(case.cap % 4);
+    let priorities = case.priorities;
+    let network = if case.seed % 2 == 1 {
+        Network::PerTag
+    } else {
+        Network::PerPair
+    };
+    // A third of the seeds with the fast path (small messages on tags 0 and 1 alone on
+    // their fast tag, the others with a marker there).
+    let fast = [0u32, 0, 8][(case.seed / 2 % 3) as usize];
+    let cluster = Cluster::<16, 2, 4>::sized(n, case.seed, |c| {
+        c.eager_limit = eager;
+        c.max_inflight_sends = cap;
+        c.priorities = priorities;
+        c.request_limit = 4;
+        c.key_limit = 2;
+        if fast > 0 {
+            c.tags = c.tags.with_fast();
+            c.fast_limit = fast;
+        }
+    })
+    .with_network(network);
+    let mut checker = Checker {
+        n,
+        cluster,
+        flows: BTreeMap::new(),
+        live: vec![HashMap::new(); n as usize],
+        not_ready: vec![BTreeMap::new(); n as usize],
+        key_priority: case.key_priority,
+        admitted: true,
+    };
+    for op in case.ops.iter().take(MAX_OPS) {
+        checker.apply(*op);
+    }
+    checker.finish_admitted();
 }

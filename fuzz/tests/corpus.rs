@@ -46,6 +46,11 @@ fn engine_sim_corpus_replays_clean() {
 }
 
 #[test]
+fn admission_sim_corpus_replays_clean() {
+    replay("admission_sim", starling_fuzz::engine_sim::run_admitted);
+}
+
+#[test]
 fn planner_corpus_replays_clean() {
     replay("planner", starling_fuzz::planner::run);
 }

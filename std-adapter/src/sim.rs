@@ -45,7 +45,7 @@ use starling_core::error::Table;
 use starling_core::lists::Key;
 use starling_core::request::Kind;
 use starling_core::tags::TagSpace;
-use starling_core::{CommId, PhysTag, Rank, ReqId};
+use starling_core::{CommId, PhysTag, Rank, ReqId, Tag};
 
 use crate::io::admission::{Admission, Admit, Direction};
 
@@ -649,6 +649,21 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
             .refused()
             .filter_map(|(s, c, b)| node.engine.orphan_of(s, c, b));
         node.engine.leftovers().chain(refused).collect()
+    }
+
+    /// The submissions of `rank` that never went into its engine (still waiting for room
+    /// in the admission): send or receive, communicator, peer (destination or source),
+    /// tag, oldest first per direction. What the threaded runtime reports as
+    /// `Leftover::NeverAdmitted`.
+    pub fn never_admitted(&self, rank: Rank) -> Vec<(Kind, CommId, Rank, Tag)> {
+        let a = &self.nodes[rank.index()].admission;
+        a.waiting(Direction::Send)
+            .chain(a.waiting(Direction::Recv))
+            .map(|c| match c {
+                SimCmd::Send { args, .. } => (Kind::Send, args.comm, args.dest, args.tag),
+                SimCmd::Recv { args, .. } => (Kind::Recv, args.comm, args.source, args.tag),
+            })
+            .collect()
     }
 
     /// Whether the simulated transports hold nothing: no message arrived that no

@@ -195,7 +195,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         u: Unexpected,
     ) {
         let mut early = Request::internal_recv(comm, source, Tag(0), u.size, u.msg);
-        early.link = Link::Discard;
+        early.link = Link::Drain;
         early_steps(&mut early, false);
         if let Ok(id) = self.slab_insert(early) {
             self.push_transmit(Transmit::Receive {

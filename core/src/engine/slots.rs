@@ -3,12 +3,14 @@
 
 use super::*;
 
-/// Live requests per class of the [`Budget`].
+/// Live requests per class of the [`Budget`], and the discard buffers outside it.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Live {
     pub(super) sends: usize,
     pub(super) recvs: usize,
     pub(super) early: usize,
+    /// Discard buffers ([`Link::Drain`]): not counted against the budget.
+    pub(super) drains: usize,
 }
 
 /// The class of a request, for the [`Budget`].
@@ -17,14 +19,20 @@ pub(super) enum Class {
     Send,
     Recv,
     Early,
+    /// A discard buffer ([`Link::Drain`]): any free slot of the slab, outside the budget.
+    Drain,
 }
 
 impl Class {
+    /// The class of `r`: fixed for its life (a request's link becomes [`Link::Drain`]
+    /// only as it is made, and an early buffer that nobody wants later is
+    /// [`Link::Discard`], still an early request).
     pub(super) const fn of(r: &Request) -> Self {
-        match (r.internal, r.kind) {
-            (true, _) => Self::Early,
-            (false, Kind::Send) => Self::Send,
-            (false, Kind::Recv) => Self::Recv,
+        match (r.internal, r.kind, r.link) {
+            (true, _, Link::Drain) => Self::Drain,
+            (true, _, _) => Self::Early,
+            (false, Kind::Send, _) => Self::Send,
+            (false, Kind::Recv, _) => Self::Recv,
         }
     }
 }
@@ -48,9 +56,14 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         }
     }
 
+    /// Whether the slab has a free slot, whatever the budget says (a discard buffer's).
+    pub(super) fn has_slab_slot(&self) -> bool {
+        self.requests.len() < self.requests.capacity()
+    }
+
     /// Whether a new request of `class` fits the slab and the budget.
     pub(super) fn has_room(&self, class: Class) -> bool {
-        if self.requests.len() >= self.requests.capacity() {
+        if !self.has_slab_slot() {
             return false;
         }
         let Some(b) = self.budget() else {
@@ -60,6 +73,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             sends,
             recvs,
             early,
+            ..
         } = self.live;
         match class {
             Class::Send => sends < b.sends,
@@ -67,6 +81,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             // An early request never takes the last receive slot: it is kept for a
             // receive whose message is already here (see [`Engine::free_recv_slots`]).
             Class::Early => early < b.early && recvs + early + 1 < b.recvs,
+            Class::Drain => true,
         }
     }
 
@@ -112,6 +127,8 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
                 self.matcher.unexpected_keys() < self.key_limit() || self.fast_marked > 0
             }
             Table::Transmits | Table::Events => self.check_room().is_ok(),
+            // A discard buffer takes any free slot of the slab, outside the budget.
+            Table::Discards => self.has_slab_slot(),
             _ => true,
         }
     }
@@ -124,6 +141,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             Class::Send => self.live.sends += 1,
             Class::Recv => self.live.recvs += 1,
             Class::Early => self.live.early += 1,
+            Class::Drain => self.live.drains += 1,
         }
         Ok(id)
     }
@@ -135,6 +153,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             Class::Send => self.live.sends -= 1,
             Class::Recv => self.live.recvs -= 1,
             Class::Early => self.live.early -= 1,
+            Class::Drain => self.live.drains -= 1,
         }
         self.deferred_dirty = true;
         Some(r)

@@ -536,7 +536,9 @@ fn a_slab_full_of_posted_receives_still_accepts_their_envelopes() {
         b.handle_message(Rank(0), W, &early.encode()),
         Err(MessageError::Full(Table::Requests))
     );
-    // A too-small receive needs a discard buffer for a separate payload: refused too.
+    // A too-small receive needs a discard buffer for a separate payload: refused too,
+    // for want of a slot of the slab (a discard buffer is outside the budget: it waits
+    // for any free slot, `room_for(Table::Discards)`).
     let big = Envelope {
         tag: Tag(5),
         size: 5000,
@@ -545,8 +547,9 @@ fn a_slab_full_of_posted_receives_still_accepts_their_envelopes() {
     };
     assert_eq!(
         b.handle_message(Rank(0), W, &big.encode()),
-        Err(MessageError::Full(Table::Requests))
+        Err(MessageError::Full(Table::Discards))
     );
+    assert!(!b.room_for(Table::Discards));
     assert_eq!(b.request(recvs[5]).unwrap().state, State::AwaitingEnvelope);
 }
 

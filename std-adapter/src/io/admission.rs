@@ -613,7 +613,7 @@ impl<C> Admission<C> {
         // (with nothing refused, nothing holds it back: no second decoding)
         if !self.refused.is_empty() {
             if let Some(o) = a.refusal_order(source, comm, &bytes) {
-                if self.refused.must_wait(source, &o) {
+                if !o.reply && self.refused.must_wait(source, &o) {
                     self.refused.push(source, comm, bytes, o, None);
                     return false;
                 }
@@ -640,8 +640,10 @@ impl<C> Admission<C> {
     ) {
         self.refusals += 1;
         // (refused bytes always have an order: the engine decoded them)
-        if let Some(o) = a.refusal_order(source, comm, &bytes) {
-            self.refused.push(source, comm, bytes, o, Some(table));
+        match a.refusal_order(source, comm, &bytes) {
+            Some(o) if o.reply => self.refused.replies.push_back((source, comm, bytes)),
+            Some(o) => self.refused.push(source, comm, bytes, o, Some(table)),
+            None => {}
         }
     }
 
@@ -686,6 +688,18 @@ impl<C> Admission<C> {
     /// any went in.
     pub(crate) fn retry_refused(&mut self, a: &mut impl Admit<Cmd = C>) -> bool {
         let mut any = false;
+        // Acknowledgements first: refused only for the output queues, and each one lets
+        // a synchronous send go on.
+        while let Some((source, comm, bytes)) = self.refused.replies.pop_front() {
+            match a.hand_in(source, comm, bytes) {
+                Ok(()) => any = true,
+                Err((bytes, _)) => {
+                    self.refusals += 1;
+                    self.refused.replies.push_front((source, comm, bytes));
+                    break;
+                }
+            }
+        }
         let mut tries = 0;
         // Rounds: one that let an envelope in may have freed those behind it.
         let mut moved = true;
@@ -893,12 +907,15 @@ struct Refused {
     changes: u64,
     /// The keys of the envelopes that became free to go since the admission last looked.
     freed_keys: Vec<Key>,
+    /// Refused ready acknowledgements ([`RefusalOrder::reply`]), in arrival order: they
+    /// keep no order with the envelopes above and are handed in first.
+    replies: VecDeque<(Rank, CommId, Vec<u8>)>,
 }
 
 impl Refused {
     /// Whether no envelope is kept.
     fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.items.is_empty() && self.replies.is_empty()
     }
 
     /// Whether an envelope from `source` that keeps `order` must wait behind refused ones.
@@ -1053,11 +1070,13 @@ impl Refused {
         }
     }
 
-    /// The refused envelopes, oldest first: source, communicator, bytes.
+    /// The refused envelopes, oldest first, then the refused acknowledgements: source,
+    /// communicator, bytes.
     fn iter(&self) -> impl Iterator<Item = (Rank, CommId, &[u8])> + '_ {
         self.items
             .values()
             .filter_map(|i| i.bytes.as_deref().map(|b| (i.source, i.comm, b)))
+            .chain(self.replies.iter().map(|(s, c, b)| (*s, *c, b.as_slice())))
     }
 }
 

@@ -52,9 +52,17 @@ pub(crate) fn lend_min(in_place_min: usize, eager_limit: u32) -> usize {
     }
 }
 
-/// The engine of a rank: 4096 requests, match-key tables of 2048 (of which at most
-/// [`MATCH_KEYS`] are used), 256 peers in the statistics.
-pub(crate) type RankEngine = Engine<4096, 2048, 256>;
+/// The engine of a rank: [`REQUESTS`] requests, match-key tables of 2048 (of which at
+/// most [`MATCH_KEYS`] are used), 256 peers in the statistics.
+pub(crate) type RankEngine = Engine<REQUESTS, 2048, 256>;
+
+/// The slots of a rank engine's request slab.
+pub(crate) const REQUESTS: usize = 4096;
+
+/// The slots of the slab kept out of the request budget, for discard buffers (a payload
+/// too long for the receive it arrived for is drained into one, outside the budget: the
+/// receive's message is here, so it must not wait for the budget's room).
+pub(crate) const DRAIN_SLOTS: usize = 32;
 
 /// The most distinct keys each of a rank's matcher tables holds: half their capacity.
 /// The tables are `heapless` index maps, whose probe sequences grow without bound as they
@@ -603,8 +611,9 @@ impl<T: Transport> Progress<T> {
             match self.engine.handle_data_ready(req) {
                 Err(UsageError::Full(Table::Transmits | Table::Events)) => self.drain_outputs(),
                 Err(e) => {
-                    // A full table (the slab, for a truncated synchronous message's
-                    // discard buffer): the request fails rather than waits forever.
+                    // Not a full table of the engine's (a receive that cannot go in yet
+                    // waits inside it, in order, a discard buffer's slot included): a
+                    // usage error, reported as the request's failure.
                     let error = match e {
                         UsageError::Full(t) => CommError::Submit(SubmitError::Full(t)),
                         other => {

@@ -313,3 +313,140 @@ fn recv_would_wait_says_whether_a_receive_would_wait_for_a_key_and_the_reading_m
     let _fifth = ready_recv(&mut b, 5);
     assert!(b.recv_would_wait(key(2)));
 }
+
+/// A too-small receive holding the last receive slot of the budget gets a message whose
+/// payload travels apart: its discard buffer is outside the budget, so the envelope goes
+/// in and the receive fails with `Truncated` — refused for the budget, it would wait for
+/// a slot only its own completion frees (a hang).
+#[test]
+fn a_too_small_receive_holding_the_last_receive_slot_drains_its_payload_outside_the_budget() {
+    let mut b = limited(1, 4, 0);
+    let big = recv_sized(&mut b, 1, 1000);
+    let small = recv_sized(&mut b, 2, 8);
+    assert_eq!(b.free_recv_slots(), Some(0), "both receive slots taken");
+    assert!(
+        !b.room_for(Table::Requests),
+        "no early request fits the budget"
+    );
+    let data = Envelope {
+        kind: EnvKind::Data,
+        comm: W,
+        tag: Tag(2),
+        size: 500,
+        msg: MsgId(0),
+    };
+    assert_eq!(
+        b.handle_message(Rank(0), W, &data.encode()),
+        Ok(Arrival::Nothing)
+    );
+    let posted = transmits(&mut b);
+    let [
+        Transmit::Receive {
+            req: drain,
+            early: true,
+            size: 500,
+            ..
+        },
+    ] = posted[..]
+    else {
+        panic!("{posted:?}")
+    };
+    assert!(matches!(
+        events(&mut b)[..],
+        [Event::Failed { req, error: RequestError::Truncated { capacity: 8, size: 500 }, .. }] if req == small
+    ));
+    // The budget is unchanged by the discard buffer: once the failed receive is
+    // retired, its slot is a receive's again while the drain is still under way.
+    b.retire(small).unwrap();
+    assert_eq!(b.free_recv_slots(), Some(1));
+    b.handle_received(drain, 500).unwrap();
+    assert_eq!(events(&mut b), [Event::Discard { early: drain }]);
+    assert_eq!(b.request(big).unwrap().state, State::AwaitingEnvelope);
+}
+
+/// The same for a synchronous message that waited as early data: the receive that takes
+/// it, too small, answers and drains the payload into a discard buffer outside the
+/// budget, rather than fail for a full table while the sender waits for its answer.
+#[test]
+fn a_too_small_receive_matching_an_early_synchronous_message_drains_it_outside_the_budget() {
+    let mut b = limited(1, 4, 0);
+    let sync = Envelope {
+        kind: EnvKind::SyncData,
+        comm: W,
+        tag: Tag(2),
+        size: 500,
+        msg: MsgId(0),
+    };
+    b.handle_message(Rank(0), W, &sync.encode()).unwrap();
+    let _other = recv_sized(&mut b, 1, 1000);
+    let small = b.submit_recv(RecvArgs::new(W, Rank(0), Tag(2), 8)).unwrap();
+    assert!(
+        !b.room_for(Table::Requests),
+        "no early request fits the budget"
+    );
+    assert_eq!(b.handle_data_ready(small), Ok(()));
+    let out = transmits(&mut b);
+    assert_eq!(out.len(), 2, "the answer and the drain: {out:?}");
+    assert_eq!(env_of(&out[0]).kind, EnvKind::SyncReady);
+    assert!(matches!(
+        out[1],
+        Transmit::Receive {
+            early: true,
+            size: 500,
+            ..
+        }
+    ));
+    assert!(matches!(
+        events(&mut b)[..],
+        [Event::Failed { req, error: RequestError::Truncated { .. }, .. }] if req == small
+    ));
+}
+
+/// With the slab itself full, a too-small receive's discard buffer waits for a slot:
+/// the receive waits in order inside the engine and goes on once a slot frees.
+#[test]
+fn a_too_small_receive_waits_for_a_slab_slot_for_its_discard_buffer_then_goes_on() {
+    let mut b = engine(1, 2);
+    let sync = Envelope {
+        kind: EnvKind::SyncData,
+        comm: W,
+        tag: Tag(2),
+        size: 500,
+        msg: MsgId(0),
+    };
+    b.handle_message(Rank(0), W, &sync.encode()).unwrap();
+    // Fill the slab (16 slots) with receives of other tags, the too-small one last.
+    let others: Vec<_> = (0..15).map(|t| recv_sized(&mut b, 100 + t, 8)).collect();
+    let small = b.submit_recv(RecvArgs::new(W, Rank(0), Tag(2), 8)).unwrap();
+    assert!(!b.room_for(Table::Discards));
+    assert_eq!(b.handle_data_ready(small), Ok(()), "it waits: no error");
+    assert!(transmits(&mut b).is_empty());
+    assert!(events(&mut b).is_empty());
+    // A slot frees: an eager message completes another receive, which is retired.
+    let eager = Envelope {
+        kind: EnvKind::Eager,
+        comm: W,
+        tag: Tag(100),
+        size: 1,
+        msg: MsgId(1),
+    };
+    let mut bytes = eager.encode().to_vec();
+    bytes.push(7);
+    b.handle_message(Rank(0), W, &bytes).unwrap();
+    let _ = events(&mut b);
+    b.retire(others[0]).unwrap();
+    let out = transmits(&mut b);
+    assert_eq!(env_of(&out[0]).kind, EnvKind::SyncReady, "{out:?}");
+    assert!(matches!(
+        events(&mut b)[..],
+        [Event::Failed { req, error: RequestError::Truncated { .. }, .. }] if req == small
+    ));
+}
+
+fn recv_sized(e: &mut E, tag: i64, capacity: u64) -> ReqId {
+    let r = e
+        .submit_recv(RecvArgs::new(W, Rank(0), Tag(tag), capacity))
+        .unwrap();
+    e.handle_data_ready(r).unwrap();
+    r
+}

@@ -2,7 +2,8 @@ use starling_core::Tag;
 
 use super::*;
 
-/// An engine stand-in: an envelope is `[tag, payload tag or 0]`; it refuses the tags
+/// An engine stand-in: an envelope is `[tag, payload tag or 0]` (`[tag, 0, 1]`: a ready
+/// acknowledgement); it refuses the tags
 /// in `full` (for `table`) and records what went in; a submission is a number, refused
 /// while `room` is 0.
 #[derive(Default)]
@@ -68,6 +69,7 @@ impl Admit for Fake {
         Some(RefusalOrder {
             key: Key::new(comm, source, Tag(i64::from(b[0]))),
             payload: (b[1] != 0).then_some(PhysTag(i32::from(b[1]))),
+            reply: b.get(2) == Some(&1),
         })
     }
 
@@ -143,6 +145,37 @@ fn a_refused_envelope_holds_back_its_key_and_payload_tag_only() {
     assert!(a.retry_refused(&mut f));
     assert_eq!(f.went_in, [3, 1, 1, 2]);
     assert!(a.is_empty());
+}
+
+/// A ready acknowledgement (the answer to a synchronous send of this rank) on `tag`.
+fn ack(a: &mut Admission<u32>, f: &mut Fake, tag: u8) -> bool {
+    a.on_envelope(f, Rank(0), CommId::WORLD, vec![tag, 0, 1])
+}
+
+#[test]
+fn a_ready_acknowledgement_goes_by_the_refused_envelopes_of_its_key() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    f.full = vec![1];
+    f.table = Some(Table::MatchKeys);
+    assert!(!arrive(&mut a, &mut f, 1, 0)); // a message of key 1: refused
+    f.full.clear();
+    assert!(
+        !arrive(&mut a, &mut f, 1, 0),
+        "a message of its key: behind it"
+    );
+    // Held behind them, the synchronous send it answers could wait for a receive that
+    // waits for that send's own receive to complete.
+    assert!(ack(&mut a, &mut f, 1), "an answer on the same key goes by");
+    assert_eq!(f.went_in, [1]);
+    // Refused itself (for a full output queue), it waits apart and goes first.
+    f.full = vec![1];
+    f.table = Some(Table::Transmits);
+    assert!(!ack(&mut a, &mut f, 1));
+    f.full.clear();
+    f.no_room = vec![Table::MatchKeys]; // the messages' table stays full
+    assert!(a.retry_refused(&mut f));
+    assert_eq!(f.went_in, [1, 1], "the answer only");
+    assert!(!a.is_empty(), "the two messages still wait");
 }
 
 #[test]

@@ -9,7 +9,9 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tables {
     /// Live requests (sends, receives, early-message buffers), shared out by the core's
-    /// `engine::Budget` (at least 4).
+    /// `engine::Budget` (at least 4; at most 4064: the slab's last 32 slots are kept for
+    /// discard buffers, which drain a payload too long for its receive outside the
+    /// budget).
     pub requests: usize,
     /// Distinct (communicator, source, tag) keys in each of the matcher's tables (at
     /// least 1).

@@ -405,7 +405,11 @@ pub(crate) fn start<T: Transport>(
     engine_config.eager_limit = eager_limit;
     engine_config.priorities = config.priorities;
     engine_config.max_inflight_sends = config.max_inflight_sends;
-    engine_config.request_limit = u32::try_from(config.tables.requests).unwrap_or(u32::MAX);
+    // The budget leaves slots of the slab free for discard buffers, which take a slot
+    // outside it (`Table::Discards`): with the budget the whole slab, a receive too small
+    // for its message would wait while the budget's requests fill the slab.
+    let budget = config.tables.requests.min(REQUESTS - DRAIN_SLOTS);
+    engine_config.request_limit = u32::try_from(budget).unwrap_or(u32::MAX);
     engine_config.key_limit = config.tables.match_keys.clamp(1, MATCH_KEYS) as u32;
     let mut engine = Box::new(RankEngine::new(engine_config));
     if config.stats {
