@@ -622,30 +622,9 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Checker<REQ, KEYS,
 
 /// Checks one case; panics on a violation.
 pub fn check(case: &Case) {
-    let n = 2 + u32::from(case.ranks % 3);
-    let eager = [0u32, 8, 256][usize::from(case.eager % 3)];
-    let cap = u32::from(case.cap % 4);
-    let priorities = case.priorities;
-    let network = if case.seed % 2 == 1 {
-        Network::PerTag
-    } else {
-        Network::PerPair
-    };
-    let cluster = Cluster::with_config(n, case.seed, |c| {
-        c.eager_limit = eager;
-        c.max_inflight_sends = cap;
-        c.priorities = priorities;
-    })
-    .with_network(network);
-    let mut checker = Checker {
-        n,
-        cluster,
-        flows: BTreeMap::new(),
-        live: vec![HashMap::new(); n as usize],
-        not_ready: vec![BTreeMap::new(); n as usize],
-        key_priority: case.key_priority,
-        admitted: false,
-    };
+    let s = Setup::of(case);
+    let cluster = Cluster::with_config(s.n, case.seed, |c| s.configure(c)).with_network(s.network);
+    let mut checker = Checker::new(case, cluster, false);
     for op in case.ops.iter().take(MAX_OPS) {
         checker.apply(*op);
     }
@@ -655,22 +634,12 @@ pub fn check(case: &Case) {
 /// Checks one case through the admission, on engines of 16 requests (a budget of 4) and
 /// 2 match keys; panics on a violation.
 pub fn check_admitted(case: &Case) {
-    let n = 2 + u32::from(case.ranks % 3);
-    let eager = [0u32, 8, 256][usize::from(case.eager % 3)];
-    let cap = u32::from(case.cap % 4);
-    let priorities = case.priorities;
-    let network = if case.seed % 2 == 1 {
-        Network::PerTag
-    } else {
-        Network::PerPair
-    };
+    let s = Setup::of(case);
     // A third of the seeds with the fast path (small messages on tags 0 and 1 alone on
     // their fast tag, the others with a marker there).
     let fast = [0u32, 0, 8][(case.seed / 2 % 3) as usize];
-    let cluster = Cluster::<16, 2, 4>::sized(n, case.seed, |c| {
-        c.eager_limit = eager;
-        c.max_inflight_sends = cap;
-        c.priorities = priorities;
+    let cluster = Cluster::<16, 2, 4>::sized(s.n, case.seed, |c| {
+        s.configure(c);
         c.request_limit = 4;
         c.key_limit = 2;
         if fast > 0 {
@@ -678,18 +647,56 @@ pub fn check_admitted(case: &Case) {
             c.fast_limit = fast;
         }
     })
-    .with_network(network);
-    let mut checker = Checker {
-        n,
-        cluster,
-        flows: BTreeMap::new(),
-        live: vec![HashMap::new(); n as usize],
-        not_ready: vec![BTreeMap::new(); n as usize],
-        key_priority: case.key_priority,
-        admitted: true,
-    };
+    .with_network(s.network);
+    let mut checker = Checker::new(case, cluster, true);
     for op in case.ops.iter().take(MAX_OPS) {
         checker.apply(*op);
     }
     checker.finish_admitted();
+}
+
+/// What a case sets up: ranks, eager limit, in-flight cap, priorities, network order.
+struct Setup {
+    n: u32,
+    eager: u32,
+    cap: u32,
+    priorities: bool,
+    network: Network,
+}
+
+impl Setup {
+    fn of(case: &Case) -> Self {
+        Self {
+            n: 2 + u32::from(case.ranks % 3),
+            eager: [0u32, 8, 256][usize::from(case.eager % 3)],
+            cap: u32::from(case.cap % 4),
+            priorities: case.priorities,
+            network: if case.seed % 2 == 1 {
+                Network::PerTag
+            } else {
+                Network::PerPair
+            },
+        }
+    }
+
+    fn configure(&self, c: &mut starling_core::engine::Config) {
+        c.eager_limit = self.eager;
+        c.max_inflight_sends = self.cap;
+        c.priorities = self.priorities;
+    }
+}
+
+impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Checker<REQ, KEYS, PEERS> {
+    fn new(case: &Case, cluster: Cluster<REQ, KEYS, PEERS>, admitted: bool) -> Self {
+        let n = cluster.size();
+        Self {
+            n,
+            cluster,
+            flows: BTreeMap::new(),
+            live: vec![HashMap::new(); n as usize],
+            not_ready: vec![BTreeMap::new(); n as usize],
+            key_priority: case.key_priority,
+            admitted,
+        }
+    }
 }

@@ -370,14 +370,8 @@ fn a_too_small_receive_holding_the_last_receive_slot_drains_its_payload_outside_
 #[test]
 fn a_too_small_receive_matching_an_early_synchronous_message_drains_it_outside_the_budget() {
     let mut b = limited(1, 4, 0);
-    let sync = Envelope {
-        kind: EnvKind::SyncData,
-        comm: W,
-        tag: Tag(2),
-        size: 500,
-        msg: MsgId(0),
-    };
-    b.handle_message(Rank(0), W, &sync.encode()).unwrap();
+    b.handle_message(Rank(0), W, &sync_envelope(2, 500))
+        .unwrap();
     let _other = recv_sized(&mut b, 1, 1000);
     let small = b.submit_recv(RecvArgs::new(W, Rank(0), Tag(2), 8)).unwrap();
     assert!(
@@ -407,14 +401,8 @@ fn a_too_small_receive_matching_an_early_synchronous_message_drains_it_outside_t
 #[test]
 fn a_too_small_receive_waits_for_a_slab_slot_for_its_discard_buffer_then_goes_on() {
     let mut b = engine(1, 2);
-    let sync = Envelope {
-        kind: EnvKind::SyncData,
-        comm: W,
-        tag: Tag(2),
-        size: 500,
-        msg: MsgId(0),
-    };
-    b.handle_message(Rank(0), W, &sync.encode()).unwrap();
+    b.handle_message(Rank(0), W, &sync_envelope(2, 500))
+        .unwrap();
     // Fill the slab (16 slots) with receives of other tags, the too-small one last.
     let others: Vec<_> = (0..15).map(|t| recv_sized(&mut b, 100 + t, 8)).collect();
     let small = b.submit_recv(RecvArgs::new(W, Rank(0), Tag(2), 8)).unwrap();
@@ -441,6 +429,18 @@ fn a_too_small_receive_waits_for_a_slab_slot_for_its_discard_buffer_then_goes_on
         events(&mut b)[..],
         [Event::Failed { req, error: RequestError::Truncated { .. }, .. }] if req == small
     ));
+}
+
+/// A synchronous send's envelope from rank 0 on `tag`, of `size` bytes (message 0).
+fn sync_envelope(tag: i64, size: u64) -> Vec<u8> {
+    let env = Envelope {
+        kind: EnvKind::SyncData,
+        comm: W,
+        tag: Tag(tag),
+        size,
+        msg: MsgId(0),
+    };
+    env.encode().to_vec()
 }
 
 fn recv_sized(e: &mut E, tag: i64, capacity: u64) -> ReqId {
