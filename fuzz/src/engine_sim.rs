@@ -506,20 +506,16 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Checker<REQ, KEYS,
         }
         self.drain();
         for (key, f) in &self.flows {
-            for (i, s) in f.sends.iter().enumerate() {
+            let sends = f.sends.iter().map(|s| ("send", s.completed, f.sends.len()));
+            let recvs = f
+                .recvs
+                .iter()
+                .map(|r| ("receive", r.completed, f.recvs.len()));
+            for (i, (what, completed, of)) in sends.enumerate().chain(recvs.enumerate()) {
                 assert!(
-                    s.completed,
-                    "{key:?}: send {i} of {} never completed; {}",
-                    f.sends.len(),
-                    self.dump(),
-                );
-            }
-            for (i, r) in f.recvs.iter().enumerate() {
-                assert!(
-                    r.completed,
-                    "{key:?}: receive {i} of {} never completed; {}",
-                    f.recvs.len(),
-                    self.dump(),
+                    completed,
+                    "{key:?}: {what} {i} of {of} never completed; {}",
+                    self.dump()
                 );
             }
         }
