@@ -188,6 +188,70 @@ pub(crate) fn spin_wait() {
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+/// The task runtime's state lock and its condition variables. Outside `loom` they are
+/// `parking_lot`'s: its lock spins with backoff before it parks, where `std`'s parks after
+/// a short spin, and a submitter and a worker take it several times per task.
+#[cfg(not(loom))]
+pub(crate) type StateLock<T> = parking_lot::Mutex<T>;
+/// A held [`StateLock`].
+#[cfg(not(loom))]
+pub(crate) type StateGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+/// A condition variable of a [`StateLock`].
+#[cfg(not(loom))]
+pub(crate) type StateCondvar = parking_lot::Condvar;
+/// Takes `m`.
+#[cfg(not(loom))]
+pub(crate) fn lock_state<T>(m: &StateLock<T>) -> StateGuard<'_, T> {
+    m.lock()
+}
+/// Waits on `cv`, letting `g` go meanwhile.
+#[cfg(not(loom))]
+pub(crate) fn wait_state<'a, T>(cv: &StateCondvar, mut g: StateGuard<'a, T>) -> StateGuard<'a, T> {
+    cv.wait(&mut g);
+    g
+}
+/// Waits on `cv` for at most `d`, letting `g` go meanwhile.
+#[cfg(not(loom))]
+pub(crate) fn wait_state_for<'a, T>(
+    cv: &StateCondvar,
+    mut g: StateGuard<'a, T>,
+    d: core::time::Duration,
+) -> StateGuard<'a, T> {
+    cv.wait_for(&mut g, d);
+    g
+}
+/// Under `loom`, its lock.
+#[cfg(loom)]
+pub(crate) type StateLock<T> = Mutex<T>;
+/// Under `loom`, its guard.
+#[cfg(loom)]
+pub(crate) type StateGuard<'a, T> = MutexGuard<'a, T>;
+/// Under `loom`, its condition variable.
+#[cfg(loom)]
+pub(crate) type StateCondvar = Condvar;
+/// Under `loom`, [`lock`].
+#[cfg(loom)]
+pub(crate) fn lock_state<T>(m: &StateLock<T>) -> StateGuard<'_, T> {
+    lock(m)
+}
+/// Under `loom`, `Condvar::wait`.
+#[cfg(loom)]
+pub(crate) fn wait_state<'a, T>(cv: &StateCondvar, g: StateGuard<'a, T>) -> StateGuard<'a, T> {
+    cv.wait(g)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+/// Under `loom`, `Condvar::wait_timeout`.
+#[cfg(loom)]
+pub(crate) fn wait_state_for<'a, T>(
+    cv: &StateCondvar,
+    g: StateGuard<'a, T>,
+    d: core::time::Duration,
+) -> StateGuard<'a, T> {
+    cv.wait_timeout(g, d)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .0
+}
+
 /// The lock around a handle's data. Outside `loom` it is `parking_lot`'s, whose owned
 /// guards ([`try_read_owned`], [`try_write_owned`]) may travel to another thread: a
 /// transfer holds one for as long as MPI reads or writes the data in place.

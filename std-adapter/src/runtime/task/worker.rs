@@ -62,9 +62,7 @@ impl Runtime {
                     continue;
                 }
                 st.sched.set_asleep(w, true);
-                st = self.shared.work[w]
-                    .wait(st)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                st = wait_state(&self.shared.work[w], st);
                 st.sched.set_asleep(w, false);
             };
             self.execute(st, id, &mut timeline, w);
@@ -75,7 +73,7 @@ impl Runtime {
     /// completes it.
     pub(super) fn execute(
         &self,
-        mut st: MutexGuard<'_, State>,
+        mut st: StateGuard<'_, State>,
         id: NodeId,
         timeline: &mut WorkerTrace,
         w: usize,
