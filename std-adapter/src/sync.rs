@@ -188,65 +188,69 @@ pub(crate) fn spin_wait() {
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// The task runtime's state lock and its condition variables. Outside `loom` they are
-/// `parking_lot`'s: its lock spins with backoff before it parks, where `std`'s parks after
-/// a short spin, and a submitter and a worker take it several times per task.
+/// A lock that threads on different cores take several times per task or message (the
+/// task runtime's state, the progression thread's inbox), and its condition variables.
+/// Outside `loom` they are `parking_lot`'s: its lock spins with backoff (yielding the
+/// core) before it parks, where `std`'s parks after a short spin; with a submitter and a
+/// worker taking the task state's lock three times per empty task, `std`'s made each
+/// task cost a futex wait and wake about half the time (`docs/performance.md`, "The
+/// state lock that spins").
 #[cfg(not(loom))]
-pub(crate) type StateLock<T> = parking_lot::Mutex<T>;
-/// A held [`StateLock`].
+pub(crate) type HotLock<T> = parking_lot::Mutex<T>;
+/// A held [`HotLock`].
 #[cfg(not(loom))]
-pub(crate) type StateGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
-/// A condition variable of a [`StateLock`].
+pub(crate) type HotGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+/// A condition variable of a [`HotLock`].
 #[cfg(not(loom))]
-pub(crate) type StateCondvar = parking_lot::Condvar;
+pub(crate) type HotCondvar = parking_lot::Condvar;
 /// Takes `m`.
 #[cfg(not(loom))]
-pub(crate) fn lock_state<T>(m: &StateLock<T>) -> StateGuard<'_, T> {
+pub(crate) fn lock_hot<T>(m: &HotLock<T>) -> HotGuard<'_, T> {
     m.lock()
 }
 /// Waits on `cv`, letting `g` go meanwhile.
 #[cfg(not(loom))]
-pub(crate) fn wait_state<'a, T>(cv: &StateCondvar, mut g: StateGuard<'a, T>) -> StateGuard<'a, T> {
+pub(crate) fn wait_hot<'a, T>(cv: &HotCondvar, mut g: HotGuard<'a, T>) -> HotGuard<'a, T> {
     cv.wait(&mut g);
     g
 }
 /// Waits on `cv` for at most `d`, letting `g` go meanwhile.
 #[cfg(not(loom))]
-pub(crate) fn wait_state_for<'a, T>(
-    cv: &StateCondvar,
-    mut g: StateGuard<'a, T>,
+pub(crate) fn wait_hot_for<'a, T>(
+    cv: &HotCondvar,
+    mut g: HotGuard<'a, T>,
     d: core::time::Duration,
-) -> StateGuard<'a, T> {
+) -> HotGuard<'a, T> {
     cv.wait_for(&mut g, d);
     g
 }
 /// Under `loom`, its lock.
 #[cfg(loom)]
-pub(crate) type StateLock<T> = Mutex<T>;
+pub(crate) type HotLock<T> = Mutex<T>;
 /// Under `loom`, its guard.
 #[cfg(loom)]
-pub(crate) type StateGuard<'a, T> = MutexGuard<'a, T>;
+pub(crate) type HotGuard<'a, T> = MutexGuard<'a, T>;
 /// Under `loom`, its condition variable.
 #[cfg(loom)]
-pub(crate) type StateCondvar = Condvar;
+pub(crate) type HotCondvar = Condvar;
 /// Under `loom`, [`lock`].
 #[cfg(loom)]
-pub(crate) fn lock_state<T>(m: &StateLock<T>) -> StateGuard<'_, T> {
+pub(crate) fn lock_hot<T>(m: &HotLock<T>) -> HotGuard<'_, T> {
     lock(m)
 }
 /// Under `loom`, `Condvar::wait`.
 #[cfg(loom)]
-pub(crate) fn wait_state<'a, T>(cv: &StateCondvar, g: StateGuard<'a, T>) -> StateGuard<'a, T> {
+pub(crate) fn wait_hot<'a, T>(cv: &HotCondvar, g: HotGuard<'a, T>) -> HotGuard<'a, T> {
     cv.wait(g)
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 /// Under `loom`, `Condvar::wait_timeout`.
 #[cfg(loom)]
-pub(crate) fn wait_state_for<'a, T>(
-    cv: &StateCondvar,
-    g: StateGuard<'a, T>,
+pub(crate) fn wait_hot_for<'a, T>(
+    cv: &HotCondvar,
+    g: HotGuard<'a, T>,
     d: core::time::Duration,
-) -> StateGuard<'a, T> {
+) -> HotGuard<'a, T> {
     cv.wait_timeout(g, d)
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .0
@@ -323,29 +327,26 @@ pub(crate) fn data_write<T>(l: &DataLock<T>) -> DataWriteGuard<'_, T> {
 
 /// The lock around a rank's progress (`progress::Driver`): the progression thread takes
 /// it, a waiting thread tries it.
+/// A [`HotLock`] outside `loom`.
 #[cfg(not(loom))]
-pub(crate) type DriveLock<T> = Mutex<T>;
+pub(crate) type DriveLock<T> = HotLock<T>;
 /// A held [`DriveLock`].
 #[cfg(not(loom))]
-pub(crate) type DriveGuard<'a, T> = MutexGuard<'a, T>;
+pub(crate) type DriveGuard<'a, T> = HotGuard<'a, T>;
 /// A new drive lock.
 #[cfg(not(loom))]
 pub(crate) fn drive_lock<T>(value: T) -> DriveLock<T> {
-    Mutex::new(value)
+    HotLock::new(value)
 }
 /// Takes `l`, waiting for it.
 #[cfg(not(loom))]
 pub(crate) fn drive<T>(l: &DriveLock<T>) -> DriveGuard<'_, T> {
-    lock(l)
+    lock_hot(l)
 }
 /// Takes `l` unless another thread holds it.
 #[cfg(not(loom))]
 pub(crate) fn try_drive<T>(l: &DriveLock<T>) -> Option<DriveGuard<'_, T>> {
-    match l.try_lock() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
+    l.try_lock()
 }
 
 /// Under `loom`, a drive lock is a flag taken by compare-and-swap around `loom`'s mutex:

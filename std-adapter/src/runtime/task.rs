@@ -33,8 +33,8 @@ use crate::runtime::perfmodel::{Arch, Calibrate, Store};
 pub(crate) use crate::runtime::ready::NodeId;
 use crate::runtime::sched::{SchedPolicy, Scheduler, Target};
 use crate::sync::{
-    Arc, AtomicBool, AtomicU64, Ordering, StateCondvar, StateGuard, StateLock, lock_state,
-    wait_state, wait_state_for,
+    Arc, AtomicBool, AtomicU64, HotCondvar, HotGuard, HotLock, Ordering, lock_hot, wait_hot,
+    wait_hot_for,
 };
 use crate::trace::{self, Recorder, WorkerTrace};
 use placement::{CURRENT, DeviceEnd};
@@ -251,16 +251,16 @@ struct State {
 }
 
 struct Shared {
-    state: StateLock<State>,
+    state: HotLock<State>,
     /// Worker `w` waits on `work[w]` for ready tasks.
-    work: Vec<StateCondvar>,
+    work: Vec<HotCondvar>,
     /// Counts the tasks queued for the workers (changed under the state lock): a worker
     /// that polls for work before it sleeps reads it without the lock.
     readied: AtomicU64,
     /// The workers are stopping (as `State::stopping`, read without the lock).
     stop: AtomicBool,
     /// `wait_for_all`, tag waiters and quiescence checks wait here.
-    progress: StateCondvar,
+    progress: HotCondvar,
     disable_kernels: bool,
     /// Called when a task becomes ready (driver mode wakes the progression thread).
     on_ready: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
@@ -311,7 +311,7 @@ impl Workers {
     /// Stops the workers once the ready queue is empty and joins them.
     pub(crate) fn stop(self) {
         {
-            let mut st = lock_state(&self.runtime.shared.state);
+            let mut st = lock_hot(&self.runtime.shared.state);
             st.stopping = true;
             self.runtime.shared.stop.store(true, Ordering::Release);
         }
@@ -325,7 +325,7 @@ impl Workers {
         self.runtime.shared.layers.flush();
         let shared = &self.runtime.shared;
         if shared.sched_stats {
-            eprint!("{}", lock_state(&shared.state).sched.report(&shared.name));
+            eprint!("{}", lock_hot(&shared.state).sched.report(&shared.name));
         }
         if let Some(models) = &shared.models {
             models.save();
@@ -392,11 +392,11 @@ impl Runtime {
         };
         let runtime = Self {
             shared: Arc::new(Shared {
-                state: StateLock::new(state),
-                work: (0..threads).map(|_| StateCondvar::new()).collect(),
+                state: HotLock::new(state),
+                work: (0..threads).map(|_| HotCondvar::new()).collect(),
                 readied: AtomicU64::new(0),
                 stop: AtomicBool::new(false),
-                progress: StateCondvar::new(),
+                progress: HotCondvar::new(),
                 disable_kernels: config.disable_kernels,
                 on_ready: std::sync::OnceLock::new(),
                 idle_drive: std::sync::OnceLock::new(),
@@ -436,8 +436,8 @@ impl Runtime {
         (runtime, workers)
     }
 
-    fn state(&self) -> StateGuard<'_, State> {
-        lock_state(&self.shared.state)
+    fn state(&self) -> HotGuard<'_, State> {
+        lock_hot(&self.shared.state)
     }
 
     /// The rank's timeline trace, when tracing.
@@ -935,9 +935,9 @@ impl Runtime {
     }
 
     /// Waits on `progress`, counted so that notifiers know someone waits.
-    fn wait_progress<'a>(&'a self, mut st: StateGuard<'a, State>) -> StateGuard<'a, State> {
+    fn wait_progress<'a>(&'a self, mut st: HotGuard<'a, State>) -> HotGuard<'a, State> {
         st.progress_waiters += 1;
-        let mut st = wait_state(&self.shared.progress, st);
+        let mut st = wait_hot(&self.shared.progress, st);
         st.progress_waiters -= 1;
         st
     }
@@ -967,7 +967,7 @@ impl Runtime {
         let mut st = self.state();
         while st.outstanding > 0 {
             st.idle_waiters += 1;
-            st = wait_state(&self.shared.progress, st);
+            st = wait_hot(&self.shared.progress, st);
             st.idle_waiters -= 1;
         }
     }
@@ -994,7 +994,7 @@ impl Runtime {
                 return false;
             }
             st.progress_waiters += 1;
-            st = wait_state_for(&self.shared.progress, st, deadline - now);
+            st = wait_hot_for(&self.shared.progress, st, deadline - now);
             st.progress_waiters -= 1;
         }
     }

@@ -23,11 +23,11 @@ use core::cell::RefCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::collections::VecDeque;
 
-use super::{Arc, Mutex, lock};
+use super::{Arc, HotLock, lock_hot};
 
 /// What the two ends share.
 struct Shared<T> {
-    queue: Mutex<Queue<T>>,
+    queue: HotLock<Queue<T>>,
     /// Whether an input may be queued: raised by a sender after it let go of the lock,
     /// lowered by the receiver under the lock as it swaps the queue out; read without
     /// the lock, so that an empty poll costs a load rather than the lock (the progression
@@ -68,7 +68,7 @@ pub(crate) struct Empty;
 /// A new inbox's two ends.
 pub(crate) fn inbox<T>() -> (InboxSender<T>, InboxReceiver<T>) {
     let shared = Arc::new(Shared {
-        queue: Mutex::new(Queue {
+        queue: HotLock::new(Queue {
             items: VecDeque::new(),
             closed: false,
         }),
@@ -97,7 +97,7 @@ impl<T> InboxSender<T> {
     /// Queues `item` behind every input sent before it (by any sender); gives it back
     /// when the receiver is gone.
     pub(crate) fn send(&self, item: T) -> Result<(), T> {
-        let mut q = lock(&self.shared.queue);
+        let mut q = lock_hot(&self.shared.queue);
         if q.closed {
             return Err(item);
         }
@@ -119,7 +119,7 @@ impl<T> InboxReceiver<T> {
             return Err(Empty);
         }
         {
-            let mut q = lock(&self.shared.queue);
+            let mut q = lock_hot(&self.shared.queue);
             // `taken` is empty: the queues trade places, each keeping its capacity.
             core::mem::swap(&mut q.items, &mut *taken);
             self.shared.maybe.store(false, Ordering::Relaxed);
@@ -160,7 +160,7 @@ impl<T> Drop for InboxReceiver<T> {
     /// does: an input may own what keeps a sender alive.
     fn drop(&mut self) {
         let left = {
-            let mut q = lock(&self.shared.queue);
+            let mut q = lock_hot(&self.shared.queue);
             q.closed = true;
             core::mem::take(&mut q.items)
         };

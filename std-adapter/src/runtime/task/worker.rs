@@ -62,7 +62,7 @@ impl Runtime {
                     continue;
                 }
                 st.sched.set_asleep(w, true);
-                st = wait_state(&self.shared.work[w], st);
+                st = wait_hot(&self.shared.work[w], st);
                 st.sched.set_asleep(w, false);
             };
             self.execute(st, id, &mut timeline, w);
@@ -73,7 +73,7 @@ impl Runtime {
     /// completes it.
     pub(super) fn execute(
         &self,
-        mut st: StateGuard<'_, State>,
+        mut st: HotGuard<'_, State>,
         id: NodeId,
         timeline: &mut WorkerTrace,
         w: usize,
