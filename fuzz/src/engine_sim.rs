@@ -29,12 +29,13 @@
 //! adapter's admission ([`Cluster::post_send`], [`Cluster::post_recv`]: what does not fit
 //! waits outside the engine, refused envelopes are kept and handed in again) on engines of
 //! tiny tables (16 requests shared out as 4, 2 match keys), with the fast path on for
-//! half the seeds (a fast limit of 8 or 256 bytes), so that every case overflows the tables. There, once every request
-//! was made ready and the network drained, the flows are paired up (a receive of the
-//! largest size for each extra send, a standard send for each extra receive) and drained
-//! again: then every request must have completed, each receive with its own send's payload
-//! (or `Truncated`), and nothing may be left — no leftover, no submission that never went
-//! in, nothing in the transports. A full table is a wait, never a loss or a hang.
+//! half the seeds (a fast limit of 8 or 256 bytes), so that every case overflows the
+//! tables. There, once every request was made ready and the network drained, the flows
+//! are paired up (a receive of the largest size for each extra send, a standard send for
+//! each extra receive) and drained again: then every request must have completed, each
+//! receive with its own send's payload (or `Truncated`), and nothing may be left — no
+//! leftover, no submission that never went in, nothing in the transports. A full table is
+//! a wait, never a loss or a hang.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 

@@ -327,8 +327,7 @@ pub(crate) fn data_write<T>(l: &DataLock<T>) -> DataWriteGuard<'_, T> {
 }
 
 /// The lock around a rank's progress (`progress::Driver`): the progression thread takes
-/// it, a waiting thread tries it.
-/// A [`HotLock`] outside `loom`.
+/// it, a waiting thread tries it. Outside `loom`, a [`HotLock`].
 #[cfg(not(loom))]
 pub(crate) type DriveLock<T> = HotLock<T>;
 /// A held [`DriveLock`].
