@@ -19,6 +19,7 @@
 use core::fmt;
 use std::collections::HashMap;
 
+use smallvec::SmallVec;
 use starling_core::{AccessMode, DataId};
 
 use crate::error::{TaskError, TransferError};
@@ -144,7 +145,9 @@ impl<F> NewWork<F> {
 struct Node {
     /// Predecessors not completed yet (a count of nodes, far below 2^32).
     deps: u32,
-    successors: Vec<NodeId>,
+    /// Nodes that wait for this one, in the order they were linked. Two fit in place
+    /// (the size of a `Vec`), so a chain of tasks and transfers allocates none for them.
+    successors: SmallVec<[NodeId; 2]>,
     priority: i32,
     accesses: Vec<Access>,
     /// `None` once handed to a worker or run.
@@ -647,7 +650,7 @@ impl Runtime {
         };
         let inserted = st.nodes.insert(Node {
             deps,
-            successors: Vec::new(),
+            successors: SmallVec::new(),
             priority,
             accesses,
             work,
