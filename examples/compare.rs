@@ -12,6 +12,13 @@
 //!   sweeps of `insert(RW c, R left, R right, R up, R down)`, with or without the
 //!   handbook's pruning `if`; per logical task (`niter · (side − 2)²` loop iterations),
 //!   the insertion loops alone (the C side: `insert_starpu.c`).
+//! * `submit [loops] [reps]` — the submitting thread's cost per node of a flow submitted
+//!   ahead of its execution, as the handbook's ring is: on each of the two ranks of an
+//!   in-process cluster (1 worker each), `loops` times a task and a detached transfer on
+//!   one handle (rank 0 sends after its task, rank 1 receives before its own), all
+//!   chained, while a first task holds the handle until the whole flow is in; per node,
+//!   the submission loop alone, both ranks submitting at once, the first repetition
+//!   (`cold`: the tables and the heap grow) apart (no C side in `run.sh`).
 //! * `pingpong [iters] [reps]` — blocking `send`/`recv` round trips of a `Vector<u8>` of
 //!   8 B, 1 KiB, 64 KiB and 1 MiB between the two ranks of an in-process cluster (1 worker
 //!   each): the half round trip (the MPI side of `run.sh` measures the same over MPI with
@@ -24,13 +31,14 @@
 //! ```sh
 //! cargo run --release --example compare -- empty-tasks 100000 5
 //! cargo run --release --example compare -- insert 256 10 3 unpruned
+//! cargo run --release --example compare -- submit 20000 5
 //! cargo run --release --example compare -- pingpong 2000 5
 //! ```
 
 use std::process::ExitCode;
 use std::time::Instant;
 
-use starling::core::{Owner, Rank, Tag};
+use starling::core::{AccessMode, Owner, Rank, Tag};
 use starling::interfaces::{Variable, Vector};
 use starling::{ClusterConfig, Codelet, InsertError, RuntimeConfig, run_fake, run_local_with};
 
@@ -61,6 +69,71 @@ fn empty_tasks(ntasks: usize, reps: usize) {
     .expect("a clean shutdown");
     for s in &out[0] {
         println!("SAMPLE empty_task starling ntasks={ntasks} {s:.6} us");
+    }
+}
+
+/// `submit`: ns per node submitted, once cold and `reps` times more; each sample is the
+/// slower rank's.
+fn submit(loops: usize, reps: usize) {
+    let config = ClusterConfig {
+        runtime: RuntimeConfig {
+            workers: 1,
+            ..RuntimeConfig::default()
+        },
+        ..ClusterConfig::from_env()
+    };
+    let out = run_local_with(2, config, move |ctx| {
+        let me = ctx.rank().0;
+        let peer = Rank(me ^ 1);
+        let hold = Codelet::new("hold", |_| {
+            std::thread::sleep(core::time::Duration::from_millis(100));
+        });
+        let step = Codelet::new("step", |b| {
+            b.w::<Vector<u32>>(0).as_mut_slice()[0] += 1;
+        });
+        let mut samples = Vec::new();
+        for _ in 0..=reps {
+            let h = ctx.register(Vector::<u32>::zeros(1));
+            ctx.barrier();
+            // Holds `h` until the flow is in, so that nothing runs while it is submitted.
+            ctx.task(&hold).rw(&h).submit();
+            let start = Instant::now();
+            for l in 0..loops {
+                let tag = Tag(l as i64);
+                if me == 0 {
+                    ctx.task(&step).rw(&h).submit();
+                    ctx.send(&h, peer, tag)
+                        .detach(|r| r.expect("a detached send"))
+                        .expect("send");
+                } else {
+                    ctx.recv(&h, peer, tag)
+                        .detach(|r| r.expect("a detached receive"))
+                        .expect("receive");
+                    ctx.task(&step).rw(&h).submit();
+                }
+            }
+            let ns = start.elapsed().as_secs_f64() * 1e9 / (2 * loops) as f64;
+            ctx.wait_for_all();
+            // Rank 1's steps add one to each value received: the last is `loops` + 1.
+            assert_eq!(
+                ctx.acquire(&h, AccessMode::R).get().as_slice()[0] as usize,
+                loops + me as usize,
+                "every step ran once, on the value before it"
+            );
+            let _ = ctx.unregister(h);
+            samples.push(ns);
+        }
+        samples
+    })
+    .expect("a clean shutdown");
+    // The first repetition grows the runtime's tables and the allocator's heap (a flow
+    // submitted once, as the ring's is); the others reuse them.
+    for (rep, (a, b)) in out[0].iter().zip(&out[1]).enumerate() {
+        let when = if rep == 0 { ",cold" } else { "" };
+        println!(
+            "SAMPLE submit starling loops={loops}{when} {:.1} ns",
+            a.max(*b)
+        );
     }
 }
 
@@ -208,7 +281,7 @@ fn main() -> ExitCode {
             .map_or(Some(default), |s| s.parse().ok())
             .filter(|n| *n > 0)
     };
-    let usage = "usage: compare empty-tasks [ntasks] [reps] | insert [side] [niter] [reps] [pruned|unpruned] | pingpong [iters] [reps]";
+    let usage = "usage: compare empty-tasks [ntasks] [reps] | insert [side] [niter] [reps] [pruned|unpruned] | submit [loops] [reps] | pingpong [iters] [reps]";
     match args.first().map(String::as_str) {
         Some("empty-tasks") => {
             let (Some(n), Some(reps)) = (num(1, 100_000), num(2, 5)) else {
@@ -216,6 +289,13 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             };
             empty_tasks(n, reps);
+        }
+        Some("submit") => {
+            let (Some(loops), Some(reps)) = (num(1, 20_000), num(2, 5)) else {
+                eprintln!("{usage}");
+                return ExitCode::from(2);
+            };
+            submit(loops, reps);
         }
         Some("pingpong") => {
             let (Some(iters), Some(reps)) = (num(1, 2000), num(2, 5)) else {
