@@ -95,7 +95,29 @@ impl Runtime {
         else {
             return;
         };
-        let accesses = node.accesses.clone();
+        // Where its kernel runs: offloaded (master-slave mode), on a device, or here. Under
+        // `dmda` the scheduler chose this CPU worker for a task with a CPU kernel: that
+        // one runs, here.
+        let kernels = !self.shared.disable_kernels;
+        let offload = self
+            .shared
+            .offload
+            .get()
+            .filter(|_| kernels && codelet.0.kernel.is_some());
+        let device = codelet.0.device.as_ref().filter(|_| {
+            kernels
+                && offload.is_none()
+                && !(self.shared.policy == SchedPolicy::Dmda && codelet.0.kernel.is_some())
+        });
+        // A task whose kernel runs here takes its accesses out of its node for its run
+        // and puts them back as it completes ([`Runtime::finish_task`]): nothing reads a
+        // running node's accesses, and a copy cost an allocation and a reference count
+        // per access on the worker's path. One that runs elsewhere runs with a copy.
+        let accesses = if offload.is_none() && device.is_none() {
+            core::mem::take(&mut node.accesses)
+        } else {
+            node.accesses.clone()
+        };
         let priority = node.priority;
         let expected = node.expected();
         if let Target::Worker(placed) = node.placed() {
@@ -106,23 +128,14 @@ impl Runtime {
         *running += 1;
         drop(st);
 
-        if let (Some(offload), Some(_), false) = (
-            self.shared.offload.get(),
-            &codelet.0.kernel,
-            self.shared.disable_kernels,
-        ) {
+        if let Some(offload) = offload {
             // Master-slave mode: the kernel runs elsewhere; this worker goes on at once.
             let finish = self.completion(id, &codelet, callback, tag, None);
             offload.start(&codelet, accesses, priority, finish);
             return;
         }
 
-        if let (Some(device), false, false) = (
-            &codelet.0.device,
-            self.shared.disable_kernels,
-            // Under `dmda` the scheduler chose this CPU worker: the CPU implementation runs.
-            self.shared.policy == SchedPolicy::Dmda && codelet.0.kernel.is_some(),
-        ) {
+        if let Some(device) = device {
             // A device task: its layer queues it and this worker goes on at once; or the
             // layer gives it back, and it runs here, on the CPU.
             let layer = Arc::clone(&device.layer);
@@ -183,7 +196,7 @@ impl Runtime {
         // ([`crate::sync::with_peer_drive`]), and the tasks they make ready there run
         // without a wake-up of those ranks' progression threads.
         crate::sync::with_peer_drive(|| {
-            let ran = (Some(w), measured);
+            let ran = (Some(w), measured, accesses);
             self.finish_task(id, &codelet.0.name, failure, tag, ran, KernelTime::Wall);
         });
     }
@@ -213,7 +226,8 @@ impl Runtime {
                     });
                 }
             }
-            let device = rt.finish_task(id, &name, failure, tag, (None, None), kernel_time);
+            let ran = (None, None, Vec::new());
+            let device = rt.finish_task(id, &name, failure, tag, ran, kernel_time);
             if let Some((slot, expected, took, sampled)) = device {
                 if let Some(trace) = &rt.shared.trace {
                     let start = trace::clock_ns().saturating_sub((took * 1e9) as u64);
@@ -230,15 +244,17 @@ impl Runtime {
 
     /// Task `id` of codelet `name` ran (or failed, `failure` says how) on CPU worker
     /// `ran_on` for `measured` seconds, or elsewhere (`None`, `kernel`: what its device
-    /// said of its time): completes it. For a task `dmda` placed on a device: the device
-    /// slot, the expected time, the time it took there and the models' sample.
+    /// said of its time): completes it, its accesses put back first when it took them
+    /// out for its run (`accesses`; empty otherwise). For a task `dmda` placed on a
+    /// device: the device slot, the expected time, the time it took there and the
+    /// models' sample.
     pub(super) fn finish_task(
         &self,
         id: NodeId,
         name: &str,
         failure: Option<String>,
         tag: Option<TaskTag>,
-        (ran_on, measured): (Option<usize>, Option<f64>),
+        (ran_on, measured, accesses): (Option<usize>, Option<f64>, Vec<Access>),
         kernel: KernelTime,
     ) -> Option<DeviceEnd> {
         if let Some(what) = failure {
@@ -256,6 +272,11 @@ impl Runtime {
             self.unlock_tag(t);
         }
         let mut st = self.state();
+        if !accesses.is_empty() {
+            if let Some(node) = st.nodes.get_mut(&id) {
+                node.accesses = accesses;
+            }
+        }
         st.running -= 1;
         st.tasks_done += 1;
         let device_time = self.account(&mut st, id, ran_on, measured, kernel);
