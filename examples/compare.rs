@@ -72,16 +72,21 @@ fn empty_tasks(ntasks: usize, reps: usize) {
     }
 }
 
-/// `submit`: ns per node submitted, once cold and `reps` times more; each sample is the
-/// slower rank's.
-fn submit(loops: usize, reps: usize) {
-    let config = ClusterConfig {
+/// Two in-process ranks' configuration from the environment, with one worker each.
+fn one_worker() -> ClusterConfig {
+    ClusterConfig {
         runtime: RuntimeConfig {
             workers: 1,
             ..RuntimeConfig::default()
         },
         ..ClusterConfig::from_env()
-    };
+    }
+}
+
+/// `submit`: ns per node submitted, once cold and `reps` times more; each sample is the
+/// slower rank's.
+fn submit(loops: usize, reps: usize) {
+    let config = one_worker();
     let out = run_local_with(2, config, move |ctx| {
         let me = ctx.rank().0;
         let peer = Rank(me ^ 1);
@@ -140,13 +145,7 @@ fn submit(loops: usize, reps: usize) {
 /// Half round trips of `iters` blocking round trips per size, `reps` times after a
 /// warm-up, on 2 in-process ranks; rank 0 prints the samples.
 fn pingpong(iters: usize, reps: usize) {
-    let config = ClusterConfig {
-        runtime: RuntimeConfig {
-            workers: 1,
-            ..RuntimeConfig::default()
-        },
-        ..ClusterConfig::from_env()
-    };
+    let config = one_worker();
     // PINGPONG_SIZES=8B,1KiB picks sizes (for a profile of one).
     let picked = std::env::var("PINGPONG_SIZES").unwrap_or_default();
     let out = run_local_with(2, config, move |ctx| {
