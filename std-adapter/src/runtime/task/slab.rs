@@ -1,11 +1,12 @@
 //! The table of a runtime's live nodes: a slab whose node ids name their slot.
 //!
 //! A node id is its slot in the low 32 bits and the slot's generation in the high 32: a
-//! lookup is an index and a comparison, with no hashing and no probing, and the nodes sit
-//! side by side in one array, in the order their slots were taken. A hash table keyed by
-//! a counted id (what this replaces) scattered them by hash: with 100 000 requests
-//! outstanding, each lookup of a node cold in cache cost two misses (the control bytes,
-//! then the bucket), at unrelated addresses (issue 17, "cost no more per message").
+//! lookup is two indices (chunk, then slot) and a comparison, with no hashing and no
+//! probing, and the nodes sit side by side, in the order their slots were taken. A hash
+//! table keyed by a counted id (what this replaces) scattered them by hash: with 100 000
+//! requests outstanding, each lookup of a node cold in cache cost two misses (the control
+//! bytes, then the bucket), at unrelated addresses (issue 17, "cost no more per
+//! message").
 //!
 //! A freed slot is taken again before the table grows, the first freed first, with its
 //! generation raised, so that the id of a node that completed names nothing any more
