@@ -46,8 +46,6 @@ const CHUNK: usize = 1024;
 pub(super) struct Slab<T> {
     /// The slots, [`CHUNK`] to a chunk; only the last chunk is not full.
     chunks: Vec<Vec<Slot<T>>>,
-    /// Slots taken so far (free or not).
-    len: u32,
     /// Free slots, the first freed in front.
     free: VecDeque<u32>,
 }
@@ -56,7 +54,6 @@ impl<T> Default for Slab<T> {
     fn default() -> Self {
         Self {
             chunks: Vec::new(),
-            len: 0,
             free: VecDeque::new(),
         }
     }
@@ -78,8 +75,17 @@ impl<T> Slab<T> {
     pub(super) fn next_id(&self) -> NodeId {
         match self.free.front() {
             Some(&slot) => join(slot, self.slot(slot as usize).map_or(0, |s| s.generation)),
-            None => join(self.len, 0),
+            None => join(self.slot_count(), 0),
         }
+    }
+
+    /// Slots taken so far, free or not: the full chunks and the last one's.
+    fn slot_count(&self) -> u32 {
+        let n = self
+            .chunks
+            .last()
+            .map_or(0, |last| (self.chunks.len() - 1) * CHUNK + last.len());
+        u32::try_from(n).expect("fewer than 2^32 nodes live at once")
     }
 
     /// Slot `i`, if it was ever taken.
@@ -101,10 +107,7 @@ impl<T> Slab<T> {
                 return join(slot, s.generation);
             }
         }
-        let slot = self.len;
-        self.len = slot
-            .checked_add(1)
-            .expect("fewer than 2^32 nodes live at once");
+        let slot = self.slot_count();
         if (slot as usize).is_multiple_of(CHUNK) {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
@@ -226,7 +229,7 @@ mod tests {
                 assert_eq!(s.remove(id), Some(round * 100 + i));
             }
         }
-        assert_eq!(s.len, 100);
+        assert_eq!(s.slot_count(), 100);
         assert_eq!(s.len(), 0);
     }
 
