@@ -952,7 +952,27 @@ impl Runtime {
         self.state().outstanding += 1;
     }
 
-    /// A request counted by [`Runtime::begin_request`] finished.
+    /// Counts a request on `data` in flight without a node, when it may go without one:
+    /// nothing is pending on `data` (no writer, no reader), nothing is remembered of it
+    /// (sequential consistency on, its value not poisoned) and no device layer is attached
+    /// (main memory holds its value). `false` otherwise: the request takes a node
+    /// ([`Runtime::submit_request_hook`]). A blocking transfer, whose caller waits for it
+    /// before it submits anything else, takes this path ([`crate::Context`]'s
+    /// `wait_send`); [`Runtime::end_request`] ends it.
+    pub(crate) fn begin_request_on(&self, data: DataId) -> bool {
+        if self.shared.layers.any() {
+            return false;
+        }
+        let mut st = self.state();
+        if st.handles.get(&data).is_some_and(|h| !h.is_idle()) {
+            return false;
+        }
+        st.outstanding += 1;
+        true
+    }
+
+    /// A request counted by [`Runtime::begin_request`] or [`Runtime::begin_request_on`]
+    /// finished.
     pub(crate) fn end_request(&self) {
         let mut st = self.state();
         st.outstanding -= 1;

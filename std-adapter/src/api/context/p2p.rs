@@ -11,6 +11,7 @@ use starling_core::{AccessMode, CommId, DataId, Priority, Rank, Tag};
 use crate::error::{CommError, Noted, TransferDirection, TransferError};
 use crate::io::progress::{Command, Done, Payload};
 use crate::runtime::data::{AnyCell, Handle, Interface};
+use crate::runtime::pool::BufferPool;
 use crate::runtime::task::{Access, TaskTag};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, lock};
 use crate::trace::{self};
@@ -196,13 +197,8 @@ impl Context {
                     (Some(v), _) => Payload::Device(v),
                     (None, Some(l)) => Payload::Lent(l),
                     (None, None) => {
-                        // (room for an envelope's header: an eager payload becomes its
-                        // envelope message in place)
-                        let mut bytes = pool.take_empty_with_headroom(size, HEADER_LEN);
-                        if poison.is_none() && host_failed.is_none() {
-                            cell.pack_into(&mut bytes);
-                        }
-                        Payload::Bytes(bytes)
+                        let sound = poison.is_none() && host_failed.is_none();
+                        Payload::Bytes(packed(&pool, sound.then_some(&*cell), size))
                     }
                 };
                 if let Some(e) = host_failed {
@@ -427,8 +423,76 @@ impl Context {
         // The caller waits until the send completes: holding the handle for reading
         // until then costs nothing, so every payload that travels as its own message
         // is sent from the handle's memory.
+        if let Some(req) = self.express_send(h, dest, tag, opts)? {
+            return req.wait_driving(driving);
+        }
         self.start_send_from(h, dest, tag, opts, self.blocking_in_place_min)?
             .wait_driving(driving)
+    }
+
+    /// The blocking send of a handle with nothing pending, without a node
+    /// ([`Runtime::begin_request_on`]): its caller waits for it before it submits
+    /// anything else, so no later access of this thread can come before it, and the
+    /// handle's data is read now (packed, or lent until the send completes, as a blocking
+    /// send's is). `None`, with nothing posted, when the send needs the task graph: a
+    /// writer or reader pending, a poisoned value, a device layer, a tag to unlock, the
+    /// pedantic mode, a fake rank.
+    fn express_send<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        dest: Rank,
+        tag: Tag,
+        opts: SendOpts,
+    ) -> Result<Option<Request>, CommError> {
+        self.check_rank(dest)?;
+        self.check_user_tag(tag)?;
+        h.cell.usable()?;
+        if opts.unlock.is_some()
+            || self.pedantic_isend
+            || self.fake.load(Ordering::Relaxed)
+            || !self.runtime.begin_request_on(h.id())
+        {
+            return Ok(None);
+        }
+        let (req, done) = self.request(ReqWhat::Transfer {
+            send: true,
+            data: h.id(),
+            peer: dest,
+            tag,
+            me: self.rank,
+        });
+        let cell = h.erased();
+        let size = cell.packed_size();
+        let lent = if size >= self.blocking_in_place_min {
+            cell.lend_read()
+        } else {
+            None
+        };
+        let bytes = match lent {
+            Some(l) => Payload::Lent(l),
+            None => Payload::Bytes(packed(&self.pool, Some(&*cell), size)),
+        };
+        let mut args = SendArgs::new(opts.comm, dest, tag, size as u64);
+        args.priority = Priority(opts.priority);
+        args.sync = opts.sync;
+        let rt = self.runtime.clone();
+        let finish = Done::new(move |result| {
+            done.call(result);
+            rt.end_request();
+        });
+        let tracked = self.tracker.begin_started(
+            crate::tools::hang::Waiting::Send,
+            dest,
+            opts.comm,
+            tag,
+            Some(h.id()),
+            finish,
+        );
+        match tracked {
+            Ok(done) => (self.commands)(Command::Send { args, bytes, done }),
+            Err((finish, e)) => finish.call(Err(e)), // the rank gave up (watchdog)
+        }
+        Ok(Some(req))
     }
 
     /// Posts a send and forgets it; `callback` runs once with its outcome, on the thread
@@ -518,7 +582,62 @@ impl Context {
         opts: RecvOpts,
     ) -> Result<(), CommError> {
         let driving = self.driver.as_ref().map(|d| d.enter());
+        if let Some(req) = self.express_recv(h, source, tag, opts)? {
+            return req.wait_driving(driving);
+        }
         self.start_recv(h, source, tag, opts)?.wait_driving(driving)
+    }
+
+    /// The blocking receive into a handle with nothing pending, without a node, as
+    /// [`Context::express_send`] sends: the caller submits nothing else until it
+    /// completed. `None`, with nothing posted, when the receive needs the task graph (as
+    /// for the send; and a receive without sequential consistency).
+    fn express_recv<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        source: Rank,
+        tag: Tag,
+        opts: RecvOpts,
+    ) -> Result<Option<Request>, CommError> {
+        self.check_rank(source)?;
+        self.check_user_tag(tag)?;
+        h.cell.usable()?;
+        if opts.unlock.is_some()
+            || !opts.sequential_consistency
+            || self.fake.load(Ordering::Relaxed)
+            || !self.runtime.begin_request_on(h.id())
+        {
+            return Ok(None);
+        }
+        let (req, done) = self.request(ReqWhat::Transfer {
+            send: false,
+            data: h.id(),
+            peer: source,
+            tag,
+            me: self.rank,
+        });
+        let rt = self.runtime.clone();
+        let finish = Done::new(move |result| {
+            done.call(result);
+            rt.end_request();
+        });
+        let tracked = self.tracker.begin_started(
+            crate::tools::hang::Waiting::Recv,
+            source,
+            opts.comm,
+            tag,
+            Some(h.id()),
+            finish,
+        );
+        match tracked {
+            Ok(done) => (self.commands)(Command::Recv {
+                args: RecvArgs::new(opts.comm, source, tag, 0),
+                cell: h.erased(),
+                done,
+            }),
+            Err((finish, e)) => finish.call(Err(e)), // the rank gave up (watchdog)
+        }
+        Ok(Some(req))
     }
 
     /// Posts a receive and forgets it; `callback` runs once with its outcome on the
@@ -727,4 +846,15 @@ impl Context {
         ));
         let _ = rx.recv();
     }
+}
+
+/// A buffer of `pool` with room for `size` bytes and an envelope's header before them (an
+/// eager payload becomes its envelope message in place), holding `cell`'s packed form, or
+/// nothing without a cell (a value that must not travel).
+fn packed(pool: &BufferPool, cell: Option<&dyn AnyCell>, size: usize) -> Vec<u8> {
+    let mut bytes = pool.take_empty_with_headroom(size, HEADER_LEN);
+    if let Some(cell) = cell {
+        cell.pack_into(&mut bytes);
+    }
+    bytes
 }

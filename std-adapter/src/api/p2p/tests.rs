@@ -1,3 +1,4 @@
+use core::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
 use starling_core::{Rank, Tag};
@@ -174,4 +175,79 @@ fn a_builder_refuses_before_posting_whatever_its_terminal() {
             })
         );
     }
+}
+
+/// A codelet that sleeps, then sets its variable to `value`.
+fn slow_set(value: u64) -> crate::Codelet {
+    crate::Codelet::new("slow_set", move |b| {
+        std::thread::sleep(core::time::Duration::from_millis(40));
+        b.w::<Variable<u64>>(0).set(value);
+    })
+}
+
+#[test]
+fn blocking_transfers_of_a_handle_with_something_pending_wait_for_it() {
+    // A blocking transfer of a handle with nothing pending goes without a node; one with
+    // an access pending waits for it as before: rank 0 sends a value, then the value of a
+    // slow writer submitted just before the send; rank 1 receives the first, then has a
+    // slow reader of it pending when the second receive is called, and a slow writer
+    // pending before a third.
+    let out = run_local_with(2, config(), |ctx| {
+        let h = ctx.register(Variable::new(ctx.rank().0 as u64 + 1));
+        if ctx.rank() == Rank(0) {
+            ctx.send(&h, Rank(1), Tag(4)).wait().unwrap();
+            ctx.task(&slow_set(7)).w(&h).submit();
+            ctx.send(&h, Rank(1), Tag(4)).wait().unwrap();
+            ctx.send(&h, Rank(1), Tag(4)).wait().unwrap();
+            (ctx.unregister(h).get(), Vec::new())
+        } else {
+            ctx.recv(&h, Rank(0), Tag(4)).wait().unwrap();
+            let (tx, rx) = mpsc::channel();
+            let read = crate::Codelet::new("slow_read", move |b| {
+                std::thread::sleep(core::time::Duration::from_millis(40));
+                tx.send(b.r::<Variable<u64>>(0).get()).unwrap();
+            });
+            ctx.task(&read).r(&h).submit();
+            ctx.recv(&h, Rank(0), Tag(4)).wait().unwrap();
+            let second = ctx.acquire(&h, starling_core::AccessMode::R).get().get();
+            ctx.task(&slow_set(9)).w(&h).submit();
+            ctx.recv(&h, Rank(0), Tag(4)).wait().unwrap();
+            let seen = rx.recv().unwrap();
+            (ctx.unregister(h).get(), vec![seen, second])
+        }
+    })
+    .unwrap();
+    assert_eq!(
+        out[0],
+        (7, Vec::new()),
+        "the slow writer ran before the send"
+    );
+    // The reader saw the first value, not the second that the receive brought after it;
+    // the third receive came after the slow writer, which it overwrote.
+    assert_eq!(out[1], (7, vec![1, 7]));
+}
+
+#[test]
+fn a_blocking_receive_counts_for_a_wait_for_all_on_another_thread() {
+    let out = run_local_with(2, config(), |ctx| {
+        let h = ctx.register(Variable::new(ctx.rank().0 as u64 + 1));
+        if ctx.rank() == Rank(0) {
+            std::thread::sleep(core::time::Duration::from_millis(100));
+            ctx.send(&h, Rank(1), Tag(5)).wait().unwrap();
+            return true;
+        }
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                ctx.recv(&h, Rank(0), Tag(5)).wait().unwrap();
+                done.store(true, Ordering::SeqCst);
+            });
+            // Let the receive start, then wait for everything: it is part of it.
+            std::thread::sleep(core::time::Duration::from_millis(30));
+            ctx.wait_for_all();
+            done.load(Ordering::SeqCst)
+        })
+    })
+    .unwrap();
+    assert_eq!(out, vec![true, true]);
 }

@@ -53,6 +53,27 @@ impl Table {
             .filter(|e| e.id == id)
     }
 
+    /// Puts a new item in, numbered next (whatever its `id` says); returns its slot and
+    /// number.
+    fn put(&mut self, mut entry: Entry) -> (usize, u64) {
+        let id = self.next;
+        self.next += 1;
+        entry.id = id;
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s] = Some(entry);
+                s
+            }
+            None => {
+                self.slots.push(Some(entry));
+                self.slots.len() - 1
+            }
+        };
+        self.live += 1;
+        self.activity += 1;
+        (slot, id)
+    }
+
     fn remove(&mut self, slot: usize, id: u64) -> Option<Entry> {
         self.get_mut(slot, id)?;
         self.free.push(slot);
@@ -92,38 +113,57 @@ impl Tracker {
         tag: Tag,
         data: Option<DataId>,
     ) -> Ticket {
+        let entry = Entry {
+            id: 0,
+            kind,
+            peer,
+            comm,
+            tag,
+            data,
+            posted: Instant::now(),
+            done: None,
+        };
+        let (slot, id) = lock(&self.table).put(entry);
+        Ticket {
+            tracker: Arc::clone(self),
+            slot,
+            id,
+        }
+    }
+
+    /// Tracks a new item handed over at once with `done`: [`Tracker::begin`] and
+    /// [`Ticket::start`] under one acquisition of the table.
+    pub(crate) fn begin_started(
+        self: &Arc<Self>,
+        kind: Waiting,
+        peer: Rank,
+        comm: CommId,
+        tag: Tag,
+        data: Option<DataId>,
+        done: Done,
+    ) -> Result<Done, (Done, CommError)> {
         let posted = Instant::now();
         let mut t = lock(&self.table);
-        let id = t.next;
-        t.next += 1;
-        let entry = Entry {
-            id,
+        if let Some(why) = t.abandoned.clone() {
+            t.activity += 1;
+            return Err((done, stalled(&why)));
+        }
+        let (slot, id) = t.put(Entry {
+            id: 0,
             kind,
             peer,
             comm,
             tag,
             data,
             posted,
-            done: None,
-        };
-        let slot = match t.free.pop() {
-            Some(s) => {
-                t.slots[s] = Some(entry);
-                s
-            }
-            None => {
-                t.slots.push(Some(entry));
-                t.slots.len() - 1
-            }
-        };
-        t.live += 1;
-        t.activity += 1;
+            done: Some(done),
+        });
         drop(t);
-        Ticket {
+        Ok(Done::tracked(Tracked {
             tracker: Arc::clone(self),
             slot,
             id,
-        }
+        }))
     }
 
     /// Takes the item's callback out, if it is still pending.
