@@ -199,7 +199,8 @@ pub(super) fn drive_until<'a>(
 ) {
     let guard = guard.unwrap_or_else(|| driver.enter());
     // When the current run of idle polls began: read from the clock only every
-    // `CLOCK_POLLS` idle polls (a clock read costs as much as a poll that finds nothing).
+    // `CLOCK_POLLS` idle polls, from the `CLOCK_POLLS`th on (a clock read costs as much as
+    // a poll that finds nothing, and most waits end before it).
     let mut idle_since: Option<std::time::Instant> = None;
     let mut idle = 0u32;
     loop {
@@ -221,7 +222,7 @@ pub(super) fn drive_until<'a>(
                 core::hint::spin_loop();
             }
             Driven::Idle | Driven::Busy => {
-                if idle.is_multiple_of(CLOCK_POLLS) {
+                if idle > 0 && idle.is_multiple_of(CLOCK_POLLS) {
                     let now = std::time::Instant::now();
                     match idle_since {
                         None => idle_since = Some(now),
