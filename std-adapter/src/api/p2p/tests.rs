@@ -229,25 +229,40 @@ fn blocking_transfers_of_a_handle_with_something_pending_wait_for_it() {
 
 #[test]
 fn a_blocking_receive_counts_for_a_wait_for_all_on_another_thread() {
-    let out = run_local_with(2, config(), |ctx| {
-        let h = ctx.register(Variable::new(ctx.rank().0 as u64 + 1));
+    // Rank 1 receives on a thread of its own; its main thread, once the receive is
+    // counted in flight, waits for everything — the receive included, whose value is in
+    // once it returns (a receive left out would leave the first value to read).
+    let posted = std::sync::Arc::new(AtomicBool::new(false));
+    let out = run_local_with(2, config(), move |ctx| {
+        let h = ctx.register(Variable::new(u64::from(ctx.rank().0) + 1));
         if ctx.rank() == Rank(0) {
-            std::thread::sleep(core::time::Duration::from_millis(100));
+            while !posted.load(Ordering::SeqCst) {
+                std::thread::sleep(core::time::Duration::from_millis(1));
+            }
+            std::thread::sleep(core::time::Duration::from_millis(20));
             ctx.send(&h, Rank(1), Tag(5)).wait().unwrap();
-            return true;
+            return ctx.unregister(h).get();
         }
-        let done = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                ctx.recv(&h, Rank(0), Tag(5)).wait().unwrap();
-                done.store(true, Ordering::SeqCst);
-            });
-            // Let the receive start, then wait for everything: it is part of it.
-            std::thread::sleep(core::time::Duration::from_millis(30));
+        let got = std::thread::scope(|s| {
+            s.spawn(|| ctx.recv(&h, Rank(0), Tag(5)).wait().unwrap());
+            // (looked at, not waited on: counting a request in wakes nobody; for 10 s at
+            // most, after which a receive not counted makes the check below fail)
+            for _ in 0..10_000 {
+                if ctx
+                    .runtime
+                    .wait_until(core::time::Duration::ZERO, |v| v.outstanding > 0)
+                {
+                    break;
+                }
+                std::thread::sleep(core::time::Duration::from_millis(1));
+            }
+            posted.store(true, Ordering::SeqCst);
             ctx.wait_for_all();
-            done.load(Ordering::SeqCst)
-        })
+            ctx.acquire(&h, starling_core::AccessMode::R).get().get()
+        });
+        let _ = ctx.unregister(h);
+        got
     })
     .unwrap();
-    assert_eq!(out, vec![true, true]);
+    assert_eq!(out, vec![1, 1]);
 }
