@@ -419,7 +419,7 @@ pub(crate) fn start<T: Transport>(
     let progress = Progress {
         transport,
         engine,
-        pending: IdMap::default(),
+        pending: ReqTable::new(),
         early: IdMap::default(),
         early_device: IdMap::default(),
         admission: Some(Box::default()),
