@@ -371,72 +371,10 @@ pub(crate) struct ProgressConfig {
     pub(crate) fast_limit: u32,
 }
 
-/// What the adapter keeps per engine request, by the request's slot: the engine hands out
-/// the slots of its slab from 0 up, so the table grows to the most slots in use at once
-/// and a lookup is an index and a generation check, where a hash map hashed every
-/// request's id twice (2 % of a blocking ping-pong's samples). The engine frees a detached
-/// request's slot when it queues its last event, so a new request can take the slot
-/// before that event is handled: the older request's value then moves aside, to `spill`,
-/// where it is found as before (rare: nothing is looked up there while it is empty).
-struct ReqTable<V> {
-    slots: Vec<Option<(u32, V)>>,
-    spill: IdMap<ReqId, V>,
-}
-
-impl<V> ReqTable<V> {
-    fn new() -> Self {
-        Self {
-            slots: Vec::new(),
-            spill: IdMap::default(),
-        }
-    }
-
-    /// Keeps `v` for `req`; returns what was kept for it before, if anything.
-    fn insert(&mut self, req: ReqId, v: V) -> Option<V> {
-        let i = req.index as usize;
-        if i >= self.slots.len() {
-            self.slots.resize_with(i + 1, || None);
-        }
-        match self.slots[i].replace((req.generation, v)) {
-            Some((g, old)) if g == req.generation => Some(old),
-            Some((g, older)) => {
-                let id = ReqId {
-                    index: req.index,
-                    generation: g,
-                };
-                self.spill.insert(id, older);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn get_mut(&mut self, req: &ReqId) -> Option<&mut V> {
-        match self.slots.get_mut(req.index as usize) {
-            Some(Some((g, v))) if *g == req.generation => Some(v),
-            _ if self.spill.is_empty() => None,
-            _ => self.spill.get_mut(req),
-        }
-    }
-
-    fn remove(&mut self, req: &ReqId) -> Option<V> {
-        if let Some(slot) = self.slots.get_mut(req.index as usize) {
-            if matches!(slot, Some((g, _)) if *g == req.generation) {
-                return slot.take().map(|(_, v)| v);
-            }
-        }
-        if self.spill.is_empty() {
-            None
-        } else {
-            self.spill.remove(req)
-        }
-    }
-}
-
 struct Progress<T: Transport> {
     transport: T,
     engine: Box<RankEngine>,
-    pending: ReqTable<Pending>,
+    pending: IdMap<ReqId, Pending>,
     early: IdMap<ReqId, Vec<u8>>,
     /// Device values received for early requests, as `early` holds bytes.
     early_device: IdMap<ReqId, DeviceValue>,
@@ -850,33 +788,5 @@ mod tests {
         assert_eq!(lend_min(1024, 4096), 1024);
         // Off stays off.
         assert_eq!(lend_min(usize::MAX, 4096), usize::MAX);
-    }
-
-    fn req(index: u32, generation: u32) -> ReqId {
-        ReqId { index, generation }
-    }
-
-    #[test]
-    fn the_request_table_keeps_a_value_per_request_even_when_its_slot_is_taken_again() {
-        let mut t = ReqTable::new();
-        assert_eq!(t.insert(req(3, 0), "a"), None);
-        assert_eq!(t.insert(req(0, 5), "b"), None);
-        assert_eq!(t.get_mut(&req(3, 0)).copied(), Some("a"));
-        // Another generation of a slot is another request.
-        assert_eq!(t.get_mut(&req(3, 1)), None);
-        assert_eq!(t.remove(&req(3, 1)), None);
-        // Slot 3 taken again before its first request was removed (the engine frees a
-        // detached request's slot when it queues its last event): both are found.
-        assert_eq!(t.insert(req(3, 1), "c"), None);
-        assert_eq!(t.get_mut(&req(3, 0)).copied(), Some("a"));
-        assert_eq!(t.get_mut(&req(3, 1)).copied(), Some("c"));
-        assert_eq!(t.remove(&req(3, 0)), Some("a"));
-        assert_eq!(t.remove(&req(3, 0)), None);
-        assert_eq!(t.remove(&req(3, 1)), Some("c"));
-        // Inserting again for the same request replaces its value.
-        assert_eq!(t.insert(req(0, 5), "d"), Some("b"));
-        assert_eq!(t.remove(&req(0, 5)), Some("d"));
-        assert_eq!(t.remove(&req(7, 0)), None);
-        assert!(t.spill.is_empty());
     }
 }

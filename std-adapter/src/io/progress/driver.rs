@@ -419,7 +419,7 @@ pub(crate) fn start<T: Transport>(
     let progress = Progress {
         transport,
         engine,
-        pending: ReqTable::new(),
+        pending: IdMap::default(),
         early: IdMap::default(),
         early_device: IdMap::default(),
         admission: Some(Box::default()),
