@@ -444,23 +444,9 @@ impl Context {
         tag: Tag,
         opts: SendOpts,
     ) -> Result<Option<Request>, CommError> {
-        self.check_rank(dest)?;
-        self.check_user_tag(tag)?;
-        h.cell.usable()?;
-        if opts.unlock.is_some()
-            || self.pedantic_isend
-            || self.fake.load(Ordering::Relaxed)
-            || !self.runtime.begin_request_on(h.id())
-        {
+        if !self.express_checked(h, dest, tag, opts.unlock.is_some() || self.pedantic_isend)? {
             return Ok(None);
         }
-        let (req, done) = self.request(ReqWhat::Transfer {
-            send: true,
-            data: h.id(),
-            peer: dest,
-            tag,
-            me: self.rank,
-        });
         let cell = h.erased();
         let size = cell.packed_size();
         let lent = if size >= self.blocking_in_place_min {
@@ -475,24 +461,69 @@ impl Context {
         let mut args = SendArgs::new(opts.comm, dest, tag, size as u64);
         args.priority = Priority(opts.priority);
         args.sync = opts.sync;
+        Ok(Some(self.post_express(
+            true,
+            h.id(),
+            (dest, opts.comm, tag),
+            |done| Command::Send { args, bytes, done },
+        )))
+    }
+
+    /// The checks of a blocking transfer of `h` with `peer` and `tag` (as its terminal
+    /// makes them), then whether it may go without a node: nothing about it `needs_graph`,
+    /// the rank is not fake, and nothing is pending on `h` — it is counted in flight then
+    /// ([`Runtime::begin_request_on`]).
+    fn express_checked<I: Interface>(
+        &self,
+        h: &Handle<I>,
+        peer: Rank,
+        tag: Tag,
+        needs_graph: bool,
+    ) -> Result<bool, CommError> {
+        self.check_rank(peer)?;
+        self.check_user_tag(tag)?;
+        h.cell.usable()?;
+        Ok(!needs_graph
+            && !self.fake.load(Ordering::Relaxed)
+            && self.runtime.begin_request_on(h.id()))
+    }
+
+    /// Posts the command `make` builds around its completion for a blocking transfer
+    /// without a node (counted in by [`Context::express_checked`]) of `data` with
+    /// `(peer, comm, tag)`: its request, which ends the count when it completes, tracked
+    /// for the hang explainer.
+    fn post_express(
+        &self,
+        send: bool,
+        data: DataId,
+        (peer, comm, tag): (Rank, CommId, Tag),
+        make: impl FnOnce(Done) -> Command,
+    ) -> Request {
+        let (req, done) = self.request(ReqWhat::Transfer {
+            send,
+            data,
+            peer,
+            tag,
+            me: self.rank,
+        });
         let rt = self.runtime.clone();
         let finish = Done::new(move |result| {
             done.call(result);
             rt.end_request();
         });
-        let tracked = self.tracker.begin_started(
-            crate::tools::hang::Waiting::Send,
-            dest,
-            opts.comm,
-            tag,
-            Some(h.id()),
-            finish,
-        );
-        match tracked {
-            Ok(done) => (self.commands)(Command::Send { args, bytes, done }),
+        let waiting = if send {
+            crate::tools::hang::Waiting::Send
+        } else {
+            crate::tools::hang::Waiting::Recv
+        };
+        match self
+            .tracker
+            .begin_started(waiting, peer, comm, tag, Some(data), finish)
+        {
+            Ok(done) => (self.commands)(make(done)),
             Err((finish, e)) => finish.call(Err(e)), // the rank gave up (watchdog)
         }
-        Ok(Some(req))
+        req
     }
 
     /// Posts a send and forgets it; `callback` runs once with its outcome, on the thread
@@ -599,45 +630,18 @@ impl Context {
         tag: Tag,
         opts: RecvOpts,
     ) -> Result<Option<Request>, CommError> {
-        self.check_rank(source)?;
-        self.check_user_tag(tag)?;
-        h.cell.usable()?;
-        if opts.unlock.is_some()
-            || !opts.sequential_consistency
-            || self.fake.load(Ordering::Relaxed)
-            || !self.runtime.begin_request_on(h.id())
-        {
+        let needs_graph = opts.unlock.is_some() || !opts.sequential_consistency;
+        if !self.express_checked(h, source, tag, needs_graph)? {
             return Ok(None);
         }
-        let (req, done) = self.request(ReqWhat::Transfer {
-            send: false,
-            data: h.id(),
-            peer: source,
-            tag,
-            me: self.rank,
-        });
-        let rt = self.runtime.clone();
-        let finish = Done::new(move |result| {
-            done.call(result);
-            rt.end_request();
-        });
-        let tracked = self.tracker.begin_started(
-            crate::tools::hang::Waiting::Recv,
-            source,
-            opts.comm,
-            tag,
-            Some(h.id()),
-            finish,
-        );
-        match tracked {
-            Ok(done) => (self.commands)(Command::Recv {
-                args: RecvArgs::new(opts.comm, source, tag, 0),
-                cell: h.erased(),
-                done,
-            }),
-            Err((finish, e)) => finish.call(Err(e)), // the rank gave up (watchdog)
-        }
-        Ok(Some(req))
+        let args = RecvArgs::new(opts.comm, source, tag, 0);
+        let cell = h.erased();
+        Ok(Some(self.post_express(
+            false,
+            h.id(),
+            (source, opts.comm, tag),
+            |done| Command::Recv { args, cell, done },
+        )))
     }
 
     /// Posts a receive and forgets it; `callback` runs once with its outcome on the

@@ -30,6 +30,28 @@ struct Entry {
     done: Option<Done>,
 }
 
+impl Entry {
+    /// A new item posted now (its `id` is given by [`Table::put`]).
+    fn new(
+        kind: Waiting,
+        peer: Rank,
+        (comm, tag): (CommId, Tag),
+        data: Option<DataId>,
+        done: Option<Done>,
+    ) -> Self {
+        Self {
+            id: 0,
+            kind,
+            peer,
+            comm,
+            tag,
+            data,
+            posted: Instant::now(),
+            done,
+        }
+    }
+}
+
 /// A slab of entries: no allocation once warm, O(1) in and out.
 #[derive(Default)]
 struct Table {
@@ -113,16 +135,7 @@ impl Tracker {
         tag: Tag,
         data: Option<DataId>,
     ) -> Ticket {
-        let entry = Entry {
-            id: 0,
-            kind,
-            peer,
-            comm,
-            tag,
-            data,
-            posted: Instant::now(),
-            done: None,
-        };
+        let entry = Entry::new(kind, peer, (comm, tag), data, None);
         let (slot, id) = lock(&self.table).put(entry);
         Ticket {
             tracker: Arc::clone(self),
@@ -142,22 +155,14 @@ impl Tracker {
         data: Option<DataId>,
         done: Done,
     ) -> Result<Done, (Done, CommError)> {
-        let posted = Instant::now();
+        let mut entry = Entry::new(kind, peer, (comm, tag), data, None);
         let mut t = lock(&self.table);
         if let Some(why) = t.abandoned.clone() {
             t.activity += 1;
             return Err((done, stalled(&why)));
         }
-        let (slot, id) = t.put(Entry {
-            id: 0,
-            kind,
-            peer,
-            comm,
-            tag,
-            data,
-            posted,
-            done: Some(done),
-        });
+        entry.done = Some(done);
+        let (slot, id) = t.put(entry);
         drop(t);
         Ok(Done::tracked(Tracked {
             tracker: Arc::clone(self),
