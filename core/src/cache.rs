@@ -54,7 +54,7 @@
 //! pairs of one datum are threaded into a list through the pair map, whose head is kept
 //! per datum. (A plain set would need a scan of all `N` pairs per write.)
 
-use heapless::index_map::FnvIndexMap;
+use crate::lists::KeyMap;
 
 use crate::error::{Full, Table};
 
@@ -116,15 +116,15 @@ pub struct Cache<const N: usize> {
     enabled: bool,
     /// The sent set: each `(datum, destination)` pair maps to the next destination of
     /// the same datum, so that a datum's pairs form a list.
-    sent: FnvIndexMap<(DataId, Rank), Option<Rank>, N>,
+    sent: KeyMap<(DataId, Rank), Option<Rank>, N>,
     /// The first destination of each datum's list of sent pairs.
-    heads: FnvIndexMap<DataId, Rank, N>,
+    heads: KeyMap<DataId, Rank, N>,
     /// The received set, with each copy's owner when known (for the pair bound).
-    received: FnvIndexMap<DataId, Option<Rank>, N>,
+    received: KeyMap<DataId, Option<Rank>, N>,
     /// Sent pairs per destination (only destinations with some).
-    sent_to: FnvIndexMap<Rank, u32, N>,
+    sent_to: KeyMap<Rank, u32, N>,
     /// Received copies per owner (only owners with some, named ones).
-    received_from: FnvIndexMap<Rank, u32, N>,
+    received_from: KeyMap<Rank, u32, N>,
     /// The most entries of one (owner, reader) pair ([`Cache::set_pair_limit`]).
     pair_limit: u32,
 }
@@ -153,11 +153,11 @@ impl<const N: usize> Cache<N> {
     pub const fn new() -> Self {
         Self {
             enabled: true,
-            sent: FnvIndexMap::new(),
-            heads: FnvIndexMap::new(),
-            received: FnvIndexMap::new(),
-            sent_to: FnvIndexMap::new(),
-            received_from: FnvIndexMap::new(),
+            sent: KeyMap::new(),
+            heads: KeyMap::new(),
+            received: KeyMap::new(),
+            sent_to: KeyMap::new(),
+            received_from: KeyMap::new(),
             pair_limit: u32::MAX,
         }
     }
@@ -183,7 +183,7 @@ impl<const N: usize> Cache<N> {
 
     /// Counts one more (`up`) or one fewer entry of `peer` in `counts`. Cannot fail: a
     /// peer is counted only while it has entries, and there are at most `N`.
-    fn count(counts: &mut FnvIndexMap<Rank, u32, N>, peer: Rank, up: bool) {
+    fn count(counts: &mut KeyMap<Rank, u32, N>, peer: Rank, up: bool) {
         if up {
             match counts.get_mut(&peer) {
                 Some(c) => *c += 1,

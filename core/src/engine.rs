@@ -103,8 +103,8 @@
 
 use core::fmt;
 
+use crate::lists::KeyMap;
 use heapless::Deque;
-use heapless::index_map::FnvIndexMap;
 
 mod arrival;
 mod deferred;
@@ -147,7 +147,7 @@ pub struct Engine<const REQ: usize, const KEYS: usize, const PEERS: usize> {
     deferred: Deque<(ReqId, Key), REQ>,
     /// How many deferred receives each key has (keys with none are absent): an arrival
     /// looks for a deferred receive of its key only when there is one.
-    deferred_keys: FnvIndexMap<Key, u32, REQ>,
+    deferred_keys: KeyMap<Key, u32, REQ>,
     /// A receive was deferred while a message of its key waited in the matcher: the next
     /// retry looks at every deferred receive, not only the oldest.
     deferred_matchable: bool,
@@ -237,7 +237,7 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             sync_sends: SyncSends::new(),
             payloads: Deque::new(),
             deferred: Deque::new(),
-            deferred_keys: FnvIndexMap::new(),
+            deferred_keys: KeyMap::new(),
             deferred_matchable: false,
             fast: KeyedFifo::new(Table::MatchKeys),
             fast_dirty: false,

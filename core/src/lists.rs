@@ -28,11 +28,84 @@
 //!   the two can never meet.
 
 use core::fmt;
+use core::hash::Hasher;
 
-use heapless::index_map::FnvIndexMap;
+use heapless::index_map::IndexMap;
 
 use crate::error::{Full, Table};
 use crate::types::{CommId, MsgId, Priority, Rank, ReqId, Tag};
+
+// ---------------------------------------------------------------------------------
+// The key tables' hasher
+// ---------------------------------------------------------------------------------
+
+/// The hasher of the core's bounded tables ([`KeyMap`]): the multiply-rotate word hash
+/// of rustc's `FxHasher`, with a final rotation, over whole words. heapless's default,
+/// FNV-1a, takes a multiplication per byte (14 for a [`Key`], about 60 instructions a
+/// lookup, several lookups a message); this takes one per field.
+///
+/// It does not resist keys chosen to collide: the keys are the ranks, communicators and
+/// tags of one job, and a table is bounded, so a colliding key set costs time, never
+/// correctness. heapless picks a bucket by the low 16 bits of the hash: the final
+/// rotation brings the well-mixed high bits of the product there (a multiplication mixes
+/// an input bit only into the bits above it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WordHasher(u64);
+
+/// The multiplier of [`WordHasher`] (rustc-hash 2's).
+const WORD_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl WordHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(WORD_SEED);
+    }
+}
+
+impl Hasher for WordHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    #[inline]
+    fn write_u16(&mut self, i: u16) {
+        self.add(u64::from(i));
+    }
+
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(26)
+    }
+}
+
+/// A bounded map of the core's tables: heapless's `IndexMap` (insertion-ordered, at
+/// most `N` entries; `N` a power of two greater than 1) hashed by [`WordHasher`].
+pub type KeyMap<K, V, const N: usize> = IndexMap<K, V, hash32::BuildHasherDefault<WordHasher>, N>;
 
 // ---------------------------------------------------------------------------------
 // ReadyList
@@ -279,11 +352,11 @@ impl<'a, V> Iterator for ListIter<'a, V> {
 /// `KEYS` keys holding items at once.
 ///
 /// The reference's two-level hash of FIFO lists (early requests, early data; internals
-/// §2.3), flattened: a key table (an `FnvIndexMap`) maps each key to the head and tail
+/// §2.3), flattened: a key table (a [`KeyMap`]) maps each key to the head and tail
 /// of a singly linked list threaded through the pool.
 ///
 /// - **`KEYS` must be a power of two greater than 1** (a requirement of heapless's
-///   `FnvIndexMap`); any other value fails to compile when [`KeyedFifo::new`] is
+///   `IndexMap`); any other value fails to compile when [`KeyedFifo::new`] is
 ///   evaluated.
 /// - A key whose list becomes empty leaves the key table, so `KEYS` bounds the keys
 ///   with *pending* items, not the keys ever seen.
@@ -293,7 +366,7 @@ impl<'a, V> Iterator for ListIter<'a, V> {
 #[derive(Clone, Debug)]
 pub struct KeyedFifo<V: Copy, const KEYS: usize, const ENTRIES: usize> {
     table: Table,
-    lists: FnvIndexMap<Key, List, KEYS>,
+    lists: KeyMap<Key, List, KEYS>,
     nodes: heapless::Vec<Node<V>, ENTRIES>,
     free: Option<usize>,
     len: usize,
@@ -304,7 +377,7 @@ impl<V: Copy, const KEYS: usize, const ENTRIES: usize> KeyedFifo<V, KEYS, ENTRIE
     pub const fn new(table: Table) -> Self {
         Self {
             table,
-            lists: FnvIndexMap::new(),
+            lists: KeyMap::new(),
             nodes: heapless::Vec::new(),
             free: None,
             len: 0,

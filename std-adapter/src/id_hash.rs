@@ -15,57 +15,19 @@
 //! one job, running one program, not adversaries (a colliding key set costs time,
 //! never correctness).
 
-use core::hash::{BuildHasherDefault, Hasher};
+use core::hash::BuildHasherDefault;
+
+/// The hasher of [`IdMap`]: the core's, which its bounded tables use
+/// ([`starling_core::lists::WordHasher`]).
+pub(crate) use starling_core::lists::WordHasher as IdHasher;
 
 /// A `HashMap` keyed by a runtime id.
 pub(crate) type IdMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
-/// The hasher of [`IdMap`].
-#[derive(Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl IdHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
-    }
-}
-
-impl Hasher for IdHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(u64::from(i));
-    }
-
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0.rotate_left(26)
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use core::hash::Hasher;
+
     use super::*;
 
     #[test]

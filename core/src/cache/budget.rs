@@ -1,6 +1,6 @@
 //! The byte budget of cached copies ([`Budget`]).
 
-use heapless::index_map::FnvIndexMap;
+use crate::lists::KeyMap;
 
 use super::{Cache, CacheUpdate};
 use crate::error::{Full, Table};
@@ -68,8 +68,8 @@ pub struct Budget<const N: usize, const P: usize> {
     nodes: heapless::Vec<Node, N>,
     free: u32,
     /// (owner, reader, datum) → node.
-    index: FnvIndexMap<(Rank, Rank, DataId), u32, N>,
-    pairs: FnvIndexMap<(Rank, Rank), Pair, P>,
+    index: KeyMap<(Rank, Rank, DataId), u32, N>,
+    pairs: KeyMap<(Rank, Rank), Pair, P>,
 }
 
 impl<const N: usize, const P: usize> Default for Budget<N, P> {
@@ -85,8 +85,8 @@ impl<const N: usize, const P: usize> Budget<N, P> {
             limit: None,
             nodes: heapless::Vec::new(),
             free: NIL,
-            index: FnvIndexMap::new(),
-            pairs: FnvIndexMap::new(),
+            index: KeyMap::new(),
+            pairs: KeyMap::new(),
         }
     }
 

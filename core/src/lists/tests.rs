@@ -461,3 +461,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_key_tables_hash_spreads_keys_that_differ_in_their_high_bits_only() {
+    use core::hash::BuildHasher;
+    let build = hash32::BuildHasherDefault::<WordHasher>::new();
+    // heapless picks a bucket by the hash's low 16 bits.
+    let bucket = |k: Key| build.hash_one(k) & 0xFFFF;
+    // 4 096 keys whose tags differ only above bit 32 (tags such as `i << 32 | j`):
+    // without the final rotation they would share their low bits.
+    let buckets: std::collections::HashSet<u64> = (0..4096i64)
+        .map(|i| bucket(Key::new(CommId(0), Rank(1), Tag(i << 32))))
+        .collect();
+    assert!(buckets.len() > 2048, "{} distinct buckets", buckets.len());
+    // And a full table finds every key.
+    let mut m: KeyMap<Key, u32, 1024> = KeyMap::new();
+    for i in 0..1024u32 {
+        let k = Key::new(
+            CommId(u16::try_from(i % 3).unwrap()),
+            Rank(i % 7),
+            Tag(i64::from(i) << 20),
+        );
+        assert!(m.insert(k, i).is_ok());
+    }
+    for i in 0..1024u32 {
+        let k = Key::new(
+            CommId(u16::try_from(i % 3).unwrap()),
+            Rank(i % 7),
+            Tag(i64::from(i) << 20),
+        );
+        assert_eq!(m.get(&k), Some(&i));
+    }
+}

@@ -789,4 +789,20 @@ mod tests {
         // Off stays off.
         assert_eq!(lend_min(usize::MAX, 4096), usize::MAX);
     }
+
+    #[test]
+    fn a_header_moves_in_before_the_payload() {
+        let mut v = Vec::with_capacity(40);
+        v.extend_from_slice(&[1, 2, 3]);
+        events::prepend(&mut v, &[9, 8]);
+        assert_eq!(v, [9, 8, 1, 2, 3]);
+        let mut empty = Vec::new();
+        events::prepend(&mut empty, &[7; 24]);
+        assert_eq!(empty, [7; 24]);
+        let mut long: Vec<u8> = (0..=255).collect();
+        events::prepend(&mut long, &[0xAA; 24]);
+        assert_eq!(long.len(), 280);
+        assert!(long[..24].iter().all(|&b| b == 0xAA));
+        assert!(long[24..].iter().copied().eq(0..=255));
+    }
 }
