@@ -478,6 +478,16 @@ impl Context {
         // Read-write, not write: the value must come home from a device copy, if any.
         let acquired = self.acquire(&h, AccessMode::RW);
         drop(acquired);
+        // A blocking transfer of a clone of the handle, on another thread, that went
+        // without a node (`Context::wait_recv`): the graph did not see it; it is waited
+        // for here, as the graph waits for every other access.
+        while h
+            .cell
+            .direct()
+            .is_some_and(|n| n.load(Ordering::SeqCst) > 0)
+        {
+            std::thread::sleep(core::time::Duration::from_micros(50));
+        }
         {
             let mut guard = lock(&self.tags);
             let (by_tag, by_data) = &mut *guard;

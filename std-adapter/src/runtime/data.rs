@@ -211,6 +211,9 @@ pub(crate) struct Cell<I> {
     version: core::sync::atomic::AtomicU64,
     /// [`AnyCell::size_hint`].
     size: core::sync::atomic::AtomicUsize,
+    /// Blocking transfers of this handle in flight without a task-graph node
+    /// ([`AnyCell::direct`]).
+    direct: core::sync::atomic::AtomicU32,
 }
 
 /// Handle uids and versions: one process-wide sequence, so a number is never reused.
@@ -235,6 +238,7 @@ impl<I: Interface> Cell<I> {
             version: core::sync::atomic::AtomicU64::new(next_stamp()),
             state: core::sync::atomic::AtomicU8::new(0),
             parts: Mutex::new(None),
+            direct: core::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -250,6 +254,7 @@ impl<I: Interface> Cell<I> {
             version: core::sync::atomic::AtomicU64::new(next_stamp()),
             state: core::sync::atomic::AtomicU8::new(0),
             parts: Mutex::new(None),
+            direct: core::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -425,6 +430,13 @@ pub(crate) trait AnyCell: Send + Sync {
     /// Whether the application may use the handle now: not while it is partitioned, nor
     /// once it was a child of an undone partition.
     fn usable(&self) -> Result<(), PartitionError>;
+    /// The count of blocking transfers of this handle in flight without a task-graph
+    /// node (`Context::wait_send`, `wait_recv`): the graph does not see them, so
+    /// unregistration waits for this count to fall to 0 before it takes the data. `None`
+    /// (the default) for a handle no such transfer uses.
+    fn direct(&self) -> Option<&core::sync::atomic::AtomicU32> {
+        None
+    }
 }
 
 /// [`AnyCell::usable`] from a cell's id and flags.
@@ -596,6 +608,10 @@ impl<I: Interface> AnyCell for Cell<I> {
 
     fn usable(&self) -> Result<(), PartitionError> {
         usable(self.id, self.state())
+    }
+
+    fn direct(&self) -> Option<&core::sync::atomic::AtomicU32> {
+        Some(&self.direct)
     }
 }
 

@@ -463,9 +463,9 @@ impl Context {
         args.sync = opts.sync;
         Ok(Some(self.post_express(
             true,
-            h.id(),
+            cell,
             (dest, opts.comm, tag),
-            |done| Command::Send { args, bytes, done },
+            |done, _| Command::Send { args, bytes, done },
         )))
     }
 
@@ -488,17 +488,19 @@ impl Context {
             && self.runtime.begin_request_on(h.id()))
     }
 
-    /// Posts the command `make` builds around its completion for a blocking transfer
-    /// without a node (counted in by [`Context::express_checked`]) of `data` with
-    /// `(peer, comm, tag)`: its request, which ends the count when it completes, tracked
-    /// for the hang explainer.
+    /// Posts the command `make` builds around its completion (and the cell) for a
+    /// blocking transfer of `cell` without a node (counted in by
+    /// [`Context::express_checked`]) with `(peer, comm, tag)`: its request, which ends the
+    /// count when it completes, tracked for the hang explainer. The cell counts the
+    /// transfer in flight meanwhile ([`AnyCell::direct`]: unregistration waits for it).
     fn post_express(
         &self,
         send: bool,
-        data: DataId,
+        cell: Arc<dyn AnyCell>,
         (peer, comm, tag): (Rank, CommId, Tag),
-        make: impl FnOnce(Done) -> Command,
+        make: impl FnOnce(Done, Arc<dyn AnyCell>) -> Command,
     ) -> Request {
+        let data = cell.id();
         let (req, done) = self.request(ReqWhat::Transfer {
             send,
             data,
@@ -506,8 +508,15 @@ impl Context {
             tag,
             me: self.rank,
         });
+        if let Some(n) = cell.direct() {
+            n.fetch_add(1, Ordering::SeqCst);
+        }
         let rt = self.runtime.clone();
+        let held = Arc::clone(&cell);
         let finish = Done::new(move |result| {
+            if let Some(n) = held.direct() {
+                n.fetch_sub(1, Ordering::SeqCst);
+            }
             done.call(result);
             rt.end_request();
         });
@@ -520,7 +529,7 @@ impl Context {
             .tracker
             .begin_started(waiting, peer, comm, tag, Some(data), finish)
         {
-            Ok(done) => (self.commands)(make(done)),
+            Ok(done) => (self.commands)(make(done, cell)),
             Err((finish, e)) => finish.call(Err(e)), // the rank gave up (watchdog)
         }
         req
@@ -635,12 +644,11 @@ impl Context {
             return Ok(None);
         }
         let args = RecvArgs::new(opts.comm, source, tag, 0);
-        let cell = h.erased();
         Ok(Some(self.post_express(
             false,
-            h.id(),
+            h.erased(),
             (source, opts.comm, tag),
-            |done| Command::Recv { args, cell, done },
+            |done, cell| Command::Recv { args, cell, done },
         )))
     }
 

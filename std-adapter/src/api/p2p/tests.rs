@@ -266,3 +266,57 @@ fn a_blocking_receive_counts_for_a_wait_for_all_on_another_thread() {
     .unwrap();
     assert_eq!(out, vec![1, 1]);
 }
+
+#[test]
+fn unregistering_a_clone_waits_for_a_blocking_receive_on_another_thread() {
+    // Rank 1 receives on a thread of its own; its main thread, once the receive is in
+    // flight, unregisters a clone of the handle: it gets the received value, not the one
+    // before. An unregistration that did not wait returns before rank 0 sends (20 ms
+    // later): rank 1 then says so, rank 0 does not send (a receive writing into data
+    // already taken would wedge the rank), and the watchdog fails the receive in seconds.
+    let config = ClusterConfig {
+        watchdog: Some(core::time::Duration::from_secs(5)),
+        ..config()
+    };
+    let posted = std::sync::Arc::new(AtomicBool::new(false));
+    let taken_early = std::sync::Arc::new(AtomicBool::new(false));
+    let out = run_local_with(2, config, move |ctx| {
+        let h = ctx.register(Variable::new(u64::from(ctx.rank().0) + 1));
+        if ctx.rank() == Rank(0) {
+            while !posted.load(Ordering::SeqCst) {
+                std::thread::sleep(core::time::Duration::from_millis(1));
+            }
+            std::thread::sleep(core::time::Duration::from_millis(20));
+            if !taken_early.load(Ordering::SeqCst) {
+                ctx.send(&h, Rank(1), Tag(6)).wait().unwrap();
+            }
+            return Ok(ctx.unregister(h).get());
+        }
+        let clone = h.clone();
+        let received = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let receiver = s.spawn(|| {
+                let r = ctx.recv(&h, Rank(0), Tag(6)).wait();
+                received.store(true, Ordering::SeqCst);
+                r
+            });
+            // (for 10 s at most, as in the test above)
+            for _ in 0..10_000 {
+                if ctx
+                    .runtime
+                    .wait_until(core::time::Duration::ZERO, |v| v.outstanding > 0)
+                {
+                    break;
+                }
+                std::thread::sleep(core::time::Duration::from_millis(1));
+            }
+            posted.store(true, Ordering::SeqCst);
+            let got = ctx.unregister(clone).get();
+            if !received.load(Ordering::SeqCst) {
+                taken_early.store(true, Ordering::SeqCst);
+            }
+            receiver.join().unwrap().map(|()| got)
+        })
+    });
+    assert_eq!(out.unwrap(), vec![Ok(1), Ok(1)]);
+}
