@@ -227,6 +227,29 @@ fn blocking_transfers_of_a_handle_with_something_pending_wait_for_it() {
     assert_eq!(out[1], (7, vec![1, 7]));
 }
 
+/// Waits until `posted` is set, then 20 ms more.
+fn after_posted(posted: &AtomicBool) {
+    while !posted.load(Ordering::SeqCst) {
+        std::thread::sleep(core::time::Duration::from_millis(1));
+    }
+    std::thread::sleep(core::time::Duration::from_millis(20));
+}
+
+/// Waits until `ctx`'s runtime counts a request in flight — looked at, not waited on
+/// (counting a request in wakes nobody) — for 10 s at most, after which a request not
+/// counted makes the caller's checks fail.
+fn until_a_request_is_in_flight(ctx: &crate::Context) {
+    for _ in 0..10_000 {
+        if ctx
+            .runtime
+            .wait_until(core::time::Duration::ZERO, |v| v.outstanding > 0)
+        {
+            return;
+        }
+        std::thread::sleep(core::time::Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn a_blocking_receive_counts_for_a_wait_for_all_on_another_thread() {
     // Rank 1 receives on a thread of its own; its main thread, once the receive is
@@ -236,26 +259,13 @@ fn a_blocking_receive_counts_for_a_wait_for_all_on_another_thread() {
     let out = run_local_with(2, config(), move |ctx| {
         let h = ctx.register(Variable::new(u64::from(ctx.rank().0) + 1));
         if ctx.rank() == Rank(0) {
-            while !posted.load(Ordering::SeqCst) {
-                std::thread::sleep(core::time::Duration::from_millis(1));
-            }
-            std::thread::sleep(core::time::Duration::from_millis(20));
+            after_posted(&posted);
             ctx.send(&h, Rank(1), Tag(5)).wait().unwrap();
             return ctx.unregister(h).get();
         }
         let got = std::thread::scope(|s| {
             s.spawn(|| ctx.recv(&h, Rank(0), Tag(5)).wait().unwrap());
-            // (looked at, not waited on: counting a request in wakes nobody; for 10 s at
-            // most, after which a receive not counted makes the check below fail)
-            for _ in 0..10_000 {
-                if ctx
-                    .runtime
-                    .wait_until(core::time::Duration::ZERO, |v| v.outstanding > 0)
-                {
-                    break;
-                }
-                std::thread::sleep(core::time::Duration::from_millis(1));
-            }
+            until_a_request_is_in_flight(ctx);
             posted.store(true, Ordering::SeqCst);
             ctx.wait_for_all();
             ctx.acquire(&h, starling_core::AccessMode::R).get().get()
@@ -283,10 +293,7 @@ fn unregistering_a_clone_waits_for_a_blocking_receive_on_another_thread() {
     let out = run_local_with(2, config, move |ctx| {
         let h = ctx.register(Variable::new(u64::from(ctx.rank().0) + 1));
         if ctx.rank() == Rank(0) {
-            while !posted.load(Ordering::SeqCst) {
-                std::thread::sleep(core::time::Duration::from_millis(1));
-            }
-            std::thread::sleep(core::time::Duration::from_millis(20));
+            after_posted(&posted);
             if !taken_early.load(Ordering::SeqCst) {
                 ctx.send(&h, Rank(1), Tag(6)).wait().unwrap();
             }
@@ -300,16 +307,7 @@ fn unregistering_a_clone_waits_for_a_blocking_receive_on_another_thread() {
                 received.store(true, Ordering::SeqCst);
                 r
             });
-            // (for 10 s at most, as in the test above)
-            for _ in 0..10_000 {
-                if ctx
-                    .runtime
-                    .wait_until(core::time::Duration::ZERO, |v| v.outstanding > 0)
-                {
-                    break;
-                }
-                std::thread::sleep(core::time::Duration::from_millis(1));
-            }
+            until_a_request_is_in_flight(ctx);
             posted.store(true, Ordering::SeqCst);
             let got = ctx.unregister(clone).get();
             if !received.load(Ordering::SeqCst) {
