@@ -471,7 +471,9 @@ impl Context {
 
     /// The checks of a blocking transfer of `h` with `peer` and `tag` (as its terminal
     /// makes them), then whether it may go without a node: nothing about it `needs_graph`,
-    /// the rank is not fake, and nothing is pending on `h` — it is counted in flight then
+    /// the rank is not fake, `h` is not the child of a partition (undoing the partition
+    /// takes a child's data in a node of the graph, which would not wait for it), and
+    /// nothing is pending on `h` — it is counted in flight then
     /// ([`Runtime::begin_request_on`]).
     fn express_checked<I: Interface>(
         &self,
@@ -485,6 +487,7 @@ impl Context {
         h.cell.usable()?;
         Ok(!needs_graph
             && !self.fake.load(Ordering::Relaxed)
+            && h.cell.state() & crate::runtime::data::CHILD == 0
             && self.runtime.begin_request_on(h.id()))
     }
 
