@@ -5,15 +5,11 @@
 //! a third of an empty task's instructions (four lookups of the node table per task),
 //! and about 3 % of the CPU time of 100 000 refused messages handled past the engine's
 //! tables (issue 17).
-//! This is the multiply-rotate hash of rustc's `FxHasher`, with its final rotation
-//! (`rustc-hash` 2): a multiplication mixes each input bit only into the bits above it,
-//! so keys that differ only in their high bits (tags such as `i << 32 | j`, common in
-//! StarPU programs) would share their low bits, the bits a table picks its bucket by;
-//! the rotation brings the well-mixed high bits down.
-//!
-//! It does not resist a peer that chooses keys to collide: the peers are the ranks of
-//! one job, running one program, not adversaries (a colliding key set costs time,
-//! never correctness).
+//! It is the core's [`starling_core::lists::WordHasher`] (the multiply-rotate word hash
+//! of rustc's `FxHasher`, with its final rotation), which the core's bounded tables use
+//! too; its documentation says why it is sound here. The tests below check what the
+//! adapter relies on: keys that differ only in their high bits (tags such as
+//! `i << 32 | j`, common in StarPU programs) spread over a table's buckets.
 
 use core::hash::BuildHasherDefault;
 

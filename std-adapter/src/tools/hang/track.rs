@@ -31,14 +31,8 @@ struct Entry {
 }
 
 impl Entry {
-    /// A new item posted now (its `id` is given by [`Table::put`]).
-    fn new(
-        kind: Waiting,
-        peer: Rank,
-        (comm, tag): (CommId, Tag),
-        data: Option<DataId>,
-        done: Option<Done>,
-    ) -> Self {
+    /// A new item posted now, not handed over yet (its `id` is given by [`Table::put`]).
+    fn new(kind: Waiting, peer: Rank, (comm, tag): (CommId, Tag), data: Option<DataId>) -> Self {
         Self {
             id: 0,
             kind,
@@ -47,7 +41,7 @@ impl Entry {
             tag,
             data,
             posted: Instant::now(),
-            done,
+            done: None,
         }
     }
 }
@@ -135,7 +129,7 @@ impl Tracker {
         tag: Tag,
         data: Option<DataId>,
     ) -> Ticket {
-        let entry = Entry::new(kind, peer, (comm, tag), data, None);
+        let entry = Entry::new(kind, peer, (comm, tag), data);
         let (slot, id) = lock(&self.table).put(entry);
         Ticket {
             tracker: Arc::clone(self),
@@ -155,7 +149,7 @@ impl Tracker {
         data: Option<DataId>,
         done: Done,
     ) -> Result<Done, (Done, CommError)> {
-        let mut entry = Entry::new(kind, peer, (comm, tag), data, None);
+        let mut entry = Entry::new(kind, peer, (comm, tag), data);
         let mut t = lock(&self.table);
         if let Some(why) = t.abandoned.clone() {
             t.activity += 1;
