@@ -7,7 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step names itself and the disk space left, so that a run that fills the disk says
+# where.
+step() { printf '\n== %s (%s free)\n' "$*" "$(df -h --output=avail . 2>/dev/null | tail -n 1 | tr -d ' ')"; }
 
 # --- system packages (Open MPI for the MPI tests, libclang for rsmpi's bindgen, a C++
 # compiler for libFuzzer) ------------------------------------------------------------------
@@ -44,6 +46,15 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export STARLING_NCPU="${STARLING_NCPU:-1}"   # one worker per rank on 2 cores
+
+# Disk: a whole run builds the workspace in five configurations (debug, release, loom,
+# miri, MPICH) and the fuzz targets. With incremental caches and full debug info that
+# came to 14 GiB, more than a CI machine had left (a run failed with "No space left on
+# device"). No incremental cache (a one-shot run never reuses it) and line tables only
+# (backtraces keep their files and lines) bring it to a few GiB; the fuzzer's build is a
+# scratch directory, removed after its smoke run.
+export CARGO_INCREMENTAL=0
+export CARGO_PROFILE_DEV_DEBUG=line-tables-only
 
 # --- lints ----------------------------------------------------------------------------
 step "cargo fmt --check"
@@ -90,10 +101,10 @@ cargo test --manifest-path fuzz/Cargo.toml 2>&1 | tee -a "$log"
 if command -v cargo-fuzz >/dev/null 2>&1; then
     step "fuzz smoke: each target under libFuzzer for 15 s (cargo-fuzz is installed)"
     smoke=$(mktemp -d)
-    cargo fuzz build -s none
+    cargo fuzz build -s none --target-dir "$smoke/target"
     for t in envelope matcher engine_sim admission_sim planner; do
         cp -r "fuzz/corpus/$t" "$smoke/$t"
-        if ! cargo fuzz run "$t" "$smoke/$t" -s none -- -max_total_time=15 >"$smoke/$t.log" 2>&1; then
+        if ! cargo fuzz run "$t" "$smoke/$t" -s none --target-dir "$smoke/target" -- -max_total_time=15 >"$smoke/$t.log" 2>&1; then
             tail -40 "$smoke/$t.log"
             exit 1
         fi
