@@ -880,6 +880,10 @@ impl Transport for MpiTransport {
         self.recv_into(source, comm, tag, vec![0u8; size], token);
     }
 
+    fn fills_given_buffers(&self) -> bool {
+        true
+    }
+
     fn recv_into(
         &mut self,
         source: Rank,

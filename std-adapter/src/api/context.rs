@@ -365,6 +365,12 @@ impl Context {
         }
     }
 
+    /// How many recycled transfer buffers the rank keeps (tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn pooled_buffers(&self) -> usize {
+        self.pool.len()
+    }
+
     /// The largest user tag (`starpu_mpi_comm_get_attr(comm, STARPU_MPI_TAG_UB, ..)`):
     /// user tags travel inside envelopes, so every tag up to `i64::MAX` works whatever
     /// MPI's own `MPI_TAG_UB` (which bounds only Starling's internal tags).

@@ -91,6 +91,15 @@ pub trait Transport: Send + 'static {
     );
     /// Posts a receive of at most `size` bytes; reports [`Completion::Received`].
     fn recv(&mut self, source: Rank, comm: CommId, tag: PhysTag, size: usize, token: ReqId);
+    /// Whether [`Transport::recv_into`] receives into the buffer it is given. The
+    /// progression thread takes a recycled buffer for a receive only from a transport
+    /// that says so: one that hands over buffers of its own (the in-process transport
+    /// moves the sender's) would drop it, and a buffer taken only to be dropped costs a
+    /// zeroed allocation of the message's size per receive. The default is `false`, as
+    /// the default [`Transport::recv_into`] ignores its buffer.
+    fn fills_given_buffers(&self) -> bool {
+        false
+    }
     /// Posts a receive of `buffer.len()` bytes into `buffer` (a recycled buffer, whose
     /// old contents are overwritten); reports [`Completion::Received`] with `token` and
     /// the buffer. The default ignores the buffer and calls [`Transport::recv`].

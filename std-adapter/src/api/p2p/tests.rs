@@ -318,3 +318,35 @@ fn unregistering_a_clone_waits_for_a_blocking_receive_on_another_thread() {
     });
     assert_eq!(out.unwrap(), vec![Ok(1), Ok(1)]);
 }
+
+#[test]
+fn an_in_process_receive_takes_no_recycled_buffer_only_to_drop_it() {
+    // The in-process transport hands the sender's buffer over: a recycled buffer taken
+    // for a receive would be dropped unused (and a fresh one zeroed in its place when the
+    // pool is empty). Three messages of a size the pool keeps, each sent once its receive
+    // is posted (the barrier), so that each receive is posted while the buffers of the
+    // earlier messages are in the pool: the receiver keeps every message's buffer.
+    let out = run_local_with(2, config(), |ctx| {
+        let v = ctx.register(Vector::from_vec(vec![ctx.rank().0 as u8; 100 << 10]));
+        for i in 0..3 {
+            if ctx.rank().0 == 0 {
+                ctx.barrier();
+                ctx.send(&v, Rank(1), Tag(i)).wait().expect("send");
+            } else {
+                let posted = ctx.recv(&v, Rank(0), Tag(i)).start().expect("posted");
+                ctx.barrier();
+                posted.wait().expect("receive");
+            }
+        }
+        ctx.wait_for_all();
+        let received = ctx
+            .acquire(&v, starling_core::AccessMode::R)
+            .get()
+            .as_slice()
+            .iter()
+            .all(|&b| b == 0);
+        (ctx.pooled_buffers(), received)
+    })
+    .expect("a clean shutdown");
+    assert_eq!(out[1], (3, true));
+}

@@ -99,8 +99,12 @@ impl<T: Transport> Progress<T> {
                         }
                     }
                 }
-                let buffer = self.pool.take_filled(size);
-                self.transport.recv_into(source, comm, tag, buffer, req);
+                if self.transport.fills_given_buffers() {
+                    let buffer = self.pool.take_filled(size);
+                    self.transport.recv_into(source, comm, tag, buffer, req);
+                } else {
+                    self.transport.recv(source, comm, tag, size, req);
+                }
             }
         }
     }
