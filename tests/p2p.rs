@@ -798,6 +798,28 @@ fn a_panicking_task_is_reported_at_shutdown_and_does_not_wedge_the_rank() {
 }
 
 #[test]
+fn a_slow_request_callback_at_shutdown_is_waited_for_not_taken_for_a_stuck_rank() {
+    // The callback of a detached send runs on the thread that drives progress, after the
+    // rank's closure returned, and takes five times the shutdown's grace (50 ms): the
+    // rank is busy meanwhile, not a rank where nothing moves.
+    let grace = ClusterConfig::default().shutdown_grace;
+    let out = run_local_with(2, config(), move |ctx| {
+        let h = ctx.register(Variable::new(1u32));
+        if ctx.rank().0 == 0 {
+            ctx.send(&h, Rank(1), Tag(1))
+                .detach(move |r| {
+                    std::thread::sleep(grace * 5);
+                    r.expect("sent");
+                })
+                .unwrap();
+        } else {
+            ctx.recv(&h, Rank(0), Tag(1)).wait().unwrap();
+        }
+    });
+    assert!(out.is_ok(), "{:?}", out.err().map(|e| e.to_string()));
+}
+
+#[test]
 fn a_panicking_request_callback_is_reported_and_the_rank_goes_on() {
     let err = run_local_with(2, config(), |ctx| {
         let h = ctx.register(Variable::new(1u32));

@@ -116,8 +116,8 @@ mod slots;
 
 pub use errors::{MessageError, PeerError, RequestError, SubmitError, UsageError};
 pub use io::{
-    Arrival, Budget, Config, DEFAULT_EAGER_LIMIT, Event, Leftover, OUTPUTS, RecvArgs, SendArgs,
-    Transmit, WORST_CASE_OUTPUTS,
+    Arrival, Budget, Config, DEFAULT_EAGER_LIMIT, Event, Express, Leftover, OUTPUTS, RecvArgs,
+    SendArgs, Transmit, WORST_CASE_OUTPUTS,
 };
 
 use self::slots::{Class, Live};

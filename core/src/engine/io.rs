@@ -197,6 +197,35 @@ impl RecvArgs {
     }
 }
 
+/// What a standard send that leaves at once puts on the wire ([`Engine::express_send`]):
+/// one message, owned by no request, with nothing to report when it has left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Express {
+    /// An eager envelope: `header`, then the whole payload, in one message to `dest` on
+    /// `tag` ([`TagSpace::envelope`]).
+    Envelope {
+        /// The destination rank.
+        dest: Rank,
+        /// The communicator.
+        comm: CommId,
+        /// The physical tag (always [`TagSpace::envelope`]).
+        tag: PhysTag,
+        /// The encoded envelope.
+        header: [u8; HEADER_LEN],
+    },
+    /// A fast message: the payload alone, to `dest` on `tag`, the user tag's fast tag
+    /// (protocol §19).
+    Fast {
+        /// The destination rank.
+        dest: Rank,
+        /// The communicator.
+        comm: CommId,
+        /// The fast tag ([`TagSpace::fast`]).
+        tag: PhysTag,
+    },
+}
+
 /// Something for the adapter to post to the transport ([`Engine::poll_transmit`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

@@ -26,6 +26,57 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
         }
     }
 
+    /// A standard send of `args` whose data is ready now, leaving at once without a
+    /// request when nothing it could be ordered behind waits to leave (protocol §8.2,
+    /// *Express sends*): returns the one message to post — an eager envelope followed by
+    /// the payload, or the payload alone on the user tag's fast tag — which no request
+    /// owns and nothing reports. `None`, with nothing changed, when the send needs a
+    /// request: a destination outside the world, a synchronous send, a payload longer
+    /// than the eager limit (or, on a key with a fast tag, one that is not fast), a send
+    /// ready or an output queued (a send of the same key among them would be overtaken),
+    /// or the in-flight cap reached.
+    ///
+    /// The send is counted in the statistics as it leaves; its `MsgId` comes from the same
+    /// sequence as every other envelope's.
+    pub fn express_send(&mut self, args: SendArgs) -> Option<Express> {
+        let cap = self.config.max_inflight_sends;
+        if args.sync
+            || args.dest.0 >= self.config.nranks
+            || !self.ready.is_empty()
+            || !self.transmits.is_empty()
+            || !self.payloads.is_empty()
+            || (cap != 0 && self.inflight_sends >= cap)
+        {
+            return None;
+        }
+        let out = match crate::fast::route(&self.config, args.comm, args.tag, args.size, false) {
+            Route::Fast(tag) => Express::Fast {
+                dest: args.dest,
+                comm: args.comm,
+                tag,
+            },
+            Route::Marked(_) => return None,
+            Route::Envelope if args.size > u64::from(self.config.eager_limit) => return None,
+            Route::Envelope => {
+                let env = Envelope {
+                    kind: EnvKind::Eager,
+                    comm: args.comm,
+                    tag: args.tag,
+                    size: args.size,
+                    msg: self.alloc_msg(),
+                };
+                Express::Envelope {
+                    dest: args.dest,
+                    comm: args.comm,
+                    tag: self.config.tags.envelope(),
+                    header: env.encode(),
+                }
+            }
+        };
+        let _ = self.stats.record_send(args.dest, args.size);
+        Some(out)
+    }
+
     /// Takes the highest-priority ready send, within the in-flight cap, and emits its
     /// envelope, or its fast message, or its marker (then its envelope).
     pub(super) fn next_send(&mut self) -> Option<Transmit> {

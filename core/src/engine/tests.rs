@@ -603,6 +603,106 @@ fn undrained_events_refuse_completions_before_changing_anything() {
     assert_eq!(events(&mut a), [completed(refused, 3, None, Kind::Send)]);
 }
 
+fn express(e: &mut E, dest: u32, tag: i64, size: u64) -> Option<Express> {
+    e.express_send(SendArgs::new(W, Rank(dest), Tag(tag), size))
+}
+
+#[test]
+fn an_express_send_is_the_eager_envelope_a_request_would_have_sent() {
+    let (mut a, mut twin) = (engine(0, 2), engine(0, 2));
+    let s = send(&mut a, 1, 7, 3);
+    let out = transmits(&mut a);
+    let Transmit::Envelope { header, tag, .. } = out[0] else {
+        panic!("not an envelope: {out:?}")
+    };
+    assert_eq!(
+        express(&mut twin, 1, 7, 3),
+        Some(Express::Envelope {
+            dest: Rank(1),
+            comm: W,
+            tag,
+            header
+        })
+    );
+    // No request, nothing to report, nothing else to send; counted as it left.
+    assert!(transmits(&mut twin).is_empty());
+    assert!(events(&mut twin).is_empty());
+    assert_eq!(twin.stats().sent_to(Rank(1)), 3);
+    // The message ids go on from the same sequence.
+    a.handle_sent(s).unwrap();
+    let next = send(&mut twin, 1, 7, 3);
+    let again = transmits(&mut twin);
+    assert_eq!(env_of(&again[0]).msg, MsgId(1));
+    assert!(matches!(again[0], Transmit::Envelope { inline: Some(r), .. } if r == next));
+}
+
+#[test]
+fn an_express_send_is_refused_behind_anything_waiting_to_leave_and_when_it_needs_a_request() {
+    let mut a = engine(0, 2);
+    // A ready send not yet out: an express send of its key would overtake it.
+    let ready = send(&mut a, 1, 7, 3);
+    assert_eq!(express(&mut a, 1, 7, 3), None);
+    let out = transmits(&mut a);
+    assert_eq!(out.len(), 1);
+    assert!(express(&mut a, 1, 7, 3).is_some());
+    a.handle_sent(ready).unwrap();
+    // A payload queued behind its envelope.
+    let large = send(&mut a, 1, 8, 1 << 20);
+    assert!(matches!(a.poll_transmit(), Some(Transmit::Envelope { .. })));
+    assert_eq!(express(&mut a, 1, 8, 3), None);
+    assert!(matches!(a.poll_transmit(), Some(Transmit::Payload { req, .. }) if req == large));
+    assert!(express(&mut a, 1, 8, 3).is_some());
+    // Longer than the eager limit, synchronous, outside the world: a request's.
+    let limit = u64::from(a.config.eager_limit);
+    assert_eq!(express(&mut a, 1, 9, limit + 1), None);
+    assert!(express(&mut a, 1, 9, limit).is_some());
+    let mut sync = SendArgs::new(W, Rank(1), Tag(9), 3);
+    sync.sync = true;
+    assert_eq!(a.express_send(sync), None);
+    assert_eq!(express(&mut a, 2, 9, 3), None);
+    // The in-flight cap reached (the large send's payload is in flight).
+    a.config.max_inflight_sends = 1;
+    assert_eq!(express(&mut a, 1, 9, 3), None);
+    a.handle_sent(large).unwrap();
+    assert!(express(&mut a, 1, 9, 3).is_some());
+    let _ = events(&mut a);
+}
+
+#[test]
+fn express_and_requested_sends_of_one_key_are_received_in_send_order() {
+    // Sizes 1 to 4 on one key, every other one an express send; the receives expect
+    // them in that order (a receive of the wrong length fails).
+    let (mut a, mut b) = (engine(0, 2), engine(1, 2));
+    let mut wires = Vec::new();
+    for size in 1..=4u64 {
+        let payload = std::vec![size as u8; size as usize];
+        if size % 2 == 0 {
+            let Some(Express::Envelope { header, .. }) = express(&mut a, 1, 5, size) else {
+                panic!("refused")
+            };
+            wires.push([&header[..], &payload].concat());
+        } else {
+            let s = send(&mut a, 1, 5, size);
+            let out = transmits(&mut a);
+            wires.push(wire(&out[0], &payload));
+            a.handle_sent(s).unwrap();
+        }
+    }
+    let recvs: Vec<ReqId> = (1..=4).map(|n| recv(&mut b, 0, 5, n)).collect();
+    for w in &wires {
+        b.handle_message(Rank(0), W, w).unwrap();
+    }
+    let done = events(&mut b);
+    assert_eq!(done.len(), 4, "{done:?}");
+    for (n, r) in recvs.iter().enumerate() {
+        assert!(
+            done.contains(&completed(*r, n as u64 + 1, None, Kind::Recv)),
+            "{done:?}"
+        );
+    }
+    assert_eq!(b.stats().received_from(Rank(0)), 10);
+}
+
 #[test]
 fn sends_leave_in_priority_order_fifo_among_equals_within_the_cap() {
     let mut a = engine(0, 2);

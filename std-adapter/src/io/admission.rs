@@ -237,6 +237,11 @@ impl<C> Admission<C> {
         self.sends.is_empty() && self.recvs.is_empty() && self.refused.is_empty()
     }
 
+    /// Whether a send waits for room (then a new one goes behind it).
+    pub(crate) fn sends_wait(&self) -> bool {
+        !self.sends.is_empty()
+    }
+
     /// Whether no envelope is refused (then nothing holds a new one back).
     pub(crate) fn nothing_refused(&self) -> bool {
         self.refused.is_empty()

@@ -11,8 +11,8 @@ use core::time::Duration;
 use std::collections::HashMap;
 
 use starling_core::engine::{
-    Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RefusalOrder, RequestError,
-    SendArgs, SubmitError, Transmit, UsageError,
+    Arrival, Config, Engine, Event, Express, Leftover, MessageError, RecvArgs, RefusalOrder,
+    RequestError, SendArgs, SubmitError, Transmit, UsageError,
 };
 use starling_core::error::Table;
 use starling_core::lists::Key;
@@ -403,6 +403,42 @@ struct Progress<T: Transport> {
 }
 
 impl<T: Transport> Progress<T> {
+    /// Sends `bytes`, the packed payload of a standard send of `args` (packed with room for
+    /// an envelope header before it), at once and without a request, when nothing waits
+    /// to go before it — no send waiting for room here, nothing ready or queued in the
+    /// engine ([`Engine::express_send`], protocol §8.2) — and gives them back otherwise.
+    /// The message is the transport's from then on: nothing reports its completion.
+    fn send_now(&mut self, args: SendArgs, mut bytes: Vec<u8>) -> Result<(), Vec<u8>> {
+        if self.admission.as_deref().is_some_and(Admission::sends_wait) {
+            return Err(bytes);
+        }
+        let Some(out) = self.engine.express_send(args) else {
+            return Err(bytes);
+        };
+        let (dest, comm, tag) = match out {
+            Express::Envelope {
+                dest,
+                comm,
+                tag,
+                header,
+            } => {
+                events::prepend(&mut bytes, &header);
+                (dest, comm, tag)
+            }
+            Express::Fast { dest, comm, tag } => (dest, comm, tag),
+        };
+        if self.trace {
+            eprintln!(
+                "[starling_comm][{}] post {out:?} ({} bytes, express)",
+                self.rank.0,
+                bytes.len()
+            );
+        }
+        self.timeline.send(dest, comm, tag, &bytes, None);
+        self.transport.send(dest, comm, tag, bytes, None);
+        Ok(())
+    }
+
     fn command(&mut self, c: Command) {
         match c {
             // Behind the submissions already waiting: one direction keeps its order.

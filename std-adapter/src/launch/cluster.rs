@@ -542,7 +542,10 @@ where
             outstanding = v.outstanding;
             true
         });
-        leftovers.push(Leftover::Incomplete { rank, outstanding });
+        // (Declared stuck, then done after all: nothing is left to report.)
+        if outstanding > 0 {
+            leftovers.push(Leftover::Incomplete { rank, outstanding });
+        }
     }
     // Why they could not: every rank reports, one rank merges (below).
     let explain = quiesce.any_stuck.load(Ordering::SeqCst) && lock(&quiesce.fired).is_empty();

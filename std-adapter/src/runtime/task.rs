@@ -34,8 +34,8 @@ use crate::runtime::perfmodel::{Arch, Calibrate, Store};
 pub(crate) use crate::runtime::ready::NodeId;
 use crate::runtime::sched::{SchedPolicy, Scheduler, Target};
 use crate::sync::{
-    Arc, AtomicBool, AtomicU64, HotCondvar, HotGuard, HotLock, Ordering, lock_hot, wait_hot,
-    wait_hot_for,
+    Arc, AtomicBool, AtomicU64, AtomicUsize, HotCondvar, HotGuard, HotLock, Ordering, lock_hot,
+    wait_hot, wait_hot_for,
 };
 use crate::trace::{self, Recorder, WorkerTrace};
 use placement::{CURRENT, DeviceEnd};
@@ -296,6 +296,18 @@ struct Shared {
     policy: SchedPolicy,
     /// The runtime's name (for reports).
     name: String,
+    /// Users' completion callbacks running now ([`Runtime::callback_running`]): busy,
+    /// as running tasks are, for the quiescence checks.
+    callbacks: AtomicUsize,
+}
+
+/// A user's completion callback runs while this lives ([`Runtime::callback_running`]).
+pub(crate) struct CallbackRunning<'a>(&'a AtomicUsize);
+
+impl Drop for CallbackRunning<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The task runtime of one rank. Cheap to clone (shared).
@@ -415,6 +427,7 @@ impl Runtime {
                 sched_stats: config.sched_stats,
                 policy: Scheduler::effective(config.sched, threads),
                 name: name.to_owned(),
+                callbacks: AtomicUsize::new(0),
             }),
         };
         let threads = (0..threads)
@@ -971,6 +984,14 @@ impl Runtime {
         true
     }
 
+    /// Counts a user's completion callback as running until the guard drops: the rank is
+    /// busy meanwhile, as with a running task, so that a callback that takes its time at
+    /// shutdown is not taken for a rank where nothing moves.
+    pub(crate) fn callback_running(&self) -> CallbackRunning<'_> {
+        self.shared.callbacks.fetch_add(1, Ordering::SeqCst);
+        CallbackRunning(&self.shared.callbacks)
+    }
+
     /// A request counted by [`Runtime::begin_request`] or [`Runtime::begin_request_on`]
     /// finished.
     pub(crate) fn end_request(&self) {
@@ -1006,7 +1027,7 @@ impl Runtime {
         loop {
             let view = RuntimeView {
                 outstanding: st.outstanding,
-                busy: st.running + st.sched.len(),
+                busy: st.running + st.sched.len() + self.shared.callbacks.load(Ordering::SeqCst),
                 completed: st.completed,
             };
             if done(&view) {

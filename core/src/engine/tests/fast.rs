@@ -239,3 +239,23 @@ fn receives_of_more_fast_keys_than_the_key_limit_wait_in_order() {
     let out = transmits(&mut b);
     assert_eq!(posted(&out, r2).0, b.config().tags.fast(Tag(6)).unwrap());
 }
+
+#[test]
+fn an_express_send_of_a_fast_key_is_its_payload_alone_and_an_empty_one_is_refused() {
+    let mut a = fast_engine(0);
+    let f = fast_tag(&a, 5);
+    assert_eq!(
+        a.express_send(SendArgs::new(W, Rank(1), Tag(5), 8)),
+        Some(Express::Fast {
+            dest: Rank(1),
+            comm: W,
+            tag: f
+        })
+    );
+    assert_eq!(a.stats().sent_to(Rank(1)), 8);
+    // An empty message, or one above the fast limit, leaves a marker then its envelope:
+    // a request's.
+    assert_eq!(a.express_send(SendArgs::new(W, Rank(1), Tag(5), 0)), None);
+    assert_eq!(a.express_send(SendArgs::new(W, Rank(1), Tag(5), 65)), None);
+    assert!(transmits(&mut a).is_empty());
+}

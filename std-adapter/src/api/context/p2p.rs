@@ -339,7 +339,10 @@ impl Context {
         callback: impl FnOnce(Result<(), CommError>) + Send + 'static,
     ) -> impl FnOnce(Result<(), CommError>) + Send + 'static {
         let panics = Arc::clone(&self.reports);
+        let rt = self.runtime.clone();
         move |result| {
+            // Busy while it runs: a slow callback at shutdown is not a rank stuck.
+            let _running = rt.callback_running();
             if std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| callback(result))).is_err()
             {
                 lock(&panics).push(Noted::CallbackPanicked(what()));
@@ -423,8 +426,10 @@ impl Context {
         // The caller waits until the send completes: holding the handle for reading
         // until then costs nothing, so every payload that travels as its own message
         // is sent from the handle's memory.
-        if let Some(req) = self.express_send(h, dest, tag, opts)? {
-            return req.wait_driving(driving);
+        match self.express_send(h, dest, tag, opts)? {
+            Some(Express::Sent) => return Ok(()),
+            Some(Express::Posted(req)) => return req.wait_driving(driving),
+            None => {}
         }
         self.start_send_from(h, dest, tag, opts, self.blocking_in_place_min)?
             .wait_driving(driving)
@@ -437,13 +442,18 @@ impl Context {
     /// send's is). `None`, with nothing posted, when the send needs the task graph: a
     /// writer or reader pending, a poisoned value, a device layer, a tag to unlock, the
     /// pedantic mode, a fake rank.
+    ///
+    /// A standard send whose packed payload fits an eager message (or a fast one) leaves
+    /// from this thread at once, without a request, when nothing waits to go before it
+    /// ([`Drive::send_now`]): its bytes are the transport's from then on, so the handle may
+    /// be used again, and the send is over ([`Express::Sent`]).
     fn express_send<I: Interface>(
         &self,
         h: &Handle<I>,
         dest: Rank,
         tag: Tag,
         opts: SendOpts,
-    ) -> Result<Option<Request>, CommError> {
+    ) -> Result<Option<Express>, CommError> {
         if !self.express_checked(h, dest, tag, opts.unlock.is_some() || self.pedantic_isend)? {
             return Ok(None);
         }
@@ -454,19 +464,38 @@ impl Context {
         } else {
             None
         };
-        let bytes = match lent {
-            Some(l) => Payload::Lent(l),
-            None => Payload::Bytes(packed(&self.pool, Some(&*cell), size)),
-        };
         let mut args = SendArgs::new(opts.comm, dest, tag, size as u64);
         args.priority = Priority(opts.priority);
         args.sync = opts.sync;
-        Ok(Some(self.post_express(
+        let bytes = match lent {
+            Some(l) => Payload::Lent(l),
+            None => {
+                let mut bytes = packed(&self.pool, Some(&*cell), size);
+                // (A rank that gave up fails its later requests: this one is made as
+                // any other then.)
+                let now = self
+                    .driver
+                    .as_ref()
+                    .filter(|_| !opts.sync && !self.tracker.gave_up());
+                if let Some(d) = now {
+                    match d.send_now(args, bytes) {
+                        Ok(()) => {
+                            // Counted in by `express_checked`; over already.
+                            self.runtime.end_request();
+                            return Ok(Some(Express::Sent));
+                        }
+                        Err(back) => bytes = back,
+                    }
+                }
+                Payload::Bytes(bytes)
+            }
+        };
+        Ok(Some(Express::Posted(self.post_express(
             true,
             cell,
             (dest, opts.comm, tag),
             |done, _| Command::Send { args, bytes, done },
-        )))
+        ))))
     }
 
     /// The checks of a blocking transfer of `h` with `peer` and `tag` (as its terminal
@@ -861,6 +890,14 @@ impl Context {
         ));
         let _ = rx.recv();
     }
+}
+
+/// What a blocking send without a node came to ([`Context::express_send`]).
+enum Express {
+    /// It left at once, without a request: it is over.
+    Sent,
+    /// Its request, to wait for.
+    Posted(Request),
 }
 
 /// A buffer of `pool` with room for `size` bytes and an envelope's header before them (an

@@ -350,3 +350,62 @@ fn an_in_process_receive_takes_no_recycled_buffer_only_to_drop_it() {
     .expect("a clean shutdown");
     assert_eq!(out[1], (3, true));
 }
+
+#[test]
+fn a_blocking_send_with_nothing_before_it_leaves_at_once_and_keeps_its_place_in_the_order() {
+    // Rank 0 sends 1 to 6 on one tag: blocking sends of idle handles (which leave at
+    // once, without a request: the hang tracker never sees them) between sends that do
+    // not — a detached send, a synchronous one, a payload above the eager limit, a
+    // handle with a task pending on it. Rank 1 receives them in that order.
+    let out = run_local_with(2, config(), |ctx| {
+        let t = Tag(5);
+        if ctx.rank().0 == 0 {
+            let small = |v: u64| ctx.register(Variable::new(v));
+            let before = ctx.tracker.tracked();
+            ctx.send(&small(1), Rank(1), t).wait().expect("send");
+            ctx.send(&small(2), Rank(1), t).wait().expect("send");
+            let express = ctx.tracker.tracked() - before;
+            let detached = small(3);
+            ctx.send(&detached, Rank(1), t)
+                .detach(|r| r.expect("detached send"))
+                .expect("posted");
+            ctx.send(&small(4), Rank(1), t)
+                .sync()
+                .wait()
+                .expect("sync send");
+            let busy = small(0);
+            ctx.task(&slow_set(5)).w(&busy).submit();
+            ctx.send(&busy, Rank(1), t)
+                .wait()
+                .expect("send after the task");
+            let large = ctx.register(Vector::from_vec(vec![6u8; 64 << 10]));
+            ctx.send(&large, Rank(1), t).wait().expect("large send");
+            ctx.wait_for_all();
+            vec![express]
+        } else {
+            let x = ctx.register(Variable::new(0u64));
+            let mut got = Vec::new();
+            for _ in 0..5 {
+                ctx.recv(&x, Rank(0), t).wait().expect("receive");
+                got.push(ctx.acquire(&x, starling_core::AccessMode::R).get().get());
+            }
+            let v = ctx.register(Vector::from_vec(vec![0u8; 64 << 10]));
+            ctx.recv(&v, Rank(0), t).wait().expect("large receive");
+            let all_six = ctx
+                .acquire(&v, starling_core::AccessMode::R)
+                .get()
+                .as_slice()
+                .iter()
+                .all(|&b| b == 6);
+            got.push(if all_six { 6 } else { 0 });
+            got
+        }
+    })
+    .expect("a clean shutdown");
+    assert_eq!(
+        out[0],
+        [0],
+        "the two express sends were not tracked as requests"
+    );
+    assert_eq!(out[1], [1, 2, 3, 4, 5, 6]);
+}

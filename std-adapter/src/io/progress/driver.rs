@@ -68,6 +68,11 @@ pub(crate) trait Drive: Send + Sync {
     /// allowed to ([`sync::with_peer_drive`]: a worker after its task) drives them out
     /// itself, completions included.
     fn post(&self, command: Command) -> Result<(), Command>;
+    /// Sends `bytes`, the packed payload of a standard send of `args`, on the calling
+    /// thread at once and without a request (`Progress::send_now`: nothing waits to go
+    /// before it), when nothing waits in the inbox and the progression lock is free; gives
+    /// the bytes back otherwise (the caller submits the send).
+    fn send_now(&self, args: SendArgs, bytes: Vec<u8>) -> Result<(), Vec<u8>>;
     /// An idle worker's look at its rank's progress (it polls for work): when the
     /// transport is polled or something is queued or posted, drives once if the lock is
     /// free, then, having let go, takes what came in meanwhile (a sender that found the
@@ -185,6 +190,25 @@ impl<T: Transport> Drive for Driver<T> {
         DriverGuard {
             shared: &self.shared,
         }
+    }
+
+    fn send_now(&self, args: SendArgs, bytes: Vec<u8>) -> Result<(), Vec<u8>> {
+        // As `post`: behind nothing queued (the inbox keeps the commands' order).
+        if self.shared.queued.load(Ordering::SeqCst) != 0 {
+            return Err(bytes);
+        }
+        let Some(mut st) = sync::try_drive(&self.state) else {
+            return Err(bytes);
+        };
+        if st.stopping || self.shared.queued.load(Ordering::SeqCst) != 0 {
+            return Err(bytes);
+        }
+        let Some(p) = st.progress.as_mut() else {
+            return Err(bytes);
+        };
+        p.send_now(args, bytes)?;
+        st.moved = true;
+        Ok(())
     }
 
     fn post(&self, command: Command) -> Result<(), Command> {

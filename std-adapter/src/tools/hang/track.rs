@@ -104,6 +104,9 @@ impl Table {
 /// progression thread, and the callback `start` returns when it finishes.
 pub(crate) struct Tracker {
     table: Mutex<Table>,
+    /// Set with `Table::abandoned` ([`Tracker::abandon`]), read without the lock by the
+    /// requests that are never tracked ([`Tracker::gave_up`]).
+    gave_up: AtomicBool,
 }
 
 /// A tracked item, from its submission until it is handed over.
@@ -117,7 +120,21 @@ impl Tracker {
     pub(crate) fn new() -> Self {
         Self {
             table: Mutex::new(Table::default()),
+            gave_up: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the rank gave up ([`Tracker::abandon`]): a request that would go without
+    /// being tracked (a blocking send that leaves at once) is made as any other then, and
+    /// fails.
+    pub(crate) fn gave_up(&self) -> bool {
+        self.gave_up.load(Ordering::SeqCst)
+    }
+
+    /// How many items were tracked so far (tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn tracked(&self) -> u64 {
+        lock(&self.table).next
     }
 
     /// Tracks a new item, waiting for its data.
@@ -183,6 +200,7 @@ impl Tracker {
             let mut t = lock(&self.table);
             t.activity += 1;
             t.abandoned = Some(Arc::from(explanation));
+            self.gave_up.store(true, Ordering::SeqCst);
             let started: Vec<(usize, u64)> = t
                 .slots
                 .iter()
