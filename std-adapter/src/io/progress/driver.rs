@@ -193,16 +193,9 @@ impl<T: Transport> Drive for Driver<T> {
     }
 
     fn send_now(&self, args: SendArgs, bytes: Vec<u8>) -> Result<(), Vec<u8>> {
-        // As `post`: behind nothing queued (the inbox keeps the commands' order).
-        if self.shared.queued.load(Ordering::SeqCst) != 0 {
-            return Err(bytes);
-        }
-        let Some(mut st) = sync::try_drive(&self.state) else {
+        let Some(mut st) = self.free_to_post() else {
             return Err(bytes);
         };
-        if st.stopping || self.shared.queued.load(Ordering::SeqCst) != 0 {
-            return Err(bytes);
-        }
         let Some(p) = st.progress.as_mut() else {
             return Err(bytes);
         };
@@ -212,17 +205,12 @@ impl<T: Transport> Drive for Driver<T> {
     }
 
     fn post(&self, command: Command) -> Result<(), Command> {
-        if matches!(command, Command::Stop) || self.shared.queued.load(Ordering::SeqCst) != 0 {
+        if matches!(command, Command::Stop) {
             return Err(command);
         }
-        let Some(mut st) = sync::try_drive(&self.state) else {
-            // Held (by another thread, or by this one: a completion posting the next
-            // request): the inbox takes it.
+        let Some(mut st) = self.free_to_post() else {
             return Err(command);
         };
-        if st.stopping || self.shared.queued.load(Ordering::SeqCst) != 0 {
-            return Err(command);
-        }
         let Some(p) = st.progress.as_mut() else {
             return Err(command);
         };
@@ -263,6 +251,22 @@ impl<T: Transport> Drive for Driver<T> {
 }
 
 impl<T: Transport> Driver<T> {
+    /// The progression lock, for a thread that posts to the engine itself: when nothing
+    /// waits in the inbox (which keeps the commands' order, so nothing posted now may go
+    /// before it), the lock is free — held by another thread, or by this one (a
+    /// completion posting the next request), the inbox takes the input — and the rank
+    /// has not stopped.
+    fn free_to_post(&self) -> Option<sync::DriveGuard<'_, State<T>>> {
+        if self.shared.queued.load(Ordering::SeqCst) != 0 {
+            return None;
+        }
+        let st = sync::try_drive(&self.state)?;
+        if st.stopping || self.shared.queued.load(Ordering::SeqCst) != 0 {
+            return None;
+        }
+        Some(st)
+    }
+
     /// A full drive by a thread that looks at `queued` once it lets go of the lock (a
     /// worker that posted what its task made ready, a peer driving this rank, the
     /// progression thread; an idle worker raises the flag itself, around a drive that may
