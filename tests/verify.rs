@@ -426,6 +426,38 @@ fn a_long_task_is_progress_not_a_hang() {
 }
 
 #[test]
+fn blocking_sends_that_leave_at_once_are_progress_not_a_hang() {
+    // Rank 0 waits for tag 99 (detached) and meanwhile sends a small value every 50 ms
+    // for 600 ms, blocking sends that leave at once without a request; rank 1 takes them
+    // only at the end, then sends tag 99. With a watchdog of 300 ms, each send is
+    // progress: nothing is given up.
+    let (out, shutdown) = outcomes(2, with_watchdog(300), |ctx| {
+        let h = ctx.register(Variable::new(0u32));
+        if ctx.rank() == Rank(0) {
+            let (tx, rx) = std::sync::mpsc::channel();
+            ctx.recv(&h, Rank(1), Tag(99))
+                .detach(move |r| tx.send(r).unwrap())?;
+            let v = ctx.register(Variable::new(5u32));
+            for _ in 0..12 {
+                std::thread::sleep(Duration::from_millis(50));
+                ctx.send(&v, Rank(1), Tag(1)).wait()?;
+            }
+            rx.recv().unwrap()?;
+            Ok(ctx.acquire(&h, AccessMode::R).get().get())
+        } else {
+            std::thread::sleep(Duration::from_millis(700));
+            for _ in 0..12 {
+                ctx.recv(&h, Rank(0), Tag(1)).wait()?;
+            }
+            ctx.send(&h, Rank(0), Tag(99)).wait()?;
+            Ok(0)
+        }
+    });
+    shutdown.expect("no watchdog finding");
+    assert_eq!(out, vec![Some(Ok::<u32, CommError>(5)), Some(Ok(0))]);
+}
+
+#[test]
 fn a_peer_that_dies_leaves_an_explanation_not_a_hang() {
     // Rank 1 panics before sending: rank 0's receive fails once the watchdog gives up,
     // and the panic comes back from run_local_with after every rank stopped.

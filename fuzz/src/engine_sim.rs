@@ -5,7 +5,8 @@
 //! The input sets the cluster up (ranks, eager limit, in-flight cap, priorities, the
 //! simulator's seed, whose parity picks the network's ordering) and lists operations: sends and receives (standard, synchronous,
 //! detached; sizes on both sides of the eager limit; receive buffers that may be too
-//! small; self-sends), "make this request's data ready", "deliver a few messages", and
+//! small; self-sends; express sends, which leave without a request when the engine lets
+//! them), "make this request's data ready", "deliver a few messages", and
 //! submissions the engine must refuse. Sends and receives need not pair up. The checker
 //! numbers each (communicator, source, destination, tag) key's sends and receives in
 //! submission order; the k-th receive of a key must get the k-th send's payload (MPI's
@@ -84,6 +85,23 @@ pub enum Op {
         capacity: u8,
         /// Detached.
         detached: bool,
+    },
+    /// A send whose data is ready as it is submitted, as the threaded adapter's blocking
+    /// send of an idle handle: it leaves at once without a request when the engine lets
+    /// it ([`Cluster::express_send`], protocol §8.2), and is submitted as any other, ready,
+    /// otherwise. Skipped while an earlier send of its key waits for its data (the
+    /// adapter's sends are ready as they are submitted).
+    Express {
+        /// Source rank (modulo the ranks).
+        src: u8,
+        /// Destination rank (modulo the ranks).
+        dst: u8,
+        /// Communicator 1 instead of the world.
+        comm: bool,
+        /// Tag `tag % 3 - 1`.
+        tag: u8,
+        /// Size: an index into the size table.
+        size: u8,
     },
     /// Make the data of the oldest not-ready request of one of `rank`'s keys ready.
     Ready {
@@ -295,6 +313,40 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Checker<REQ, KEYS,
                     completed: false,
                 });
                 self.submitted(key.2, req, key, false, index, detached);
+            }
+            Op::Express {
+                src,
+                dst,
+                comm,
+                tag,
+                size,
+            } => {
+                let key = self.key(comm, src, dst, tag);
+                if self.not_ready[key.1 as usize].contains_key(&(true, key)) {
+                    return;
+                }
+                let index = self.flows.entry(key).or_default().sends.len();
+                let data = payload(key, index, SIZES[usize::from(size) % SIZES.len()]);
+                let mut args = SendArgs::new(key.0, Rank(key.2), key.3, 0);
+                args.priority = self.priority(key);
+                if self.cluster.express_send(Rank(key.1), args, data.clone()) {
+                    self.flows.entry(key).or_default().sends.push(SendRec {
+                        payload: data,
+                        sync: false,
+                        completed: true,
+                    });
+                    return;
+                }
+                self.apply(Op::Send {
+                    src,
+                    dst,
+                    comm,
+                    tag,
+                    size,
+                    sync: false,
+                    detached: true,
+                });
+                self.ready(key.1, (true, key));
             }
             Op::Ready { rank, pick } => {
                 let r = self.rank(rank);

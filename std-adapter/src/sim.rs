@@ -38,8 +38,8 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use starling_core::engine::{
-    Arrival, Config, Engine, Event, Leftover, MessageError, RecvArgs, RefusalOrder, RequestError,
-    SendArgs, SubmitError, Transmit,
+    Arrival, Config, Engine, Event, Express, Leftover, MessageError, RecvArgs, RefusalOrder,
+    RequestError, SendArgs, SubmitError, Transmit,
 };
 use starling_core::error::Table;
 use starling_core::lists::Key;
@@ -385,6 +385,50 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         self.with_admission(rank, |a, at| a.offer(at, Direction::Send, cmd));
         self.settle();
         ticket
+    }
+
+    /// Sends `data` from `rank` at once and without a request, as the threaded adapter's
+    /// blocking send of an idle handle does (`Engine::express_send`, protocol §8.2): when
+    /// no send of `rank` waits outside its engine and the engine lets it. Returns whether
+    /// it left; nothing happened otherwise (the caller submits the send).
+    ///
+    /// # Panics
+    /// When `rank` is not a rank of the cluster.
+    pub fn express_send(&mut self, rank: Rank, mut args: SendArgs, data: Vec<u8>) -> bool {
+        args.size = data.len() as u64;
+        let node = &mut self.nodes[rank.index()];
+        if node.admission.sends_wait() {
+            return false;
+        }
+        match node.engine.express_send(args) {
+            None => false,
+            Some(Express::Envelope {
+                dest,
+                comm,
+                tag,
+                header,
+            }) => {
+                let bytes = [&header[..], &data].concat();
+                let msg = Wire::Envelope {
+                    comm,
+                    bytes,
+                    inline: None,
+                };
+                self.push(rank, dest, comm, tag, msg);
+                true
+            }
+            Some(Express::Fast { dest, comm, tag }) => {
+                self.fast_counts.0 += 1;
+                let msg = Wire::Payload {
+                    comm,
+                    tag,
+                    bytes: data,
+                    sender: None,
+                };
+                self.push(rank, dest, comm, tag, msg);
+                true
+            }
+        }
     }
 
     /// Submits a receive on `rank` as the threaded adapter does ([`Cluster::post_send`]).

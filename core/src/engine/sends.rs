@@ -34,7 +34,9 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
     /// request: a destination outside the world, a synchronous send, a payload longer
     /// than the eager limit (or, on a key with a fast tag, one that is not fast), a send
     /// ready or an output queued (a send of the same key among them would be overtaken),
-    /// or the in-flight cap reached.
+    /// or the in-flight cap reached. (An express message is not counted in flight: it is
+    /// complete for the engine once posted, as an eager message of MPI's own buffered
+    /// send is.)
     ///
     /// The send is counted in the statistics as it leaves; its `MsgId` comes from the same
     /// sequence as every other envelope's.

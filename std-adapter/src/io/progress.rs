@@ -408,10 +408,12 @@ impl<T: Transport> Progress<T> {
     /// to go before it — no send waiting for room here, nothing ready or queued in the
     /// engine ([`Engine::express_send`], protocol §8.2) — and gives them back otherwise.
     /// The message is the transport's from then on: nothing reports its completion.
-    fn send_now(&mut self, args: SendArgs, mut bytes: Vec<u8>) -> Result<(), Vec<u8>> {
+    fn send_now(&mut self, mut args: SendArgs, mut bytes: Vec<u8>) -> Result<(), Vec<u8>> {
         if self.admission.as_deref().is_some_and(Admission::sends_wait) {
             return Err(bytes);
         }
+        // The header announces the bytes that follow it, as a submitted send's does.
+        args.size = bytes.len() as u64;
         let Some(out) = self.engine.express_send(args) else {
             return Err(bytes);
         };

@@ -260,7 +260,7 @@ impl Quiesce {
             let settled = shared.settled()?;
             let mut busy = 0;
             runtime.wait_until(Duration::ZERO, |v| {
-                busy = v.busy;
+                busy = v.busy + v.callbacks;
                 epoch = epoch.wrapping_add(v.completed);
                 true
             });

@@ -589,13 +589,13 @@ impl RankRunner {
         loop {
             let mut seen = (0, 0, 0);
             let done = self.runtime.wait_until(step, |v| {
-                seen = (v.outstanding, v.busy, v.completed);
+                seen = (v.outstanding, v.busy + v.callbacks, v.completed);
                 v.outstanding == 0
             });
             if done {
                 return true;
             }
-            // A running task, or any change in the counts, is progress.
+            // A running task or callback, or any change in the counts, is progress.
             if seen.1 > 0 || last != Some(seen) {
                 last = Some(seen);
                 since = std::time::Instant::now();

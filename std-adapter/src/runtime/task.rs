@@ -296,8 +296,8 @@ struct Shared {
     policy: SchedPolicy,
     /// The runtime's name (for reports).
     name: String,
-    /// Users' completion callbacks running now ([`Runtime::callback_running`]): busy,
-    /// as running tasks are, for the quiescence checks.
+    /// Users' completion callbacks running now ([`Runtime::callback_running`]): busy
+    /// for the shutdown's quiescence checks ([`RuntimeView::callbacks`]).
     callbacks: AtomicUsize,
 }
 
@@ -984,12 +984,22 @@ impl Runtime {
         true
     }
 
-    /// Counts a user's completion callback as running until the guard drops: the rank is
-    /// busy meanwhile, as with a running task, so that a callback that takes its time at
-    /// shutdown is not taken for a rank where nothing moves.
+    /// Counts a user's completion callback as running until the guard drops: the
+    /// shutdown's quiescence checks count the rank busy meanwhile, so that a callback that
+    /// takes its time at shutdown is not taken for a rank where nothing moves.
     pub(crate) fn callback_running(&self) -> CallbackRunning<'_> {
         self.shared.callbacks.fetch_add(1, Ordering::SeqCst);
         CallbackRunning(&self.shared.callbacks)
+    }
+
+    /// A request counted by [`Runtime::begin_request_on`] that completed at once,
+    /// without a node or a tracked request (a blocking send that left at once): its end
+    /// counts as a completion, progress for the watchdog and the quiescence checks.
+    pub(crate) fn end_request_at_once(&self) {
+        let mut st = self.state();
+        st.outstanding -= 1;
+        st.completed += 1;
+        self.notify_progress(&st);
     }
 
     /// A request counted by [`Runtime::begin_request`] or [`Runtime::begin_request_on`]
@@ -1027,7 +1037,8 @@ impl Runtime {
         loop {
             let view = RuntimeView {
                 outstanding: st.outstanding,
-                busy: st.running + st.sched.len() + self.shared.callbacks.load(Ordering::SeqCst),
+                busy: st.running + st.sched.len(),
+                callbacks: self.shared.callbacks.load(Ordering::SeqCst),
                 completed: st.completed,
             };
             if done(&view) {
@@ -1108,6 +1119,10 @@ pub(crate) struct RuntimeView {
     pub(crate) outstanding: usize,
     /// Tasks running or ready to run.
     pub(crate) busy: usize,
+    /// Users' completion callbacks running ([`Runtime::callback_running`]): busy for the
+    /// shutdown's quiescence checks, which wait for them; not for the watchdog, which
+    /// still explains a callback that never returns.
+    pub(crate) callbacks: usize,
     /// Nodes completed so far.
     pub(crate) completed: u64,
 }

@@ -481,7 +481,7 @@ impl Context {
                     match d.send_now(args, bytes) {
                         Ok(()) => {
                             // Counted in by `express_checked`; over already.
-                            self.runtime.end_request();
+                            self.runtime.end_request_at_once();
                             return Ok(Some(Express::Sent));
                         }
                         Err(back) => bytes = back,
