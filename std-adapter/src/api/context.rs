@@ -366,7 +366,7 @@ impl Context {
     }
 
     /// How many recycled transfer buffers the rank keeps (tests).
-    #[cfg(all(test, not(loom)))]
+    #[cfg(test)]
     pub(crate) fn pooled_buffers(&self) -> usize {
         self.pool.len()
     }

@@ -105,7 +105,7 @@ impl BufferPool {
     }
 
     /// How many buffers are kept.
-    #[cfg(all(test, not(loom)))]
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         lock(&self.buffers).len()
     }

@@ -132,7 +132,7 @@ impl Tracker {
     }
 
     /// How many items were tracked so far (tests).
-    #[cfg(all(test, not(loom)))]
+    #[cfg(test)]
     pub(crate) fn tracked(&self) -> u64 {
         lock(&self.table).next
     }
