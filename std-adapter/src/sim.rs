@@ -400,35 +400,33 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
         if node.admission.sends_wait() {
             return false;
         }
-        match node.engine.express_send(args) {
-            None => false,
-            Some(Express::Envelope {
-                dest,
+        let Some(Express {
+            dest,
+            comm,
+            tag,
+            header,
+        }) = node.engine.express_send(args)
+        else {
+            return false;
+        };
+        let msg = match header {
+            Some(header) => Wire::Envelope {
                 comm,
-                tag,
-                header,
-            }) => {
-                let bytes = [&header[..], &data].concat();
-                let msg = Wire::Envelope {
-                    comm,
-                    bytes,
-                    inline: None,
-                };
-                self.push(rank, dest, comm, tag, msg);
-                true
-            }
-            Some(Express::Fast { dest, comm, tag }) => {
+                bytes: [&header[..], &data].concat(),
+                inline: None,
+            },
+            None => {
                 self.fast_counts.0 += 1;
-                let msg = Wire::Payload {
+                Wire::Payload {
                     comm,
                     tag,
                     bytes: data,
                     sender: None,
-                };
-                self.push(rank, dest, comm, tag, msg);
-                true
+                }
             }
-        }
+        };
+        self.push(rank, dest, comm, tag, msg);
+        true
     }
 
     /// Submits a receive on `rank` as the threaded adapter does ([`Cluster::post_send`]).

@@ -198,32 +198,21 @@ impl RecvArgs {
 }
 
 /// What a standard send that leaves at once puts on the wire ([`Engine::express_send`]):
-/// one message, owned by no request, with nothing to report when it has left.
+/// one message to `dest` on `tag`, owned by no request, with nothing to report when it has
+/// left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Express {
-    /// An eager envelope: `header`, then the whole payload, in one message to `dest` on
-    /// `tag` ([`TagSpace::envelope`]).
-    Envelope {
-        /// The destination rank.
-        dest: Rank,
-        /// The communicator.
-        comm: CommId,
-        /// The physical tag (always [`TagSpace::envelope`]).
-        tag: PhysTag,
-        /// The encoded envelope.
-        header: [u8; HEADER_LEN],
-    },
-    /// A fast message: the payload alone, to `dest` on `tag`, the user tag's fast tag
-    /// (protocol §19).
-    Fast {
-        /// The destination rank.
-        dest: Rank,
-        /// The communicator.
-        comm: CommId,
-        /// The fast tag ([`TagSpace::fast`]).
-        tag: PhysTag,
-    },
+pub struct Express {
+    /// The destination rank.
+    pub dest: Rank,
+    /// The communicator.
+    pub comm: CommId,
+    /// [`TagSpace::envelope`] for an eager envelope, else the user tag's fast tag
+    /// ([`TagSpace::fast`], protocol §19).
+    pub tag: PhysTag,
+    /// The encoded eager envelope that goes before the whole payload; `None` for a fast
+    /// message, the payload alone.
+    pub header: Option<[u8; HEADER_LEN]>,
 }
 
 /// Something for the adapter to post to the transport ([`Engine::poll_transmit`]).

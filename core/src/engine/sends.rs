@@ -52,10 +52,11 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             return None;
         }
         let out = match crate::fast::route(&self.config, args.comm, args.tag, args.size, false) {
-            Route::Fast(tag) => Express::Fast {
+            Route::Fast(tag) => Express {
                 dest: args.dest,
                 comm: args.comm,
                 tag,
+                header: None,
             },
             Route::Marked(_) => return None,
             Route::Envelope if args.size > u64::from(self.config.eager_limit) => return None,
@@ -67,11 +68,11 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
                     size: args.size,
                     msg: self.alloc_msg(),
                 };
-                Express::Envelope {
+                Express {
                     dest: args.dest,
                     comm: args.comm,
                     tag: self.config.tags.envelope(),
-                    header: env.encode(),
+                    header: Some(env.encode()),
                 }
             }
         };

@@ -417,18 +417,12 @@ impl<T: Transport> Progress<T> {
         let Some(out) = self.engine.express_send(args) else {
             return Err(bytes);
         };
-        let (dest, comm, tag) = match out {
-            Express::Envelope {
-                dest,
-                comm,
-                tag,
-                header,
-            } => {
-                events::prepend(&mut bytes, &header);
-                (dest, comm, tag)
-            }
-            Express::Fast { dest, comm, tag } => (dest, comm, tag),
-        };
+        if let Some(header) = &out.header {
+            events::prepend(&mut bytes, header);
+        }
+        let Express {
+            dest, comm, tag, ..
+        } = out;
         if self.trace {
             eprintln!(
                 "[starling_comm][{}] post {out:?} ({} bytes, express)",

@@ -246,10 +246,11 @@ fn an_express_send_of_a_fast_key_is_its_payload_alone_and_an_empty_one_is_refuse
     let f = fast_tag(&a, 5);
     assert_eq!(
         a.express_send(SendArgs::new(W, Rank(1), Tag(5), 8)),
-        Some(Express::Fast {
+        Some(Express {
             dest: Rank(1),
             comm: W,
-            tag: f
+            tag: f,
+            header: None
         })
     );
     assert_eq!(a.stats().sent_to(Rank(1)), 8);

@@ -427,8 +427,8 @@ impl Context {
         // until then costs nothing, so every payload that travels as its own message
         // is sent from the handle's memory.
         match self.express_send(h, dest, tag, opts)? {
-            Some(Express::Sent) => return Ok(()),
-            Some(Express::Posted(req)) => return req.wait_driving(driving),
+            Some(Blocking::Sent) => return Ok(()),
+            Some(Blocking::Posted(req)) => return req.wait_driving(driving),
             None => {}
         }
         self.start_send_from(h, dest, tag, opts, self.blocking_in_place_min)?
@@ -446,14 +446,14 @@ impl Context {
     /// A standard send whose packed payload fits an eager message (or a fast one) leaves
     /// from this thread at once, without a request, when nothing waits to go before it
     /// ([`Drive::send_now`]): its bytes are the transport's from then on, so the handle may
-    /// be used again, and the send is over ([`Express::Sent`]).
+    /// be used again, and the send is over ([`Blocking::Sent`]).
     fn express_send<I: Interface>(
         &self,
         h: &Handle<I>,
         dest: Rank,
         tag: Tag,
         opts: SendOpts,
-    ) -> Result<Option<Express>, CommError> {
+    ) -> Result<Option<Blocking>, CommError> {
         if !self.express_checked(h, dest, tag, opts.unlock.is_some() || self.pedantic_isend)? {
             return Ok(None);
         }
@@ -482,7 +482,7 @@ impl Context {
                         Ok(()) => {
                             // Counted in by `express_checked`; over already.
                             self.runtime.end_request_at_once();
-                            return Ok(Some(Express::Sent));
+                            return Ok(Some(Blocking::Sent));
                         }
                         Err(back) => bytes = back,
                     }
@@ -490,7 +490,7 @@ impl Context {
                 Payload::Bytes(bytes)
             }
         };
-        Ok(Some(Express::Posted(self.post_express(
+        Ok(Some(Blocking::Posted(self.post_express(
             true,
             cell,
             (dest, opts.comm, tag),
@@ -893,7 +893,7 @@ impl Context {
 }
 
 /// What a blocking send without a node came to ([`Context::express_send`]).
-enum Express {
+enum Blocking {
     /// It left at once, without a request: it is over.
     Sent,
     /// Its request, to wait for.
