@@ -163,7 +163,10 @@ pub struct Pending {
     pub data: Option<DataId>,
     /// How far it got.
     pub stage: Stage,
-    /// How long ago it was submitted.
+    /// How long ago it was submitted. While a watchdog watches the rank (the default),
+    /// a request takes the time of the watchdog's last look as its submission time
+    /// rather than reading the clock, so the age may be overstated by up to the time
+    /// between two looks (a tenth of the watchdog's timeout, 200 ms at most).
     pub age: Duration,
 }
 

@@ -320,6 +320,34 @@ fn unregistering_a_clone_waits_for_a_blocking_receive_on_another_thread() {
 }
 
 #[test]
+fn a_watched_rank_gives_its_requests_the_watchdogs_time_and_reads_no_clock_for_them() {
+    // A watchdog of 1 s looks at the ranks every 100 ms and gives each rank's tracker the
+    // time of its look, which the requests posted until the next look take as theirs
+    // (`Table::now`); once it stops, the trackers read the clock again.
+    let config = ClusterConfig {
+        watchdog: Some(core::time::Duration::from_secs(1)),
+        ..config()
+    };
+    let trackers = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = std::sync::Arc::clone(&trackers);
+    let out = run_local_with(2, config, move |ctx| {
+        kept.lock()
+            .unwrap()
+            .push(std::sync::Arc::clone(&ctx.tracker));
+        let start = std::time::Instant::now();
+        while ctx.tracker.ticked().is_none() && start.elapsed().as_secs() < 5 {
+            std::thread::sleep(core::time::Duration::from_millis(5));
+        }
+        ctx.tracker.ticked().is_some()
+    })
+    .expect("a clean shutdown");
+    assert_eq!(out, vec![true, true], "each rank is ticked while watched");
+    for t in trackers.lock().unwrap().iter() {
+        assert_eq!(t.ticked(), None, "unwatched after shutdown");
+    }
+}
+
+#[test]
 fn an_in_process_receive_takes_no_recycled_buffer_only_to_drop_it() {
     // The in-process transport hands the sender's buffer over: a recycled buffer taken
     // for a receive would be dropped unused (and a fresh one zeroed in its place when the

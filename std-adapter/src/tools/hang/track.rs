@@ -25,14 +25,22 @@ struct Entry {
     comm: CommId,
     tag: Tag,
     data: Option<DataId>,
+    /// When it was posted, as [`Table::now`] tells.
     posted: Instant,
     /// Set once the request was handed over: what to run when it finishes.
     done: Option<Done>,
 }
 
 impl Entry {
-    /// A new item posted now, not handed over yet (its `id` is given by [`Table::put`]).
-    fn new(kind: Waiting, peer: Rank, (comm, tag): (CommId, Tag), data: Option<DataId>) -> Self {
+    /// A new item posted at `posted`, not handed over yet (its `id` is given by
+    /// [`Table::put`]).
+    fn new(
+        kind: Waiting,
+        peer: Rank,
+        (comm, tag): (CommId, Tag),
+        data: Option<DataId>,
+        posted: Instant,
+    ) -> Self {
         Self {
             id: 0,
             kind,
@@ -40,7 +48,7 @@ impl Entry {
             comm,
             tag,
             data,
-            posted: Instant::now(),
+            posted,
             done: None,
         }
     }
@@ -59,9 +67,22 @@ struct Table {
     /// table's lock, which each of them takes anyway (an atomic beside it cost three
     /// locked read-modify-writes more per request).
     activity: u64,
+    /// The time of the watchdog's last look ([`Tracker::tick`]) while one watches the
+    /// rank: see [`Table::now`].
+    ticked: Option<Instant>,
 }
 
 impl Table {
+    /// The posting time of an item put in now: while a watchdog watches the rank, the
+    /// time of its last look, which is at most one of its steps old (200 ms at most), so
+    /// that a request reads no clock (about 70 ns a read on the 2-core machine of
+    /// `docs/performance.md`, once per request); otherwise the clock. An age is read
+    /// only in a hang report, which the watchdog makes: it is then overstated by less
+    /// than one step.
+    fn now(&self) -> Instant {
+        self.ticked.unwrap_or_else(Instant::now)
+    }
+
     fn get_mut(&mut self, slot: usize, id: u64) -> Option<&mut Entry> {
         self.slots
             .get_mut(slot)
@@ -146,8 +167,10 @@ impl Tracker {
         tag: Tag,
         data: Option<DataId>,
     ) -> Ticket {
-        let entry = Entry::new(kind, peer, (comm, tag), data);
-        let (slot, id) = lock(&self.table).put(entry);
+        let mut t = lock(&self.table);
+        let entry = Entry::new(kind, peer, (comm, tag), data, t.now());
+        let (slot, id) = t.put(entry);
+        drop(t);
         Ticket {
             tracker: Arc::clone(self),
             slot,
@@ -166,8 +189,8 @@ impl Tracker {
         data: Option<DataId>,
         done: Done,
     ) -> Result<Done, (Done, CommError)> {
-        let mut entry = Entry::new(kind, peer, (comm, tag), data);
         let mut t = lock(&self.table);
+        let mut entry = Entry::new(kind, peer, (comm, tag), data, t.now());
         if let Some(why) = t.abandoned.clone() {
             t.activity += 1;
             return Err((done, stalled(&why)));
@@ -244,6 +267,19 @@ impl Tracker {
                 (p, e.done.is_some())
             })
             .collect()
+    }
+
+    /// The watchdog looks at the rank at `now` (`Some`), or stops watching it (`None`):
+    /// items posted until the next look take `now` as their posting time
+    /// ([`Table::now`]).
+    fn tick(&self, now: Option<Instant>) {
+        lock(&self.table).ticked = now;
+    }
+
+    /// The time of the watchdog's last look, while one watches (tests).
+    #[cfg(test)]
+    pub(crate) fn ticked(&self) -> Option<Instant> {
+        lock(&self.table).ticked
     }
 
     /// The pending items and the activity count, read together.
@@ -505,25 +541,34 @@ impl Watchdog {
         let thread = std::thread::Builder::new()
             .name("starling-watchdog".into())
             .spawn(move || {
+                // Each look gives the ranks' trackers its time, which the requests
+                // posted until the next look take as theirs (`Table::now`).
+                let tick = |at: Option<Instant>| probes.iter().for_each(|p| p.tracker.tick(at));
                 let mut last = None;
                 let mut since = Instant::now();
+                tick(Some(since));
                 while !stopped.load(Ordering::SeqCst) {
                     std::thread::sleep(step);
+                    let at = Instant::now();
+                    tick(Some(at));
                     let now: Vec<Activity> = probes.iter().map(Probe::activity).collect();
                     let sample = (now.clone(), extra());
                     let busy = now.iter().any(|a| a.busy > 0);
                     if busy || last.as_ref() != Some(&sample) {
                         last = Some(sample);
-                        since = Instant::now();
+                        since = at;
                         continue;
                     }
-                    let idle = since.elapsed();
+                    let idle = at.saturating_duration_since(since);
                     if idle >= timeout && now.iter().any(|a| a.pending > 0) {
                         on_stall(&probes, idle);
                         last = None;
                         since = Instant::now();
+                        tick(Some(since));
                     }
                 }
+                // Unwatched, the trackers read the clock again.
+                tick(None);
             })
             .expect("spawning the watchdog thread");
         Self {
@@ -548,5 +593,36 @@ impl Watchdog {
 impl Drop for Watchdog {
     fn drop(&mut self) {
         self.halt();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_item_posted_while_a_watchdog_watches_takes_its_last_look_as_its_time() {
+        let tracker = Arc::new(Tracker::new());
+        let ago = Duration::from_secs(5);
+        let look = Instant::now()
+            .checked_sub(ago)
+            .expect("the clock is older than 5 s");
+        tracker.tick(Some(look));
+        let _watched = tracker.begin(Waiting::Recv, Rank(1), CommId::WORLD, Tag(3), None);
+        // Unwatched again: the clock.
+        tracker.tick(None);
+        let _unwatched = tracker.begin(Waiting::Send, Rank(1), CommId::WORLD, Tag(4), None);
+        let ages: Vec<(Tag, Duration)> = tracker
+            .snapshot()
+            .into_iter()
+            .map(|(p, _)| (p.tag, p.age))
+            .collect();
+        assert_eq!(ages.len(), 2);
+        assert_eq!(ages[0].0, Tag(3));
+        assert!(
+            ages[0].1 >= ago,
+            "the watchdog's look, not the clock: {ages:?}"
+        );
+        assert!(ages[1].1 < ago, "the clock once unwatched: {ages:?}");
     }
 }
