@@ -63,7 +63,10 @@
 //!   explanation ("rank 0 waits for tag 17 from rank 1; rank 1 never sent it: …") and
 //!   fails its pending requests with `CommError::Stalled`, so that blocking calls return;
 //!   shutdown then returns the explanation. Files, not messages: a hung peer may not
-//!   answer a collective.
+//!   answer a collective. The job is hung only when no rank moves: each watched rank
+//!   keeps a heartbeat file there, rewritten whenever it progresses, and a rank whose
+//!   own requests stand still waits on while a peer's heartbeat moves (a rank waiting
+//!   in a receive, or in the closing barrier, for a peer that computes).
 //!
 //! [`launch`](crate::launch) starts a rank here when the program runs under `mpirun`, and
 //! runs the in-process cluster otherwise.
@@ -126,7 +129,10 @@ pub struct MpiConfig {
     pub application_calls_mpi: bool,
     /// How long the rank may go with nothing progressing while requests are pending
     /// before the watchdog gives up (`STARLING_WATCHDOG_SECS`, default 60 s; zero waits
-    /// forever). A running task counts as progress. While the rank runs, the watchdog
+    /// forever). A running task counts as progress, and so does a peer's: with a
+    /// [`hang_dir`](Self::hang_dir), a rank gives up only when no peer's heartbeat moved
+    /// during its stall either (each rank rewrites its file there four times per timeout
+    /// at most, when it progressed). While the rank runs, the watchdog
     /// explains the hang (see [`MpiConfig::hang_dir`]) and fails the pending requests;
     /// in [`MpiRank::shutdown`] it reports them instead of hanging.
     pub watchdog: Duration,
@@ -432,12 +438,22 @@ fn start(
                     Arc::clone(&fired),
                 )
             });
+            // Its peers' watchdogs read it (`watchdog::peers_moved`).
+            let heartbeat = match (&watchdog, &config.hang_dir) {
+                (Some(_), Some(dir)) => watchdog::Heartbeat::start(
+                    runner.probe(),
+                    dir.clone(),
+                    watchdog::heartbeat_period(config.watchdog),
+                ),
+                _ => None,
+            };
             let rank = MpiRank {
                 runner: Some(runner),
                 config,
                 abandon,
                 bindings,
                 watchdog,
+                heartbeat,
                 fired,
                 yield_when_idle,
             };
@@ -478,6 +494,9 @@ pub struct MpiRank {
     abandon: Arc<AtomicBool>,
     bindings: Option<Bindings>,
     watchdog: Option<Watchdog>,
+    /// The rank's heartbeat in the hang directory, while a watchdog watches it (its
+    /// thread and file go when it drops).
+    heartbeat: Option<watchdog::Heartbeat>,
     /// What the watchdog found while the rank ran, if it fired.
     fired: Arc<Mutex<Vec<String>>>,
     /// What [`init`] did to Open MPI's `mpi_yield_when_idle`.
@@ -586,8 +605,9 @@ impl MpiRank {
     /// barrier) with a first line saying so, the merged explanation of the ranks' hang
     /// reports, and the pending requests; MPI is then left unfinalized, so return an
     /// error from the process and `mpirun` ends the job. So it does when a peer does not
-    /// come to the closing barrier within [`MpiConfig::watchdog`] (the explanation then
-    /// names it: "rank 1 never entered it").
+    /// come to the closing barrier within [`MpiConfig::watchdog`] and stands still
+    /// meanwhile (the explanation then names it: "rank 1 never entered it"); a peer that
+    /// still works (its heartbeat in [`MpiConfig::hang_dir`] moves) is waited for.
     pub fn shutdown(mut self) -> Result<(), ShutdownError> {
         let runner = self
             .runner
@@ -614,10 +634,10 @@ impl MpiRank {
     }
 
     /// Shuts `runner` down ([`MpiRank::shutdown`]). A watchdog watches the closing
-    /// barrier too: a peer that never comes to it (deadlocked, or stuck outside
-    /// Starling) makes this rank give up with the explanation after
+    /// barrier too: a peer that never comes to it and stands still (deadlocked, or
+    /// stuck outside Starling) makes this rank give up with the explanation after
     /// [`MpiConfig::watchdog`], as a hang while the rank runs does, instead of waiting
-    /// forever.
+    /// forever; a peer whose heartbeat moves (it computes) is waited for.
     fn finish(&mut self, runner: RankRunner) -> Result<(), ShutdownError> {
         let rank = runner.context().rank();
         let fired = self.stop_watchdog();
@@ -630,7 +650,23 @@ impl MpiRank {
             runner.context().wait_for_all();
             true
         } else {
-            runner.wait_for_all_or_idle(self.config.watchdog)
+            // Waits while this rank, or else a peer, progresses: a rank whose receive
+            // waits for a peer that computes is not hung.
+            loop {
+                if runner.wait_for_all_or_idle(self.config.watchdog) {
+                    break true;
+                }
+                let moved = watchdog::peers_moved(
+                    self.config.hang_dir.as_deref(),
+                    runner.context().size(),
+                    rank,
+                    self.config.watchdog,
+                    self.config.watchdog,
+                );
+                if moved.is_empty() {
+                    break false;
+                }
+            }
         };
         if !finished {
             let header = format!(
@@ -660,6 +696,8 @@ impl MpiRank {
         }
         runner.context().closing_barrier();
         let fired = self.stop_watchdog();
+        // Every rank came to the barrier: nobody reads the heartbeat any more.
+        drop(self.heartbeat.take());
         if !fired.is_empty() {
             // The barrier (or a request before it) stalled and the watchdog failed it.
             return Err(self.give_up(runner, fired));

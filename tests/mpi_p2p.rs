@@ -194,6 +194,14 @@ const JOBS: &[Job] = &[
     },
     Job {
         ranks: 2,
+        name: "busy_peer",
+        env: &[("STARLING_WATCHDOG_SECS", "1")],
+        expect: &["rank 0: busy_peer passed", "rank 1: busy_peer passed"],
+        must_succeed: true,
+        opt_in: None,
+    },
+    Job {
+        ranks: 2,
         name: "fast",
         // The fast path (protocol §19, off by default), traced: its markers show in the
         // trace.
@@ -387,6 +395,7 @@ fn main() -> ExitCode {
         "eager" => eager(),
         "oversize" => oversize(),
         "late" => late(),
+        "busy_peer" => busy_peer(),
         "fast" => fast(),
         other => panic!("unknown job {other:?}"),
     }
@@ -1512,6 +1521,38 @@ fn late() {
     assert!(text.contains("no report from rank 1"), "{text}");
     clean_hang_dir(dir.as_deref(), me);
     println!("rank 0: late passed");
+}
+
+/// Rank 0 computes for three watchdog timeouts before it sends, and again before it
+/// shuts down: rank 1 waits that long in a receive, then in the closing barrier, with
+/// nothing moving on its own side. Its watchdog sees rank 0's heartbeat move (a running
+/// task is progress) and waits: a busy peer is not a hang, and the job ends cleanly.
+/// (`late` is the other side: a peer that stands still is given up on.)
+fn busy_peer() {
+    let rank = starling::mpi::init(watched_config()).expect("MPI starts");
+    let ctx = rank.context();
+    let me = ctx.rank().0;
+    let v = ctx.register(Variable::new(0u32));
+    let compute = Codelet::new("compute", |b| {
+        std::thread::sleep(Duration::from_secs(3));
+        b.w::<Variable<u32>>(0).set(7);
+    });
+    if me == 0 {
+        ctx.task(&compute).w(&v).submit();
+        ctx.send(&v, Rank(1), Tag(1)).wait().expect("send");
+        ctx.task(&compute).w(&v).submit();
+    } else {
+        let start = Instant::now();
+        ctx.recv(&v, Rank(0), Tag(1))
+            .wait()
+            .expect("a receive from a busy peer is not given up on");
+        assert!(start.elapsed() >= Duration::from_secs(2));
+        assert_eq!(ctx.acquire(&v, AccessMode::R).get().get(), 7);
+    }
+    let _ = ctx.unregister(v);
+    rank.shutdown()
+        .expect("a rank waiting for a busy peer shuts down cleanly");
+    println!("rank {me}: busy_peer passed");
 }
 
 /// A peer that is not Starling sends an "envelope" twice the size of any receive posted

@@ -3,11 +3,22 @@
 //! report into the hang directory, waits a while for the other ranks' reports, merges
 //! what it found ([`hang::explain`](crate::hang::explain)), prints it and gives up on its pending
 //! requests. Files, not messages: a hung or dead peer may not answer a collective.
+//!
+//! A rank's own activity does not tell a hung job from a busy one: a rank that finished
+//! its work waits in the closing barrier of shutdown, and a rank waits for a message,
+//! while a peer computes for longer than the timeout. So every watched rank also keeps a
+//! heartbeat in the hang directory ([`Heartbeat`]: its file is rewritten whenever the rank
+//! progressed), and a watchdog gives up only when no peer's heartbeat moved during its
+//! rank's stall either ([`peers_moved`]) — as the in-process cluster's watchdog gives up
+//! only when no rank moved. A peer stuck outside Starling (its heartbeat still) is given
+//! up on as before.
 
 use core::time::Duration;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::thread::JoinHandle;
+use std::time::{Instant, SystemTime};
 
 use starling_core::Rank;
 use starling_std::hang::{self, Probe, RankReport, Watchdog};
@@ -121,6 +132,10 @@ pub(crate) fn start(
         timeout,
         || 0,
         move |probes, idle| {
+            if !peers_moved(dir.as_deref(), size, rank, idle, timeout).is_empty() {
+                // A peer worked meanwhile: the job is not hung, this rank waits for it.
+                return;
+            }
             let header = format!(
                 "rank {}: watchdog: nothing progressed for {:.1} s while requests were pending \
                  (STARLING_WATCHDOG_SECS); giving up",
@@ -153,4 +168,103 @@ pub(crate) fn start(
                 .extend(lines);
         },
     )
+}
+
+/// The file of rank `rank`'s heartbeat in the hang directory `dir`.
+fn heartbeat_path(dir: &Path, rank: Rank) -> PathBuf {
+    dir.join(format!("alive-rank{}", rank.0))
+}
+
+/// How often a heartbeat looks at its rank under a watchdog of `timeout`: four times per
+/// timeout, between 50 ms and 15 s.
+pub(crate) fn heartbeat_period(timeout: Duration) -> Duration {
+    (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(15))
+}
+
+/// The ranks of a job of `size` other than `me` that progressed during the last `idle`
+/// (a stall of this rank that long, under a watchdog of `timeout`), by their heartbeats.
+/// A heartbeat written at `t` says its rank moved after `t` less one period (it looks
+/// once a period), so only one written more than a period into the stall counts: a
+/// peer's last move before the stall began (posting the receive of a deadlock, say)
+/// does not. None without a hang directory.
+pub(crate) fn peers_moved(
+    dir: Option<&Path>,
+    size: u32,
+    me: Rank,
+    idle: Duration,
+    timeout: Duration,
+) -> Vec<u32> {
+    let Some(dir) = dir else {
+        return Vec::new();
+    };
+    let Some(since) = SystemTime::now()
+        .checked_sub(idle)
+        .and_then(|t| t.checked_add(heartbeat_period(timeout)))
+    else {
+        return Vec::new();
+    };
+    (0..size)
+        .filter(|&r| r != me.0)
+        .filter(|&r| {
+            std::fs::metadata(heartbeat_path(dir, Rank(r)))
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t > since)
+        })
+        .collect()
+}
+
+/// A rank's heartbeat: a thread that looks at the rank every `period` and rewrites the
+/// rank's file in the hang directory (`alive-rank<N>`) whenever it progressed since the
+/// last look or runs a task, so that the file's time says when the rank last moved. A
+/// rank that stands still (stuck outside Starling, or deadlocked) leaves it alone. The
+/// thread stops, and the file goes, when this drops.
+pub(crate) struct Heartbeat {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    path: PathBuf,
+    dir: PathBuf,
+}
+
+impl Heartbeat {
+    /// Starts the heartbeat of `probe`'s rank in `dir`, looked at every `period`.
+    pub(crate) fn start(probe: Probe, dir: PathBuf, period: Duration) -> Option<Self> {
+        let path = heartbeat_path(&dir, probe.rank());
+        // A file of an earlier job would say this rank moved.
+        let _ = std::fs::remove_file(&path);
+        std::fs::create_dir_all(&dir).ok()?;
+        let (stop, stopped) = mpsc::channel::<()>();
+        let file = path.clone();
+        let thread = std::thread::Builder::new()
+            .name("starling-heartbeat".into())
+            .spawn(move || {
+                // Where the rank stands now: only a move from here on beats.
+                let mut last = probe.activity();
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
+                    let now = probe.activity();
+                    if now != last || now.busy > 0 {
+                        let _ = std::fs::write(&file, format!("{}\n", now.completed));
+                        last = now;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Self {
+            stop: Some(stop),
+            thread: Some(thread),
+            path,
+            dir,
+        })
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+        // The last rank out removes the directory (it fails while others are in it).
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
