@@ -438,7 +438,7 @@ fn start(
                     Arc::clone(&fired),
                 )
             });
-            // Its peers' watchdogs read it (`watchdog::peers_moved`).
+            // Its peers' watchdogs read it (`watchdog::peer_moved`).
             let heartbeat = match (&watchdog, &config.hang_dir) {
                 (Some(_), Some(dir)) => watchdog::Heartbeat::start(
                     runner.probe(),
@@ -656,14 +656,13 @@ impl MpiRank {
                 if runner.wait_for_all_or_idle(self.config.watchdog) {
                     break true;
                 }
-                let moved = watchdog::peers_moved(
+                if !watchdog::peer_moved(
                     self.config.hang_dir.as_deref(),
                     runner.context().size(),
                     rank,
                     self.config.watchdog,
                     self.config.watchdog,
-                );
-                if moved.is_empty() {
+                ) {
                     break false;
                 }
             }

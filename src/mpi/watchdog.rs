@@ -9,7 +9,7 @@
 //! while a peer computes for longer than the timeout. So every watched rank also keeps a
 //! heartbeat in the hang directory ([`Heartbeat`]: its file is rewritten whenever the rank
 //! progressed), and a watchdog gives up only when no peer's heartbeat moved during its
-//! rank's stall either ([`peers_moved`]) — as the in-process cluster's watchdog gives up
+//! rank's stall either ([`peer_moved`]) — as the in-process cluster's watchdog gives up
 //! only when no rank moved. A peer stuck outside Starling (its heartbeat still) is given
 //! up on as before.
 
@@ -132,7 +132,7 @@ pub(crate) fn start(
         timeout,
         || 0,
         move |probes, idle| {
-            if !peers_moved(dir.as_deref(), size, rank, idle, timeout).is_empty() {
+            if peer_moved(dir.as_deref(), size, rank, idle, timeout) {
                 // A peer worked meanwhile: the job is not hung, this rank waits for it.
                 return;
             }
@@ -181,43 +181,45 @@ pub(crate) fn heartbeat_period(timeout: Duration) -> Duration {
     (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(15))
 }
 
-/// The ranks of a job of `size` other than `me` that progressed during the last `idle`
-/// (a stall of this rank that long, under a watchdog of `timeout`), by their heartbeats.
+/// Whether a rank of a job of `size` other than `me` progressed during the last `idle`
+/// (a stall of this rank that long, under a watchdog of `timeout`), by its heartbeat.
 /// A heartbeat written at `t` says its rank moved after `t` less one period (it looks
 /// once a period), so only one written more than a period into the stall counts: a
 /// peer's last move before the stall began (posting the receive of a deadlock, say)
-/// does not. None without a hang directory.
-pub(crate) fn peers_moved(
+/// does not. Never without a hang directory.
+///
+/// Asked only when this rank's watchdog would give up, not at each of its looks (as the
+/// watchdog's `extra` activity is): each call reads one file per rank of the job.
+pub(crate) fn peer_moved(
     dir: Option<&Path>,
     size: u32,
     me: Rank,
     idle: Duration,
     timeout: Duration,
-) -> Vec<u32> {
+) -> bool {
     let Some(dir) = dir else {
-        return Vec::new();
+        return false;
     };
     let Some(since) = SystemTime::now()
         .checked_sub(idle)
         .and_then(|t| t.checked_add(heartbeat_period(timeout)))
     else {
-        return Vec::new();
+        return false;
     };
-    (0..size)
-        .filter(|&r| r != me.0)
-        .filter(|&r| {
-            std::fs::metadata(heartbeat_path(dir, Rank(r)))
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t > since)
-        })
-        .collect()
+    (0..size).filter(|&r| r != me.0).any(|r| {
+        std::fs::metadata(heartbeat_path(dir, Rank(r)))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t > since)
+    })
 }
 
 /// A rank's heartbeat: a thread that looks at the rank every `period` and rewrites the
 /// rank's file in the hang directory (`alive-rank<N>`) whenever it progressed since the
 /// last look or runs a task, so that the file's time says when the rank last moved. A
 /// rank that stands still (stuck outside Starling, or deadlocked) leaves it alone. The
-/// thread stops, and the file goes, when this drops.
+/// thread stops, and the file goes, when this drops. A thread of its own rather than the
+/// watchdog's looks: the watchdog is stopped while `MpiRank::shutdown` waits for the
+/// rank's last tasks, which is when a rank that computes at the end must beat.
 pub(crate) struct Heartbeat {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
