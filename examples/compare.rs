@@ -24,6 +24,11 @@
 //!   each): the half round trip (the MPI side of `run.sh` measures the same over MPI with
 //!   `mpi_bench`; this one needs no MPI, and `scripts/bench-against.sh` runs it against an
 //!   older commit); `PINGPONG_SIZES=8B,1KiB` runs only those sizes (for a profile).
+//! * `acquire [handles] [reps]` — `Context::acquire` of a handle nothing else uses, then
+//!   the guard dropped (`starpu_data_acquire` / `starpu_data_release`), on one rank (1
+//!   worker): per acquisition, in read mode over `handles` handles, then in write mode
+//!   (the value set through the guard); the first repetition discarded (no C side in
+//!   `run.sh`; `scripts/bench-against.sh` style runs compare it with an older commit).
 //!
 //! Each repetition after a discarded warm-up prints `SAMPLE <bench> starling <param>
 //! <value> us`, the line format `run.sh` pools.
@@ -33,6 +38,7 @@
 //! cargo run --release --example compare -- insert 256 10 3 unpruned
 //! cargo run --release --example compare -- submit 20000 5
 //! cargo run --release --example compare -- pingpong 2000 5
+//! cargo run --release --example compare -- acquire 10000 5
 //! ```
 
 use std::process::ExitCode;
@@ -273,6 +279,52 @@ fn insert(side: usize, niter: usize, reps: usize, pruned: bool) -> Result<(), In
     Ok(())
 }
 
+fn acquire(handles: usize, reps: usize) {
+    let config = ClusterConfig {
+        runtime: RuntimeConfig {
+            workers: 1,
+            ..RuntimeConfig::default()
+        },
+        ..ClusterConfig::from_env()
+    };
+    let out = run_local_with(1, config, move |ctx| {
+        let hs: Vec<_> = (0..handles)
+            .map(|i| ctx.register(Variable::new(i as u64)))
+            .collect();
+        let (mut read, mut write) = (Vec::new(), Vec::new());
+        let mut sum = 0u64;
+        for rep in 0..=reps {
+            let start = Instant::now();
+            for h in &hs {
+                sum = sum.wrapping_add(ctx.acquire(h, AccessMode::R).get().get());
+            }
+            let r = start.elapsed().as_secs_f64() * 1e6 / handles as f64;
+            let start = Instant::now();
+            for h in &hs {
+                ctx.acquire(h, AccessMode::W).get_mut().set(sum);
+            }
+            let w = start.elapsed().as_secs_f64() * 1e6 / handles as f64;
+            if rep > 0 {
+                read.push(r);
+                write.push(w);
+            }
+        }
+        assert!(
+            hs.iter()
+                .all(|h| ctx.acquire(h, AccessMode::R).get().get() == sum)
+        );
+        (read, write)
+    })
+    .expect("a clean shutdown");
+    let (read, write) = &out[0];
+    for s in read {
+        println!("SAMPLE acquire starling R,handles={handles} {s:.6} us");
+    }
+    for s in write {
+        println!("SAMPLE acquire starling W,handles={handles} {s:.6} us");
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize, default: usize| {
@@ -280,7 +332,7 @@ fn main() -> ExitCode {
             .map_or(Some(default), |s| s.parse().ok())
             .filter(|n| *n > 0)
     };
-    let usage = "usage: compare empty-tasks [ntasks] [reps] | insert [side] [niter] [reps] [pruned|unpruned] | submit [loops] [reps] | pingpong [iters] [reps]";
+    let usage = "usage: compare empty-tasks [ntasks] [reps] | insert [side] [niter] [reps] [pruned|unpruned] | submit [loops] [reps] | pingpong [iters] [reps] | acquire [handles] [reps]";
     match args.first().map(String::as_str) {
         Some("empty-tasks") => {
             let (Some(n), Some(reps)) = (num(1, 100_000), num(2, 5)) else {
@@ -302,6 +354,13 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             };
             pingpong(iters, reps);
+        }
+        Some("acquire") => {
+            let (Some(handles), Some(reps)) = (num(1, 10_000), num(2, 5)) else {
+                eprintln!("{usage}");
+                return ExitCode::from(2);
+            };
+            acquire(handles, reps);
         }
         Some("insert") => {
             let (Some(side), Some(niter), Some(reps)) = (num(1, 256), num(2, 10), num(3, 3)) else {

@@ -136,6 +136,63 @@ impl<I: Interface> From<&Handle<I>> for AnyHandle {
     }
 }
 
+/// A value handed from whichever thread finishes something to the one thread that
+/// waits for it: an acquisition's node ([`Context::acquire`]), a barrier's end
+/// ([`Context::barrier`]). It replaces a `std::sync::mpsc` channel, which took four
+/// allocations a wait (two of them 512-byte blocks aligned to 128 bytes) where this takes
+/// one of 32 bytes. When the giver is the waiting thread itself (an acquisition of a free
+/// handle, whose hook runs from its submission; a barrier ended while its thread drives
+/// the rank's progress), no wake-up is made at all.
+struct Handoff {
+    /// The value, once given; [`Handoff::NOT_YET`] before. `core`'s atomic under `loom`
+    /// too: the waiter parks with `std`'s `park`, and no model waits on one.
+    value: core::sync::atomic::AtomicU64,
+    /// The thread that waits.
+    waiter: std::thread::Thread,
+}
+
+impl Handoff {
+    /// Nothing given yet (node ids count up from 0 and never reach it).
+    const NOT_YET: u64 = u64::MAX;
+
+    /// A handoff to the calling thread, which alone may [`Handoff::wait`].
+    fn new() -> Self {
+        Self {
+            value: core::sync::atomic::AtomicU64::new(Self::NOT_YET),
+            waiter: std::thread::current(),
+        }
+    }
+
+    /// Gives `value` (not [`Handoff::NOT_YET`]) to the waiting thread and wakes it,
+    /// unless this is that thread: an unpark then would only leave a stray token, and
+    /// its next `park` (its own, or the runtime's while it drives progress) would return
+    /// at once.
+    fn give(&self, value: u64) {
+        debug_assert_ne!(value, Self::NOT_YET);
+        self.value.store(value, Ordering::Release);
+        if std::thread::current().id() != self.waiter.id() {
+            self.waiter.unpark();
+        }
+    }
+
+    /// Whether the value was given.
+    fn given(&self) -> bool {
+        self.value.load(Ordering::Acquire) != Self::NOT_YET
+    }
+
+    /// Waits for the value (a wake-up without it, which `park` allows, waits again).
+    fn wait(&self) -> u64 {
+        debug_assert_eq!(std::thread::current().id(), self.waiter.id());
+        loop {
+            let value = self.value.load(Ordering::Acquire);
+            if value != Self::NOT_YET {
+                return value;
+            }
+            std::thread::park();
+        }
+    }
+}
+
 /// A handle acquired by the application ([`Context::acquire`]): later accesses wait
 /// until it is dropped (the reference's `starpu_data_release`).
 pub struct Acquired<I: Interface> {
@@ -539,20 +596,19 @@ impl Context {
     /// ([`crate::partition`]).
     pub fn acquire<I: Interface>(&self, h: &Handle<I>, mode: AccessMode) -> Acquired<I> {
         h.expect_usable();
-        let (tx, rx) = mpsc::channel();
-        self.runtime.submit_hook(
+        let grant = Arc::new(Handoff::new());
+        let granted = Arc::clone(&grant);
+        self.runtime.submit_unboxed_hook(
             vec![Access {
                 cell: h.erased(),
                 mode,
             }],
             0,
-            Box::new(move |node| {
-                let _ = tx.send(node);
-            }),
+            move |node| granted.give(node),
         );
         let node = {
             let _wait = trace::wait(self.runtime.tracer(), "acquire");
-            let node = rx.recv().expect("the runtime runs every hook");
+            let node = grant.wait();
             if let Some(offload) = self.runtime.offload() {
                 // Master-slave mode: the valid copy may be on a slave; bring it back.
                 let (tx, rx) = mpsc::channel();
@@ -593,13 +649,13 @@ impl Context {
         h.expect_usable();
         let runtime = self.runtime.clone();
         let handle = h.clone();
-        self.runtime.submit_hook(
+        self.runtime.submit_unboxed_hook(
             vec![Access {
                 cell: h.erased(),
                 mode,
             }],
             0,
-            Box::new(move |node| {
+            move |node| {
                 let offload = runtime.offload().cloned();
                 let cell = handle.erased();
                 let acquired = Acquired {
@@ -613,7 +669,7 @@ impl Context {
                     Some(offload) => offload.to_host(cell, mode, Box::new(move || f(acquired))),
                     None => f(acquired),
                 }
-            }),
+            },
         );
     }
 

@@ -526,6 +526,18 @@ impl Runtime {
         self.submit(Work::hook(hook), accesses, priority, 0);
     }
 
+    /// [`Runtime::submit_hook`] with the hook boxed only when it must wait: with nothing
+    /// pending on its handles it runs at once, from the caller's frame (an acquisition of
+    /// a free handle, the usual case, allocates no hook).
+    pub(crate) fn submit_unboxed_hook(
+        &self,
+        accesses: Vec<Access>,
+        priority: i32,
+        hook: impl FnOnce(NodeId) + Send + 'static,
+    ) {
+        self.submit_node_with(NewWork::hook(hook, false), accesses, priority, 0);
+    }
+
     /// [`Runtime::submit_hook`] for a request: also counts the request in flight, as
     /// [`Runtime::begin_request`] does, under the same lock.
     ///

@@ -13,7 +13,7 @@ use crate::io::progress::{Command, Done, Payload};
 use crate::runtime::data::{AnyCell, Handle, Interface};
 use crate::runtime::pool::BufferPool;
 use crate::runtime::task::{Access, TaskTag};
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, lock};
+use crate::sync::{Arc, AtomicUsize, Mutex, Ordering, lock};
 use crate::trace::{self};
 
 use super::*;
@@ -816,16 +816,12 @@ impl Context {
     pub(super) fn barrier_as(&self, kind: crate::tools::hang::Waiting) {
         self.agreement_at_barrier();
         let _wait = trace::wait(self.runtime.tracer(), "barrier");
-        let (tx, rx) = mpsc::channel();
-        let flag = Arc::new(AtomicBool::new(false));
-        let raised = Arc::clone(&flag);
+        let ended = Arc::new(Handoff::new());
+        let raised = Arc::clone(&ended);
         let ticket = self
             .tracker
             .begin(kind, self.rank, CommId::WORLD, Tag(0), None);
-        let woken: Done = Done::new(move |_| {
-            raised.store(true, Ordering::SeqCst);
-            let _ = tx.send(());
-        });
+        let woken: Done = Done::new(move |_| raised.give(0));
         match ticket.start(woken) {
             Ok(done) => (self.commands)(Command::Barrier {
                 done: Box::new(move || done.call(Ok(()))),
@@ -833,9 +829,9 @@ impl Context {
             Err((woken, e)) => woken.call(Err(e)),
         }
         if let Some(driver) = &self.driver {
-            drive_until(&**driver, None, || flag.load(Ordering::SeqCst));
+            drive_until(&**driver, None, || ended.given());
         }
-        let _ = rx.recv();
+        ended.wait();
     }
 
     /// A new communicator duplicating `comm`: the same ranks, its own matching. Every

@@ -833,6 +833,25 @@ mod public_api {
     }
 
     #[test]
+    fn acquiring_a_free_handle_takes_it_at_once_and_leaves_the_thread_no_stray_wake_up() {
+        // With nothing pending, the acquisition's hook runs on the acquiring thread itself,
+        // before it waits: it must not unpark that thread, whose next `park` (its own, or
+        // the runtime's while it drives progress) would then return at once.
+        let (value, parked) = on_one_rank(|ctx| {
+            let h = ctx.register(Variable::new(7u64));
+            let value = ctx.acquire(&h, AccessMode::R).get().get();
+            let start = std::time::Instant::now();
+            thread::park_timeout(SETTLE);
+            (value, start.elapsed())
+        });
+        assert_eq!(value, 7);
+        assert!(
+            parked >= SETTLE,
+            "a park after the acquisition returned after {parked:?}: a stray wake-up"
+        );
+    }
+
+    #[test]
     fn acquire_cb_runs_once_earlier_accesses_are_done() {
         let (early, seen, last) = on_one_rank(|ctx| {
             let h = ctx.register(Variable::new(0u64));
