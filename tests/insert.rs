@@ -757,3 +757,44 @@ fn fetched_copies_are_never_evicted_by_the_byte_budget() {
     });
     assert_eq!(out[0], Some((42, 7)));
 }
+
+#[test]
+fn unregistering_a_datum_frees_its_cache_entries_without_a_flush() {
+    // The reference's `starpu_data_unregister` clears the datum's cache entries
+    // (`_starpu_mpi_cache_data_clear`): an application that registers a temporary datum
+    // per iteration, reads it remotely and unregisters it, never flushing, keeps caching.
+    // With a bound of 2 entries per pair, entries left behind by unregistered data would
+    // fill it after two iterations, and every later datum would travel once per read.
+    const ITERATIONS: i64 = 6;
+    const READS: i64 = 3;
+    let out = run(2, |ctx| {
+        ctx.set_cache_pair_limit(2);
+        let acc = var(ctx, 1_000, 1, 0);
+        let add = Codelet::new("add", |b| {
+            let v = b.r::<Variable<i64>>(1).get();
+            let mut acc = b.w::<Variable<i64>>(0);
+            let x = acc.get();
+            acc.set(x + v);
+        });
+        for i in 0..ITERATIONS {
+            let tmp = var(ctx, i, 0, i + 1);
+            for _ in 0..READS {
+                ctx.insert(&add).rw(&acc).r(&tmp).submit().unwrap();
+            }
+            ctx.wait_for_all();
+            ctx.unregister(tmp);
+        }
+        ctx.wait_for_all();
+        let sum = (ctx.rank() == Rank(1)).then(|| value(ctx, &acc));
+        (ctx.comm_amounts().expect("statistics are on"), sum)
+    });
+    // Rank 1 read each temporary datum READS times; 1 + 2 + … + ITERATIONS each time.
+    let expected = READS * ITERATIONS * (ITERATIONS + 1) / 2;
+    assert_eq!(out[1].1, Some(expected));
+    // Each datum (8 bytes) went from rank 0 to rank 1 once: every iteration cached.
+    assert_eq!(
+        out[0].0,
+        vec![0, 8 * ITERATIONS as u64],
+        "a datum travelled more than once: unregistered data still held cache entries"
+    );
+}
