@@ -27,8 +27,9 @@
 //! * `acquire [handles] [reps]` — `Context::acquire` of a handle nothing else uses, then
 //!   the guard dropped (`starpu_data_acquire` / `starpu_data_release`), on one rank (1
 //!   worker): per acquisition, in read mode over `handles` handles, then in write mode
-//!   (the value set through the guard); the first repetition discarded (no C side in
-//!   `run.sh`; `scripts/bench-against.sh` style runs compare it with an older commit).
+//!   (the value set through the guard); then `register` and `unregister` of a temporary
+//!   `Variable` (its data handed back), per pair; the first repetition discarded (no C
+//!   side in `run.sh`; compare it with an older commit's binary, alternating).
 //!
 //! Each repetition after a discarded warm-up prints `SAMPLE <bench> starling <param>
 //! <value> us`, the line format `run.sh` pools.
@@ -313,15 +314,31 @@ fn acquire(handles: usize, reps: usize) {
             hs.iter()
                 .all(|h| ctx.acquire(h, AccessMode::R).get().get() == sum)
         );
-        (read, write)
+        // Registration and unregistration of a temporary handle (the data handed back).
+        let mut lifetime = Vec::new();
+        for rep in 0..=reps {
+            let start = Instant::now();
+            for i in 0..handles {
+                let h = ctx.register(Variable::new(i as u64));
+                sum = sum.wrapping_add(ctx.unregister(h).get());
+            }
+            if rep > 0 {
+                lifetime.push(start.elapsed().as_secs_f64() * 1e6 / handles as f64);
+            }
+        }
+        std::hint::black_box(sum);
+        (read, write, lifetime)
     })
     .expect("a clean shutdown");
-    let (read, write) = &out[0];
+    let (read, write, lifetime) = &out[0];
     for s in read {
         println!("SAMPLE acquire starling R,handles={handles} {s:.6} us");
     }
     for s in write {
         println!("SAMPLE acquire starling W,handles={handles} {s:.6} us");
+    }
+    for s in lifetime {
+        println!("SAMPLE acquire starling register+unregister {s:.6} us");
     }
 }
 
