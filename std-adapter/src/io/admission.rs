@@ -33,7 +33,10 @@ use starling_core::lists::Key;
 use starling_core::request::Kind;
 use starling_core::{CommId, PhysTag, Rank};
 
+use self::queue::Queue;
 use crate::id_hash::IdMap;
+
+mod queue;
 
 /// Refused envelopes tried per pass of [`Admission::retry_refused`] (a pass runs after
 /// every completion; a later pass goes on).
@@ -157,8 +160,8 @@ impl Direction {
 /// What waits outside one engine: submissions per direction and refused envelopes.
 pub(crate) struct Admission<C> {
     sends: VecDeque<C>,
-    /// The waiting receives, oldest first, with their arrival numbers.
-    recvs: VecDeque<(u64, C)>,
+    /// The waiting receives, oldest first, by arrival number.
+    recvs: Queue<C>,
     /// The arrival numbers of the waiting receives per key, oldest first, while
     /// `indexed` (see [`Admission::index`]); empty otherwise.
     recv_keys: IdMap<Key, Fifo>,
@@ -179,10 +182,20 @@ pub(crate) struct Admission<C> {
     /// are the same, nothing can be here that was not then.
     none_here_at: Option<(u64, u64, u64)>,
     /// Waiting receives (by arrival number) that were the oldest of their key when a
-    /// refused envelope of that key was free to go: the refused side of
-    /// [`Admission::first_here`], kept as things change rather than searched for (stale
-    /// ones are dropped when met).
+    /// message of that key was here (a refused envelope free to go, or early data in the
+    /// engine): what [`Admission::first_here`] looks through, kept as things change
+    /// rather than searched for (stale ones are dropped when met).
     here: BTreeSet<u64>,
+    /// The engine's count of messages kept waiting for their receive
+    /// ([`Admit::waiting_arrivals`]) up to which every such message's key was noted in
+    /// `here` (or no receive waited then: a receive that waits later is noted as it
+    /// waits). While it is the engine's count, `first_here` need not look through the
+    /// engine's early data; an arrival this admission did not hand in makes it look once.
+    /// (Looking on every arrival was a pass over up to [`MATCH_KEYS`] keys a message: with
+    /// 280 000 receives waiting out of flow order, the reading rank's first cost.)
+    ///
+    /// [`MATCH_KEYS`]: crate::io::progress::MATCH_KEYS
+    noted: u64,
     /// The oldest waiting receive when it was last found not to go in, with what that
     /// depended on ([`HeadStamp`]).
     head_blocked: Option<HeadStamp>,
@@ -206,7 +219,7 @@ impl<C> Default for Admission<C> {
     fn default() -> Self {
         Self {
             sends: VecDeque::new(),
-            recvs: VecDeque::new(),
+            recvs: Queue::default(),
             recv_keys: IdMap::default(),
             indexed: false,
             next_recv: 0,
@@ -215,6 +228,7 @@ impl<C> Default for Admission<C> {
             queued: 0,
             none_here_at: None,
             here: BTreeSet::new(),
+            noted: 0,
             head_blocked: None,
         }
     }
@@ -278,7 +292,7 @@ impl<C> Admission<C> {
         sends
             .into_iter()
             .flatten()
-            .chain(recvs.into_iter().flatten().map(|(_, c)| c))
+            .chain(recvs.into_iter().flatten())
     }
 
     /// The refused envelopes, oldest first: source, communicator, bytes.
@@ -295,7 +309,7 @@ impl<C> Admission<C> {
                 let seq = self.next_recv;
                 self.next_recv += 1;
                 let key = a.recv_key(&c);
-                self.recvs.push_back((seq, c));
+                self.recvs.push_back(seq, c);
                 if let Some(key) = key {
                     if self.indexed {
                         push_seq(&mut self.recv_keys, key, seq);
@@ -306,9 +320,9 @@ impl<C> Admission<C> {
         }
     }
 
-    /// Takes waiting receive `at` out of the queue (the oldest of its key).
-    fn take_recv(&mut self, a: &impl Admit<Cmd = C>, at: usize) -> Option<(u64, C)> {
-        let (seq, c) = self.recvs.remove(at)?;
+    /// Takes waiting receive `seq` out of the queue (the oldest of its key).
+    fn take_recv(&mut self, a: &impl Admit<Cmd = C>, seq: u64) -> Option<C> {
+        let c = self.recvs.take(seq)?;
         self.here.remove(&seq);
         if self.recvs.is_empty() {
             // Nothing waits: nothing to index (a later question builds it again).
@@ -320,13 +334,13 @@ impl<C> Admission<C> {
                 self.note_key(a, key);
             }
         }
-        Some((seq, c))
+        Some(c)
     }
 
-    /// Puts waiting receive `seq` back at `at`: the engine had no room for it.
-    fn put_back_recv(&mut self, a: &impl Admit<Cmd = C>, at: usize, seq: u64, c: C) {
+    /// Puts waiting receive `seq` back in its place: the engine had no room for it.
+    fn put_back_recv(&mut self, a: &impl Admit<Cmd = C>, seq: u64, c: C) {
         let key = a.recv_key(&c);
-        self.recvs.insert(at, (seq, c));
+        self.recvs.put_back(seq, c);
         if let Some(key) = key {
             if self.indexed {
                 match self.recv_keys.get_mut(&key) {
@@ -348,9 +362,9 @@ impl<C> Admission<C> {
             return;
         }
         self.indexed = true;
-        for (seq, c) in &self.recvs {
+        for (seq, c) in self.recvs.iter() {
             if let Some(key) = a.recv_key(c) {
-                push_seq(&mut self.recv_keys, key, *seq);
+                push_seq(&mut self.recv_keys, key, seq);
             }
         }
     }
@@ -462,7 +476,7 @@ impl<C> Admission<C> {
                 .recv_room()
                 .filter(|_| !a.fast_path())
                 .map(|room| HeadStamp {
-                    seq: *head_seq,
+                    seq: head_seq,
                     room,
                     refused: self.refused.changes,
                     slots: a.free_recv_slots(),
@@ -476,11 +490,15 @@ impl<C> Admission<C> {
             if !fits {
                 self.head_blocked = stamp;
             }
-            let at = if fits { Some(0) } else { self.first_here(a) };
-            let Some(at) = at else {
+            let seq = if fits {
+                Some(head_seq)
+            } else {
+                self.first_here(a)
+            };
+            let Some(seq) = seq else {
                 break;
             };
-            let Some((seq, c)) = self.take_recv(a, at) else {
+            let Some(c) = self.take_recv(a, seq) else {
                 break;
             };
             match a.submit(c) {
@@ -491,7 +509,7 @@ impl<C> Admission<C> {
                     }
                 }
                 Err(c) => {
-                    self.put_back_recv(a, at, seq, c);
+                    self.put_back_recv(a, seq, c);
                     break;
                 }
             }
@@ -499,10 +517,10 @@ impl<C> Admission<C> {
         any
     }
 
-    /// The position of the oldest waiting receive that is the oldest of its key and
-    /// whose message is here: looked for among the keys that have something here (refused
-    /// envelopes, early data), not through the whole queue.
-    fn first_here(&mut self, a: &impl Admit<Cmd = C>) -> Option<usize> {
+    /// The arrival number of the oldest waiting receive that is the oldest of its key
+    /// and whose message is here: looked for among the keys that have something here
+    /// (refused envelopes, early data), not through the whole queue.
+    fn first_here(&mut self, a: &impl Admit<Cmd = C>) -> Option<u64> {
         if self.recvs.is_empty() {
             return None;
         }
@@ -524,9 +542,27 @@ impl<C> Admission<C> {
         let epoch = (self.refused.changes, self.next_recv, a.waiting_arrivals());
         if self.none_here_at == Some(epoch) {
             let seq = fast?;
-            return self.recvs.binary_search_by_key(&seq, |(s, _)| *s).ok();
+            return self.recvs.contains(seq).then_some(seq);
         }
         self.absorb_freed(a);
+        // The engine's side, when an arrival was not noted as it came (`noted`): its early
+        // data, a table of bounded size (with none, the index is not needed).
+        let arrivals = a.waiting_arrivals();
+        if self.noted != arrivals {
+            if a.any_early() {
+                self.index(a);
+                let mut here = core::mem::take(&mut self.here);
+                a.early_keys(&mut |key: Key| {
+                    if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
+                        if self.message_here(a, key) {
+                            here.insert(seq);
+                        }
+                    }
+                });
+                self.here = here;
+            }
+            self.noted = arrivals;
+        }
         let mut oldest: Option<u64> = None;
         while let Some(&seq) = self.here.first() {
             if self.still_here(a, seq) {
@@ -535,19 +571,6 @@ impl<C> Admission<C> {
             }
             self.here.remove(&seq);
         }
-        // The engine's side: its early data, a table of bounded size (with none, the
-        // index is not needed).
-        if a.any_early() {
-            self.index(a);
-        }
-        let mut consider = |key: Key| {
-            if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
-                if oldest.is_none_or(|o| seq < o) && self.message_here(a, key) {
-                    oldest = Some(seq);
-                }
-            }
-        };
-        a.early_keys(&mut consider);
         if oldest.is_none() {
             self.none_here_at = Some(epoch);
         }
@@ -555,7 +578,7 @@ impl<C> Admission<C> {
             (Some(o), Some(f)) => o.min(f),
             (o, f) => o.or(f)?,
         };
-        self.recvs.binary_search_by_key(&seq, |(s, _)| *s).ok()
+        self.recvs.contains(seq).then_some(seq)
     }
 
     /// Notes the keys whose refused envelope became free to go since the last time (the
@@ -575,15 +598,16 @@ impl<C> Admission<C> {
     }
 
     /// Notes that the oldest waiting receive of `key`, if any, has its message here when
-    /// a refused envelope of `key` is free to go.
+    /// a refused envelope of `key` is free to go or the engine holds early data of `key`.
     fn note_key(&mut self, a: &impl Admit<Cmd = C>, key: Key) {
-        // (the refused envelopes first: usually none, and then the waiting receives' keys
-        // are not needed)
+        // (the refused envelopes and the engine's early data first: usually neither, and
+        // then the waiting receives' keys are not needed)
         if self.recvs.is_empty()
-            || !self
+            || !(self
                 .refused
                 .front_of(key)
                 .is_some_and(|r| self.refused.eligible(r))
+                || a.has_early(key))
         {
             return;
         }
@@ -596,10 +620,7 @@ impl<C> Admission<C> {
     /// Whether waiting receive `seq` is still waiting, the oldest of its key, with its
     /// message here.
     fn still_here(&self, a: &impl Admit<Cmd = C>, seq: u64) -> bool {
-        let Ok(at) = self.recvs.binary_search_by_key(&seq, |(s, _)| *s) else {
-            return false;
-        };
-        let Some(key) = a.recv_key(&self.recvs[at].1) else {
+        let Some(key) = self.recvs.get(seq).and_then(|c| a.recv_key(c)) else {
             return false;
         };
         self.recv_keys.get(&key).map(Fifo::front) == Some(seq) && self.message_here(a, key)
@@ -624,13 +645,42 @@ impl<C> Admission<C> {
                 }
             }
         }
-        match a.hand_in(source, comm, bytes) {
+        match self.hand_in(a, source, comm, bytes) {
             Ok(()) => true,
             Err((bytes, table)) => {
                 self.keep_refused(a, source, comm, bytes, table);
                 false
             }
         }
+    }
+
+    /// Hands envelope `bytes` to the engine ([`Admit::hand_in`]); when the engine keeps
+    /// it waiting for its receive while receives wait here, notes its key (`noted`), so
+    /// that the oldest waiting receive of that key is found without a search.
+    fn hand_in(
+        &mut self,
+        a: &mut impl Admit<Cmd = C>,
+        source: Rank,
+        comm: CommId,
+        bytes: Vec<u8>,
+    ) -> Result<(), (Vec<u8>, Table)> {
+        let key = if self.recvs.is_empty() {
+            None
+        } else {
+            a.refusal_order(source, comm, &bytes).map(|o| o.key)
+        };
+        let before = a.waiting_arrivals();
+        let handed = a.hand_in(source, comm, bytes);
+        let after = a.waiting_arrivals();
+        // Only an arrival of this envelope, with every one before it noted, keeps the
+        // count: anything else leaves `first_here` to look once.
+        if after != before && self.noted == before && after == before + 1 {
+            if let Some(key) = key {
+                self.note_key(a, key);
+            }
+            self.noted = after;
+        }
+        handed
     }
 
     /// Keeps an envelope the engine just refused for `table` (handed in directly, with
@@ -672,7 +722,7 @@ impl<C> Admission<C> {
         let Some((source, comm, bytes)) = self.refused.take(seq) else {
             return Retry::Held;
         };
-        match a.hand_in(source, comm, bytes) {
+        match self.hand_in(a, source, comm, bytes) {
             Ok(()) => {
                 self.refused.remove(seq);
                 Retry::In
@@ -696,7 +746,7 @@ impl<C> Admission<C> {
         // Acknowledgements first: refused only for the output queues, and each one lets
         // a synchronous send go on.
         while let Some((source, comm, bytes)) = self.refused.replies.pop_front() {
-            match a.hand_in(source, comm, bytes) {
+            match self.hand_in(a, source, comm, bytes) {
                 Ok(()) => any = true,
                 Err((bytes, _)) => {
                     self.refusals += 1;
