@@ -326,7 +326,7 @@ fn acquire(handles: usize, reps: usize) {
                 lifetime.push(start.elapsed().as_secs_f64() * 1e6 / handles as f64);
             }
         }
-        std::hint::black_box(sum);
+        core::hint::black_box(sum);
         (read, write, lifetime)
     })
     .expect("a clean shutdown");
