@@ -42,6 +42,11 @@ mod queue;
 /// every completion; a later pass goes on).
 pub(crate) const TRIES: usize = 32;
 
+/// Keys noted as possibly here before [`Admission::first_here`] looks at them, beyond
+/// which it looks through the engine's early data once instead (its table is bounded,
+/// so a look costs at most a pass over it for every `PENDING` arrivals).
+const PENDING: usize = 1024;
+
 /// The engine calls an [`Admission`] needs, performed by its driver.
 pub(crate) trait Admit {
     /// A submission (a send or a receive, with whatever the driver keeps with it).
@@ -186,16 +191,27 @@ pub(crate) struct Admission<C> {
     /// engine): what [`Admission::first_here`] looks through, kept as things change
     /// rather than searched for (stale ones are dropped when met).
     here: BTreeSet<u64>,
+    /// Keys that may have gained early data in the engine for their oldest waiting
+    /// receive since `first_here` last looked: the key of each envelope the engine kept
+    /// waiting (handed in here), and the key of a receive that went in while more of its
+    /// key's messages wait. Looked up (with the waiting receives' keys) only when
+    /// `first_here` needs them, so that a flow whose oldest receive always goes in builds
+    /// no index; at most [`PENDING`], beyond which the early data is looked through once
+    /// instead (`scan`).
+    pending: Vec<Key>,
     /// The engine's count of messages kept waiting for their receive
-    /// ([`Admit::waiting_arrivals`]) up to which every such message's key was noted in
-    /// `here` (or no receive waited then: a receive that waits later is noted as it
+    /// ([`Admit::waiting_arrivals`]) up to which every such message's key went to
+    /// `pending` (or no receive waited then: a receive that waits later is checked as it
     /// waits). While it is the engine's count, `first_here` need not look through the
-    /// engine's early data; an arrival this admission did not hand in makes it look once.
-    /// (Looking on every arrival was a pass over up to [`MATCH_KEYS`] keys a message: with
-    /// 280 000 receives waiting out of flow order, the reading rank's first cost.)
+    /// engine's early data. (Looking on every arrival was a pass over up to
+    /// [`MATCH_KEYS`] keys a message: with 280 000 receives waiting out of flow order,
+    /// the reading rank's first cost.)
     ///
     /// [`MATCH_KEYS`]: crate::io::progress::MATCH_KEYS
     noted: u64,
+    /// The early data must be looked through at the next `first_here`: an arrival was not
+    /// seen (the engine's count moved alone) or `pending` overflowed.
+    scan: bool,
     /// The oldest waiting receive when it was last found not to go in, with what that
     /// depended on ([`HeadStamp`]).
     head_blocked: Option<HeadStamp>,
@@ -228,7 +244,9 @@ impl<C> Default for Admission<C> {
             queued: 0,
             none_here_at: None,
             here: BTreeSet::new(),
+            pending: Vec::new(),
             noted: 0,
+            scan: false,
             head_blocked: None,
         }
     }
@@ -315,6 +333,7 @@ impl<C> Admission<C> {
                         push_seq(&mut self.recv_keys, key, seq);
                     }
                     self.note_key(a, key);
+                    self.note_if_early(a, key);
                 }
             }
         }
@@ -351,6 +370,7 @@ impl<C> Admission<C> {
                 }
             }
             self.note_key(a, key);
+            self.note_if_early(a, key);
         }
     }
 
@@ -501,11 +521,16 @@ impl<C> Admission<C> {
             let Some(c) = self.take_recv(a, seq) else {
                 break;
             };
+            let recv_key = a.recv_key(&c);
             match a.submit(c) {
                 Ok(key) => {
                     any = true;
                     if let Some(key) = key {
                         self.retry_key(a, key);
+                    }
+                    // (the next waiting receive of its key: its message may be here too)
+                    if let Some(k) = recv_key {
+                        self.note_if_early(a, k);
                     }
                 }
                 Err(c) => {
@@ -549,9 +574,14 @@ impl<C> Admission<C> {
         // data, a table of bounded size (with none, the index is not needed).
         let arrivals = a.waiting_arrivals();
         if self.noted != arrivals {
+            self.noted = arrivals;
+            self.scan = true;
+        }
+        let mut here = core::mem::take(&mut self.here);
+        if core::mem::take(&mut self.scan) {
+            self.pending.clear();
             if a.any_early() {
                 self.index(a);
-                let mut here = core::mem::take(&mut self.here);
                 a.early_keys(&mut |key: Key| {
                     if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
                         if self.message_here(a, key) {
@@ -559,10 +589,18 @@ impl<C> Admission<C> {
                         }
                     }
                 });
-                self.here = here;
             }
-            self.noted = arrivals;
+        } else if !self.pending.is_empty() {
+            self.index(a);
+            for key in core::mem::take(&mut self.pending) {
+                if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
+                    if self.message_here(a, key) {
+                        here.insert(seq);
+                    }
+                }
+            }
         }
+        self.here = here;
         let mut oldest: Option<u64> = None;
         while let Some(&seq) = self.here.first() {
             if self.still_here(a, seq) {
@@ -598,16 +636,15 @@ impl<C> Admission<C> {
     }
 
     /// Notes that the oldest waiting receive of `key`, if any, has its message here when
-    /// a refused envelope of `key` is free to go or the engine holds early data of `key`.
+    /// a refused envelope of `key` is free to go.
     fn note_key(&mut self, a: &impl Admit<Cmd = C>, key: Key) {
-        // (the refused envelopes and the engine's early data first: usually neither, and
-        // then the waiting receives' keys are not needed)
+        // (the refused envelopes first: usually none, and then the waiting receives' keys
+        // are not needed)
         if self.recvs.is_empty()
-            || !(self
+            || !self
                 .refused
                 .front_of(key)
                 .is_some_and(|r| self.refused.eligible(r))
-                || a.has_early(key))
         {
             return;
         }
@@ -676,11 +713,33 @@ impl<C> Admission<C> {
         // count: anything else leaves `first_here` to look once.
         if after != before && self.noted == before && after == before + 1 {
             if let Some(key) = key {
-                self.note_key(a, key);
+                self.note_early(key);
             }
             self.noted = after;
         }
         handed
+    }
+
+    /// Notes that `key` may have early data for its oldest waiting receive (`pending`).
+    fn note_early(&mut self, key: Key) {
+        if self.recvs.is_empty() {
+            return;
+        }
+        self.none_here_at = None;
+        if self.pending.len() < PENDING {
+            self.pending.push(key);
+        } else {
+            self.pending.clear();
+            self.scan = true;
+        }
+    }
+
+    /// A receive of `key` went in (or waits, or was put back): if more messages of `key`
+    /// wait in the engine, the next waiting receive of `key` may have its message here.
+    fn note_if_early(&mut self, a: &impl Admit<Cmd = C>, key: Key) {
+        if !self.recvs.is_empty() && a.has_early(key) {
+            self.note_early(key);
+        }
     }
 
     /// Keeps an envelope the engine just refused for `table` (handed in directly, with

@@ -67,9 +67,15 @@ impl<C> Queue<C> {
             .map(|(s, c)| (*s, c.as_ref().expect("the front slot is never taken")))
     }
 
-    /// The slot of `seq`, if the queue holds one.
+    /// The slot of `seq`, if the queue holds one. The front first: the oldest receive is
+    /// the one that usually leaves, and a binary search through a queue of 100 000 is
+    /// seventeen cold cache lines.
     fn find(&self, seq: u64) -> Result<usize, usize> {
-        self.slots.binary_search_by_key(&seq, |(s, _)| *s)
+        match self.slots.front() {
+            Some((s, _)) if *s == seq => Ok(0),
+            Some((s, _)) if *s > seq => Err(0),
+            _ => self.slots.binary_search_by_key(&seq, |(s, _)| *s),
+        }
     }
 
     /// The item `seq`, if it waits.

@@ -508,6 +508,26 @@ fn an_envelope_kept_as_early_data_notes_its_receive_and_spares_a_search_of_the_e
     );
 }
 
+#[test]
+fn two_early_messages_of_a_key_take_its_two_waiting_receives_without_a_search() {
+    let (mut a, mut f) = (Admission::default(), Fake::default());
+    f.slots = Some(1);
+    f.room = 5_000;
+    f.keep_early = true;
+    a.offer(&mut f, Direction::Recv, 1); // its message never comes
+    a.offer(&mut f, Direction::Recv, 51);
+    a.offer(&mut f, Direction::Recv, 51);
+    assert!(!a.admit_waiting(&mut f));
+    assert!(arrive(&mut a, &mut f, 51, 0));
+    assert!(arrive(&mut a, &mut f, 51, 0));
+    // The first receive of 51 goes in; the second is then the oldest of its key, and
+    // the message left for it is noted as the first goes in.
+    assert!(a.admit_waiting(&mut f));
+    assert_eq!(f.submitted, [51, 51]);
+    assert_eq!(f.early_scans.get(), 0, "the early data was looked through");
+    assert_eq!(a.waiting(Direction::Recv).copied().collect::<Vec<_>>(), [1]);
+}
+
 fn room(keys: usize) -> RecvRoom {
     RecvRoom {
         keys,
