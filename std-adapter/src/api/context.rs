@@ -598,7 +598,7 @@ impl Context {
         h.expect_usable();
         let grant = Arc::new(Handoff::new());
         let granted = Arc::clone(&grant);
-        self.runtime.submit_unboxed_hook(
+        self.runtime.submit_hook(
             vec![Access {
                 cell: h.erased(),
                 mode,
@@ -649,7 +649,7 @@ impl Context {
         h.expect_usable();
         let runtime = self.runtime.clone();
         let handle = h.clone();
-        self.runtime.submit_unboxed_hook(
+        self.runtime.submit_hook(
             vec![Access {
                 cell: h.erased(),
                 mode,

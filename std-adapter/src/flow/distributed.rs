@@ -623,10 +623,10 @@ fn release_after_pending(ctx: &Context, cell: Arc<dyn AnyCell>) {
             mode: AccessMode::W,
         }],
         0,
-        Box::new(move |node| {
+        move |node| {
             c.release();
             rt.complete(node);
-        }),
+        },
     );
 }
 

@@ -556,30 +556,26 @@ impl Context {
         let host = accesses.iter().map(|a| (a.cell.clone(), a.mode)).collect();
         let rt = self.runtime.clone();
         let (src, kids, cuts) = (parent.clone(), children.clone(), pieces.clone());
-        self.runtime.submit_hook(
-            accesses,
-            0,
-            Box::new(move |node| {
-                let offload = rt.offload().cloned();
-                on_host(offload, host, move || {
-                    // A parent whose value depends on a failed transfer fills nothing: the
-                    // children inherit the poison as they would from a task.
-                    if rt.poison_of(node).is_none() {
-                        let data = src.cell.read();
-                        for (k, (child, piece)) in kids.iter().zip(&cuts).enumerate() {
-                            if let Err(e) = data.copy_out(piece, &mut child.cell.write()) {
-                                rt.record_device_failure(format!(
-                                    "partitioning {}: child {k} ({}) was not filled: {e}",
-                                    src.id(),
-                                    child.id()
-                                ));
-                            }
+        self.runtime.submit_hook(accesses, 0, move |node| {
+            let offload = rt.offload().cloned();
+            on_host(offload, host, move || {
+                // A parent whose value depends on a failed transfer fills nothing: the
+                // children inherit the poison as they would from a task.
+                if rt.poison_of(node).is_none() {
+                    let data = src.cell.read();
+                    for (k, (child, piece)) in kids.iter().zip(&cuts).enumerate() {
+                        if let Err(e) = data.copy_out(piece, &mut child.cell.write()) {
+                            rt.record_device_failure(format!(
+                                "partitioning {}: child {k} ({}) was not filled: {e}",
+                                src.id(),
+                                child.id()
+                            ));
                         }
                     }
-                    rt.complete(node);
-                });
-            }),
-        );
+                }
+                rt.complete(node);
+            });
+        });
         parent.cell.set_state(parent.cell.state() | PARTITIONED);
         *slot = Some(Box::new(Parts {
             children: children.clone(),
@@ -654,37 +650,33 @@ impl Context {
         let host = accesses.iter().map(|a| (a.cell.clone(), a.mode)).collect();
         let rt = self.runtime.clone();
         let dst = parent.clone();
-        self.runtime.submit_hook(
-            accesses,
-            0,
-            Box::new(move |node| {
-                let offload = rt.offload().cloned();
-                let slaves = offload.clone();
-                on_host(offload, host, move || {
-                    if rt.poison_of(node).is_none() {
-                        let mut data = dst.cell.write();
-                        for (k, (child, piece)) in children.iter().zip(&pieces).enumerate() {
-                            if let Err(e) = data.copy_in(piece, &child.cell.read()) {
-                                rt.record_device_failure(format!(
-                                    "unpartitioning {}: child {k} ({}) was not gathered: {e}",
-                                    dst.id(),
-                                    child.id()
-                                ));
-                            }
+        self.runtime.submit_hook(accesses, 0, move |node| {
+            let offload = rt.offload().cloned();
+            let slaves = offload.clone();
+            on_host(offload, host, move || {
+                if rt.poison_of(node).is_none() {
+                    let mut data = dst.cell.write();
+                    for (k, (child, piece)) in children.iter().zip(&pieces).enumerate() {
+                        if let Err(e) = data.copy_in(piece, &child.cell.read()) {
+                            rt.record_device_failure(format!(
+                                "unpartitioning {}: child {k} ({}) was not gathered: {e}",
+                                dst.id(),
+                                child.id()
+                            ));
                         }
                     }
-                    for child in &children {
-                        let cell = child.erased();
-                        rt.layers().forget(cell.uid());
-                        if let Some(s) = &slaves {
-                            s.forget(&cell);
-                        }
-                        drop(child.cell.take());
+                }
+                for child in &children {
+                    let cell = child.erased();
+                    rt.layers().forget(cell.uid());
+                    if let Some(s) = &slaves {
+                        s.forget(&cell);
                     }
-                    rt.complete(node);
-                });
-            }),
-        );
+                    drop(child.cell.take());
+                }
+                rt.complete(node);
+            });
+        });
         parent.cell.set_state(state & !PARTITIONED);
         Ok(())
     }

@@ -577,30 +577,29 @@ impl<C> Admission<C> {
             self.noted = arrivals;
             self.scan = true;
         }
-        let mut here = core::mem::take(&mut self.here);
-        if core::mem::take(&mut self.scan) {
-            self.pending.clear();
-            if a.any_early() {
-                self.index(a);
-                a.early_keys(&mut |key: Key| {
-                    if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
-                        if self.message_here(a, key) {
-                            here.insert(seq);
-                        }
-                    }
-                });
-            }
-        } else if !self.pending.is_empty() {
+        // The keys to look up: every key of the early data, or the pending ones.
+        let scan = core::mem::take(&mut self.scan);
+        let pending = core::mem::take(&mut self.pending);
+        if (scan && a.any_early()) || (!scan && !pending.is_empty()) {
             self.index(a);
-            for key in core::mem::take(&mut self.pending) {
+            let mut here = core::mem::take(&mut self.here);
+            let mut consider = |key: Key| {
                 if let Some(seq) = self.recv_keys.get(&key).map(Fifo::front) {
                     if self.message_here(a, key) {
                         here.insert(seq);
                     }
                 }
+            };
+            if scan {
+                a.early_keys(&mut consider);
+            } else {
+                pending.iter().copied().for_each(&mut consider);
             }
+            self.here = here;
         }
-        self.here = here;
+        // (emptied, it keeps its capacity)
+        self.pending = pending;
+        self.pending.clear();
         let mut oldest: Option<u64> = None;
         while let Some(&seq) = self.here.first() {
             if self.still_here(a, seq) {
@@ -711,7 +710,7 @@ impl<C> Admission<C> {
         let after = a.waiting_arrivals();
         // Only an arrival of this envelope, with every one before it noted, keeps the
         // count: anything else leaves `first_here` to look once.
-        if after != before && self.noted == before && after == before + 1 {
+        if self.noted == before && after == before + 1 {
             if let Some(key) = key {
                 self.note_early(key);
             }

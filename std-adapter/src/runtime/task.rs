@@ -83,16 +83,6 @@ enum Work {
     },
 }
 
-impl Work {
-    /// A hook that reads main memory as the layers leave it.
-    fn hook(hook: Hook) -> Self {
-        Self::Hook {
-            hook,
-            own_host: false,
-        }
-    }
-}
-
 /// Why a node is poisoned: the first failed transfer that its input depends on.
 pub(crate) type Poison = Arc<TransferError>;
 
@@ -522,14 +512,11 @@ impl Runtime {
     /// Submits a hook node: `hook` runs once the accesses' dependencies are met (on the
     /// submitting thread if they already are), and the node completes when someone calls
     /// [`Runtime::complete`] with its id.
-    pub(crate) fn submit_hook(&self, accesses: Vec<Access>, priority: i32, hook: Hook) {
-        self.submit(Work::hook(hook), accesses, priority, 0);
-    }
-
-    /// [`Runtime::submit_hook`] with the hook boxed only when it must wait: with nothing
-    /// pending on its handles it runs at once, from the caller's frame (an acquisition of
-    /// a free handle, the usual case, allocates no hook).
-    pub(crate) fn submit_unboxed_hook(
+    ///
+    /// The hook is boxed only when it must wait: with nothing pending on its handles it
+    /// runs at once, from the caller's frame (an acquisition of a free handle, the usual
+    /// case, allocates no hook).
+    pub(crate) fn submit_hook(
         &self,
         accesses: Vec<Access>,
         priority: i32,
@@ -570,12 +557,7 @@ impl Runtime {
         self.state().panics.push(what);
     }
 
-    /// Submits a node, counting `requests` requests in flight with it.
-    fn submit(&self, work: Work, accesses: Vec<Access>, priority: i32, requests: usize) {
-        self.submit_node(work, accesses, priority, requests);
-    }
-
-    /// [`Runtime::submit`], returning the node's id.
+    /// Submits a node, counting `requests` requests in flight with it; its id.
     fn submit_node(
         &self,
         work: Work,
