@@ -601,11 +601,17 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Cluster<REQ, KEYS,
     /// # Panics
     /// When the engine refuses (a test bug).
     pub fn data_ready(&mut self, rank: Rank, req: ReqId) {
-        self.nodes[rank.index()]
-            .engine
-            .handle_data_ready(req)
-            .expect("handle_data_ready");
+        let engine = &mut self.nodes[rank.index()].engine;
+        let key = engine
+            .request(req)
+            .filter(|r| r.kind == Kind::Recv)
+            .map(|r| Key::new(r.comm, r.peer, r.tag));
+        engine.handle_data_ready(req).expect("handle_data_ready");
         self.drain(rank);
+        // Its messages need no room now: those refused go in (as the adapter's submit).
+        if let Some(key) = key {
+            self.with_admission(rank, |a, at| a.retry_key(at, key));
+        }
         self.settle();
     }
 
@@ -812,6 +818,11 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
 
     fn fast_path(&self) -> bool {
         starling_core::fast::enabled(self.cluster.nodes[self.rank.index()].engine.config())
+    }
+
+    fn fast_key(&self, key: Key) -> bool {
+        let config = self.cluster.nodes[self.rank.index()].engine.config();
+        starling_core::fast::fast_tag(config, key.comm, key.tag).is_some()
     }
 
     fn fast_message_here(&self, key: Key) -> bool {

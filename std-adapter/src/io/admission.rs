@@ -20,7 +20,10 @@
 //!   [`Engine::refusal_order`](starling_core::engine::Engine::refusal_order)); an
 //!   envelope of another key goes by. They go in again when a receive of their key is
 //!   posted ([`Admission::retry_key`]: they then need no room) and after progress
-//!   ([`Admission::retry_refused`]).
+//!   ([`Admission::retry_refused`]), except one that only waits for its receive: a
+//!   message with no payload tag and no fast tag refused for want of room to wait in
+//!   the engine is *parked* ([`Refused::parked`]) and goes in with its receive only, so
+//!   that thousands of them cost no retry pass and take none of the engine's room.
 //!
 //! The driver ([`Admit`]) performs the engine calls; this module only decides what is
 //! tried, in which order, and what waits.
@@ -131,6 +134,14 @@ pub(crate) trait Admit {
     /// message no posted receive took: the message (or the marker) of the key's oldest
     /// receive not yet in the engine. The default is `false` (no fast path).
     fn fast_message_here(&self, key: Key) -> bool {
+        let _ = key;
+        false
+    }
+
+    /// Whether `key` has a fast tag (protocol §19): its envelope messages go only to a
+    /// marked receive, so one refused for want of room is handed in again after
+    /// progress, not only when a receive of its key goes in. The default is `false`.
+    fn fast_key(&self, key: Key) -> bool {
         let _ = key;
         false
     }
@@ -328,6 +339,7 @@ impl<C> Admission<C> {
                 self.next_recv += 1;
                 let key = a.recv_key(&c);
                 self.recvs.push_back(seq, c);
+                self.refused.note_freed = true;
                 if let Some(key) = key {
                     if self.indexed {
                         push_seq(&mut self.recv_keys, key, seq);
@@ -348,6 +360,9 @@ impl<C> Admission<C> {
             self.recv_keys.clear();
             self.indexed = false;
             self.here.clear();
+            // (a receive that waits again notes its key itself: `wait`)
+            self.refused.note_freed = false;
+            self.refused.freed_keys.clear();
         } else if let Some(key) = a.recv_key(&c) {
             if !self.indexed || remove_seq(&mut self.recv_keys, &key, seq).is_some() {
                 self.note_key(a, key);
@@ -360,6 +375,7 @@ impl<C> Admission<C> {
     fn put_back_recv(&mut self, a: &impl Admit<Cmd = C>, seq: u64, c: C) {
         let key = a.recv_key(&c);
         self.recvs.put_back(seq, c);
+        self.refused.note_freed = true;
         if let Some(key) = key {
             if self.indexed {
                 match self.recv_keys.get_mut(&key) {
@@ -437,11 +453,7 @@ impl<C> Admission<C> {
     fn message_here(&self, a: &impl Admit<Cmd = C>, key: Key) -> bool {
         // (a refused envelope held back by an earlier one of its payload tag is not
         // here yet: it goes in only after that one)
-        self.refused
-            .front_of(key)
-            .is_some_and(|seq| self.refused.eligible(seq))
-            || a.has_early(key)
-            || a.fast_message_here(key)
+        self.refused.free_front(key).is_some() || a.has_early(key) || a.fast_message_here(key)
     }
 
     /// Whether a receive whose message is not here may take a receive slot now: not the
@@ -639,12 +651,7 @@ impl<C> Admission<C> {
     fn note_key(&mut self, a: &impl Admit<Cmd = C>, key: Key) {
         // (the refused envelopes first: usually none, and then the waiting receives' keys
         // are not needed)
-        if self.recvs.is_empty()
-            || !self
-                .refused
-                .front_of(key)
-                .is_some_and(|r| self.refused.eligible(r))
-        {
+        if self.recvs.is_empty() || self.refused.free_front(key).is_none() {
             return;
         }
         self.index(a);
@@ -672,38 +679,49 @@ impl<C> Admission<C> {
         comm: CommId,
         bytes: Vec<u8>,
     ) -> bool {
-        // (with nothing refused, nothing holds it back: no second decoding)
-        if !self.refused.is_empty() {
-            if let Some(o) = a.refusal_order(source, comm, &bytes) {
-                if !o.reply && self.refused.must_wait(source, &o) {
-                    self.refused.push(source, comm, bytes, o, None);
-                    return false;
-                }
+        // (decoded once, and only when something waits here: with nothing refused and no
+        // receive waiting, nothing holds it back and no key is noted)
+        let order = if self.refused.is_empty() && self.recvs.is_empty() {
+            None
+        } else {
+            a.refusal_order(source, comm, &bytes)
+        };
+        if let Some(o) = order.filter(|o| !o.reply) {
+            if !self.refused.is_empty() && self.refused.must_wait(source, &o) {
+                let parks = Self::parks(a, &o);
+                self.refused.push(source, comm, bytes, o, None, parks);
+                return false;
             }
         }
-        match self.hand_in(a, source, comm, bytes) {
+        match self.hand_in(a, source, comm, bytes, order.map(|o| o.key)) {
             Ok(()) => true,
             Err((bytes, table)) => {
-                self.keep_refused(a, source, comm, bytes, table);
+                self.refusals += 1;
+                // (refused bytes always have an order: the engine decoded them)
+                if let Some(o) = order.or_else(|| a.refusal_order(source, comm, &bytes)) {
+                    self.keep(a, source, comm, bytes, o, table);
+                }
                 false
             }
         }
     }
 
-    /// Hands envelope `bytes` to the engine ([`Admit::hand_in`]); when the engine keeps
-    /// it waiting for its receive while receives wait here, notes its key (`noted`), so
-    /// that the oldest waiting receive of that key is found without a search.
+    /// Hands envelope `bytes` of `key` (when known) to the engine ([`Admit::hand_in`]);
+    /// when the engine keeps it waiting for its receive while receives wait here, notes
+    /// its key (`noted`), so that the oldest waiting receive of that key is found
+    /// without a search.
     fn hand_in(
         &mut self,
         a: &mut impl Admit<Cmd = C>,
         source: Rank,
         comm: CommId,
         bytes: Vec<u8>,
+        key: Option<Key>,
     ) -> Result<(), (Vec<u8>, Table)> {
         let key = if self.recvs.is_empty() {
             None
         } else {
-            a.refusal_order(source, comm, &bytes).map(|o| o.key)
+            key.or_else(|| a.refusal_order(source, comm, &bytes).map(|o| o.key))
         };
         let before = a.waiting_arrivals();
         let handed = a.hand_in(source, comm, bytes);
@@ -753,19 +771,44 @@ impl<C> Admission<C> {
     ) {
         self.refusals += 1;
         // (refused bytes always have an order: the engine decoded them)
-        match a.refusal_order(source, comm, &bytes) {
-            Some(o) if o.reply => self.refused.replies.push_back((source, comm, bytes)),
-            Some(o) => self.refused.push(source, comm, bytes, o, Some(table)),
-            None => {}
+        if let Some(o) = a.refusal_order(source, comm, &bytes) {
+            self.keep(a, source, comm, bytes, o, table);
         }
+    }
+
+    /// Keeps envelope `bytes`, which keeps `order`, refused for `table`.
+    fn keep(
+        &mut self,
+        a: &impl Admit<Cmd = C>,
+        source: Rank,
+        comm: CommId,
+        bytes: Vec<u8>,
+        order: RefusalOrder,
+        table: Table,
+    ) {
+        if order.reply {
+            self.refused.replies.push_back((source, comm, bytes));
+        } else {
+            let parks = Self::parks(a, &order);
+            self.refused
+                .push(source, comm, bytes, order, Some(table), parks);
+        }
+    }
+
+    /// Whether a refused envelope that keeps `order` waits for a receive of its key
+    /// alone once refused for want of room to wait in the engine ([`Refused::parked`]):
+    /// a message of one key with no payload tag (nothing of another key waits behind
+    /// it) and no fast tag (its receive goes in through [`Admission::retry_key`]).
+    fn parks(a: &impl Admit<Cmd = C>, order: &RefusalOrder) -> bool {
+        order.payload.is_none() && !order.reply && !a.fast_key(order.key)
     }
 
     /// Hands in again the refused envelopes of `key` that may go in, oldest first,
     /// until one is refused again (a receive of `key` was just posted: they need no
     /// room now).
     pub(crate) fn retry_key(&mut self, a: &mut impl Admit<Cmd = C>, key: Key) {
-        while let Some(seq) = self.refused.front_of(key) {
-            if self.retry_one(a, seq) != Retry::In {
+        while let Some(seq) = self.refused.free_front(key) {
+            if self.hand_in_again(a, seq) != Retry::In {
                 return;
             }
         }
@@ -777,10 +820,15 @@ impl<C> Admission<C> {
         if !self.refused.eligible(seq) {
             return Retry::Held;
         }
-        let Some((source, comm, bytes)) = self.refused.take(seq) else {
+        self.hand_in_again(a, seq)
+    }
+
+    /// Hands in refused envelope `seq`, free to go ([`Refused::eligible`]).
+    fn hand_in_again(&mut self, a: &mut impl Admit<Cmd = C>, seq: u64) -> Retry {
+        let Some((source, comm, bytes, key)) = self.refused.take(seq) else {
             return Retry::Held;
         };
-        match self.hand_in(a, source, comm, bytes) {
+        match self.hand_in(a, source, comm, bytes, Some(key)) {
             Ok(()) => {
                 self.refused.remove(seq);
                 Retry::In
@@ -804,7 +852,7 @@ impl<C> Admission<C> {
         // Acknowledgements first: refused only for the output queues, and each one lets
         // a synchronous send go on.
         while let Some((source, comm, bytes)) = self.refused.replies.pop_front() {
-            match self.hand_in(a, source, comm, bytes) {
+            match self.hand_in(a, source, comm, bytes, None) {
                 Ok(()) => any = true,
                 Err((bytes, _)) => {
                     self.refusals += 1;
@@ -867,6 +915,9 @@ struct RefusedItem {
     /// The table that refused it last, while it is free to go ([`Refused::free`]);
     /// `None` when it has not been tried since it became free.
     refused_by: Option<Table>,
+    /// Whether it goes in only with a receive of its key once refused for want of room
+    /// to wait in the engine ([`Admission::parks`], [`Refused::parked`]).
+    parks: bool,
 }
 
 /// The refused envelopes by arrival number: arrival numbers are handed out in order, so
@@ -1018,8 +1069,12 @@ struct Refused {
     next: u64,
     /// Changes so far (an envelope kept, freed, handed in or given back).
     changes: u64,
-    /// The keys of the envelopes that became free to go since the admission last looked.
+    /// The keys of the envelopes that became free to go since the admission last looked,
+    /// while `note_freed`.
     freed_keys: Vec<Key>,
+    /// Whether receives wait in the admission (set by it): with none, a freed key needs
+    /// no note, since a receive that starts waiting looks its key up itself.
+    note_freed: bool,
     /// Refused ready acknowledgements ([`RefusalOrder::reply`]), in arrival order: they
     /// keep no order with the envelopes above and are handed in first.
     replies: VecDeque<(Rank, CommId, Vec<u8>)>,
@@ -1048,6 +1103,7 @@ impl Refused {
         bytes: Vec<u8>,
         order: RefusalOrder,
         refused_by: Option<Table>,
+        parks: bool,
     ) {
         let seq = self.next;
         self.next += 1;
@@ -1060,6 +1116,7 @@ impl Refused {
                 bytes: Some(bytes),
                 order,
                 refused_by,
+                parks,
             },
         );
         push_seq(&mut self.by_key, order.key, seq);
@@ -1105,22 +1162,47 @@ impl Refused {
         }
     }
 
-    /// Files free envelope `seq` under `group` (out of the one it was under).
+    /// Files free envelope `seq` under `group` (out of the one it was under), or parks
+    /// it ([`Refused::parked`]).
     fn set_free(&mut self, seq: u64, group: Option<Table>) {
         let Some(item) = self.items.get_mut(seq) else {
             return;
         };
         self.changes += 1;
-        self.freed_keys.push(item.order.key);
+        if self.note_freed {
+            self.freed_keys.push(item.order.key);
+        }
+        let was_parked = Self::parked(item);
         let old = item.refused_by;
         item.refused_by = group;
-        self.unfree(seq, old);
+        let parked = Self::parked(item);
+        if !was_parked {
+            self.unfree(seq, old);
+        }
+        if parked {
+            return;
+        }
         match self.free.iter_mut().find(|(t, _)| *t == group) {
             Some((_, set)) => {
                 set.insert(seq);
             }
             None => self.free.push((group, BTreeSet::from([seq]))),
         }
+    }
+
+    /// Whether `item` is parked: free to go but refused for want of room to wait in the
+    /// engine for its receive (early data, a match key, an early request slot), and a
+    /// message that nothing of another key waits behind ([`RefusedItem::parks`]). A
+    /// parked envelope is in no retry group: it goes in when a receive of its key does
+    /// ([`Admission::retry_key`]), and then needs none of that room. Handed in earlier,
+    /// it would only wait in the engine, taking room, and then be matched all the same;
+    /// kept here, it costs no retry pass and the engine's room goes to what needs it.
+    fn parked(item: &RefusedItem) -> bool {
+        item.parks
+            && matches!(
+                item.refused_by,
+                Some(Table::EarlyData | Table::MatchKeys | Table::Requests)
+            )
     }
 
     /// Takes `seq` out of the free envelopes of `group`.
@@ -1135,21 +1217,33 @@ impl Refused {
 
     /// Whether envelope `seq` is the oldest of its key and of its payload tag.
     fn eligible(&self, seq: u64) -> bool {
-        let Some(item) = self.items.get(seq) else {
-            return false;
-        };
+        self.items.get(seq).is_some_and(|item| {
+            self.front_of(item.order.key) == Some(seq) && self.free_of_payload(seq, item)
+        })
+    }
+
+    /// The oldest refused envelope of `key` if it is free to go ([`Refused::eligible`]):
+    /// one look-up of the key.
+    fn free_front(&self, key: Key) -> Option<u64> {
+        let seq = self.front_of(key)?;
+        let item = self.items.get(seq)?;
+        self.free_of_payload(seq, item).then_some(seq)
+    }
+
+    /// Whether `item` (envelope `seq`, the oldest of its key) is not being handed in and
+    /// is the oldest of its payload tag.
+    fn free_of_payload(&self, seq: u64, item: &RefusedItem) -> bool {
         item.bytes.is_some()
-            && self.front_of(item.order.key) == Some(seq)
             && item.order.payload.is_none_or(|t| {
                 self.by_payload.get(&(item.source, t)).map(Fifo::front) == Some(seq)
             })
     }
 
     /// Takes envelope `seq`'s bytes to hand it in (it stays in place until removed).
-    fn take(&mut self, seq: u64) -> Option<(Rank, CommId, Vec<u8>)> {
+    fn take(&mut self, seq: u64) -> Option<(Rank, CommId, Vec<u8>, Key)> {
         let item = self.items.get_mut(seq)?;
         self.changes += 1;
-        Some((item.source, item.comm, item.bytes.take()?))
+        Some((item.source, item.comm, item.bytes.take()?, item.order.key))
     }
 
     /// Gives envelope `seq` its bytes back: it was refused again, for `table`.
@@ -1169,7 +1263,9 @@ impl Refused {
             return;
         };
         self.changes += 1;
-        self.unfree(seq, item.refused_by);
+        if !Self::parked(&item) {
+            self.unfree(seq, item.refused_by);
+        }
         let freed = [
             remove_seq(&mut self.by_key, &item.order.key, seq),
             item.order
