@@ -848,6 +848,11 @@ impl<C> Admission<C> {
     /// would need one too), and after [`TRIES`] tries (a later pass goes on). Whether
     /// any went in.
     pub(crate) fn retry_refused(&mut self, a: &mut impl Admit<Cmd = C>) -> bool {
+        // (a sending rank whose sends wait comes here after every completion: with
+        // nothing refused, nothing to look at)
+        if self.refused.is_empty() {
+            return false;
+        }
         let mut any = false;
         // Acknowledgements first: refused only for the output queues, and each one lets
         // a synchronous send go on.
