@@ -191,6 +191,25 @@ pub struct RefusalOrder {
     /// message waits behind it, and it is never a receive's message. Refused only for
     /// the output queues (`Table::Transmits`, `Table::Events`).
     pub reply: bool,
+    /// A message that only its receive lets in ([`RefusalOrder::waits_for_its_receive`]):
+    /// no payload tag (no envelope of another key waits behind it), no fast tag (§19:
+    /// its receive takes it only once marked, which the adapter does not see as a
+    /// receive going in), not an acknowledgement.
+    pub receive_lets_in: bool,
+}
+
+impl RefusalOrder {
+    /// Whether the envelope, refused for `table`, need be handed in again only when a
+    /// receive of its key is in the engine: it was refused for want of room to wait for
+    /// its receive (an early request slot, a match key, the early data), which it does
+    /// not need once that receive is posted — it is matched at once — and
+    /// ([`RefusalOrder::receive_lets_in`]) no envelope of another key waits behind it.
+    /// Handed in before, it would only take room to wait in, then be matched all the
+    /// same. Any other refused envelope is handed in again after progress too.
+    pub const fn waits_for_its_receive(&self, table: Table) -> bool {
+        self.receive_lets_in
+            && matches!(table, Table::Requests | Table::MatchKeys | Table::EarlyData)
+    }
 }
 
 /// A reading of what [`Engine::recv_would_wait`] depends on ([`Engine::recv_room`]).
@@ -643,6 +662,8 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
             EnvKind::Data => Some(self.config.tags.data(env.msg)),
             _ => None,
         };
+        let reply = env.kind == EnvKind::SyncReady;
+        let fast = crate::fast::fast_tag(&self.config, comm, env.tag).is_some();
         Some(RefusalOrder {
             key: Key {
                 comm,
@@ -650,7 +671,8 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Engine<REQ, KEYS, 
                 tag: env.tag,
             },
             payload,
-            reply: env.kind == EnvKind::SyncReady,
+            reply,
+            receive_lets_in: payload.is_none() && !reply && !fast,
         })
     }
 

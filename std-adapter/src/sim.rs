@@ -820,11 +820,6 @@ impl<const REQ: usize, const KEYS: usize, const PEERS: usize> Admit for At<'_, R
         starling_core::fast::enabled(self.cluster.nodes[self.rank.index()].engine.config())
     }
 
-    fn fast_key(&self, key: Key) -> bool {
-        let config = self.cluster.nodes[self.rank.index()].engine.config();
-        starling_core::fast::fast_tag(config, key.comm, key.tag).is_some()
-    }
-
     fn fast_message_here(&self, key: Key) -> bool {
         let node = &self.cluster.nodes[self.rank.index()];
         starling_core::fast::fast_tag(node.engine.config(), key.comm, key.tag).is_some_and(|tag| {

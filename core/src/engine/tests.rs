@@ -936,6 +936,59 @@ fn room_for_says_when_a_refused_arrival_would_be_refused_again() {
 }
 
 #[test]
+fn a_message_refused_for_room_to_wait_needs_only_its_receive() {
+    let mut config = Config::new(Rank(1), 2, tags());
+    config.key_limit = 2;
+    let mut b = E::new(config);
+    let env = |kind, tag, msg| Envelope {
+        kind,
+        comm: W,
+        tag: Tag(tag),
+        size: 0,
+        msg: MsgId(msg),
+    };
+    // Two keys of early data use the key limit: an eager message of a third is refused.
+    for t in 0..2 {
+        b.handle_message(Rank(0), W, &env(EnvKind::Eager, t, t as u32).encode())
+            .unwrap();
+    }
+    let third = env(EnvKind::Eager, 2, 2).encode();
+    assert_eq!(
+        b.handle_message(Rank(0), W, &third),
+        Err(MessageError::Full(Table::MatchKeys))
+    );
+    let order = b.refusal_order(Rank(0), W, &third).unwrap();
+    assert!(order.receive_lets_in);
+    assert!(order.waits_for_its_receive(Table::MatchKeys));
+    assert!(order.waits_for_its_receive(Table::EarlyData));
+    assert!(order.waits_for_its_receive(Table::Requests));
+    assert!(
+        !order.waits_for_its_receive(Table::Transmits),
+        "an output queue frees with progress alone"
+    );
+    // Every key is still taken, but a receive of its key lets it in: it is matched.
+    let r = recv(&mut b, 0, 2, 8);
+    assert!(!b.room_for(Table::MatchKeys));
+    assert!(matches!(
+        b.handle_message(Rank(0), W, &third),
+        Ok(Arrival::Deliver { req, .. }) if req == r
+    ));
+    // A data envelope (its payload tag may hold back another key's), a synchronous one's
+    // answer, and a message on a fast tag (its receive takes it once marked) are not.
+    let data = b.refusal_order(Rank(0), W, &env(EnvKind::Data, 3, 3).encode());
+    assert!(!data.unwrap().receive_lets_in);
+    let ready = b.refusal_order(Rank(0), W, &env(EnvKind::SyncReady, 3, 4).encode());
+    assert!(!ready.unwrap().receive_lets_in);
+    let sync = b.refusal_order(Rank(0), W, &env(EnvKind::SyncData, 3, 5).encode());
+    assert!(sync.unwrap().receive_lets_in);
+    let mut config = Config::new(Rank(1), 2, tags().with_fast());
+    config.fast_limit = 64;
+    let f = E::new(config);
+    let fast = f.refusal_order(Rank(0), W, &env(EnvKind::Eager, 3, 6).encode());
+    assert!(!fast.unwrap().receive_lets_in);
+}
+
+#[test]
 fn room_for_requests_follows_the_early_class_of_the_slab() {
     let mut b = engine(1, 2);
     for i in 0..16 {

@@ -20,10 +20,10 @@
 //!   [`Engine::refusal_order`](starling_core::engine::Engine::refusal_order)); an
 //!   envelope of another key goes by. They go in again when a receive of their key is
 //!   posted ([`Admission::retry_key`]: they then need no room) and after progress
-//!   ([`Admission::retry_refused`]), except one that only waits for its receive: a
-//!   message with no payload tag and no fast tag refused for want of room to wait in
-//!   the engine is *parked* ([`Refused::parked`]) and goes in with its receive only, so
-//!   that thousands of them cost no retry pass and take none of the engine's room.
+//!   ([`Admission::retry_refused`]), except one that only waits for its receive
+//!   ([`RefusalOrder::waits_for_its_receive`], the core's decision): it is *parked*
+//!   ([`Refused::parked`]) and goes in with its receive only, so that thousands of
+//!   them cost no retry pass and take none of the engine's room.
 //!
 //! The driver ([`Admit`]) performs the engine calls; this module only decides what is
 //! tried, in which order, and what waits.
@@ -134,14 +134,6 @@ pub(crate) trait Admit {
     /// message no posted receive took: the message (or the marker) of the key's oldest
     /// receive not yet in the engine. The default is `false` (no fast path).
     fn fast_message_here(&self, key: Key) -> bool {
-        let _ = key;
-        false
-    }
-
-    /// Whether `key` has a fast tag (protocol §19): its envelope messages go only to a
-    /// marked receive, so one refused for want of room is handed in again after
-    /// progress, not only when a receive of its key goes in. The default is `false`.
-    fn fast_key(&self, key: Key) -> bool {
         let _ = key;
         false
     }
@@ -688,8 +680,7 @@ impl<C> Admission<C> {
         };
         if let Some(o) = order.filter(|o| !o.reply) {
             if !self.refused.is_empty() && self.refused.must_wait(source, &o) {
-                let parks = Self::parks(a, &o);
-                self.refused.push(source, comm, bytes, o, None, parks);
+                self.refused.push(source, comm, bytes, o, None);
                 return false;
             }
         }
@@ -699,7 +690,7 @@ impl<C> Admission<C> {
                 self.refusals += 1;
                 // (refused bytes always have an order: the engine decoded them)
                 if let Some(o) = order.or_else(|| a.refusal_order(source, comm, &bytes)) {
-                    self.keep(a, source, comm, bytes, o, table);
+                    self.keep(source, comm, bytes, o, table);
                 }
                 false
             }
@@ -772,14 +763,13 @@ impl<C> Admission<C> {
         self.refusals += 1;
         // (refused bytes always have an order: the engine decoded them)
         if let Some(o) = a.refusal_order(source, comm, &bytes) {
-            self.keep(a, source, comm, bytes, o, table);
+            self.keep(source, comm, bytes, o, table);
         }
     }
 
     /// Keeps envelope `bytes`, which keeps `order`, refused for `table`.
     fn keep(
         &mut self,
-        a: &impl Admit<Cmd = C>,
         source: Rank,
         comm: CommId,
         bytes: Vec<u8>,
@@ -789,18 +779,8 @@ impl<C> Admission<C> {
         if order.reply {
             self.refused.replies.push_back((source, comm, bytes));
         } else {
-            let parks = Self::parks(a, &order);
-            self.refused
-                .push(source, comm, bytes, order, Some(table), parks);
+            self.refused.push(source, comm, bytes, order, Some(table));
         }
-    }
-
-    /// Whether a refused envelope that keeps `order` waits for a receive of its key
-    /// alone once refused for want of room to wait in the engine ([`Refused::parked`]):
-    /// a message of one key with no payload tag (nothing of another key waits behind
-    /// it) and no fast tag (its receive goes in through [`Admission::retry_key`]).
-    fn parks(a: &impl Admit<Cmd = C>, order: &RefusalOrder) -> bool {
-        order.payload.is_none() && !order.reply && !a.fast_key(order.key)
     }
 
     /// Hands in again the refused envelopes of `key` that may go in, oldest first,
@@ -920,9 +900,6 @@ struct RefusedItem {
     /// The table that refused it last, while it is free to go ([`Refused::free`]);
     /// `None` when it has not been tried since it became free.
     refused_by: Option<Table>,
-    /// Whether it goes in only with a receive of its key once refused for want of room
-    /// to wait in the engine ([`Admission::parks`], [`Refused::parked`]).
-    parks: bool,
 }
 
 /// The refused envelopes by arrival number: arrival numbers are handed out in order, so
@@ -1108,7 +1085,6 @@ impl Refused {
         bytes: Vec<u8>,
         order: RefusalOrder,
         refused_by: Option<Table>,
-        parks: bool,
     ) {
         let seq = self.next;
         self.next += 1;
@@ -1121,7 +1097,6 @@ impl Refused {
                 bytes: Some(bytes),
                 order,
                 refused_by,
-                parks,
             },
         );
         push_seq(&mut self.by_key, order.key, seq);
@@ -1195,19 +1170,14 @@ impl Refused {
         }
     }
 
-    /// Whether `item` is parked: free to go but refused for want of room to wait in the
-    /// engine for its receive (early data, a match key, an early request slot), and a
-    /// message that nothing of another key waits behind ([`RefusedItem::parks`]). A
-    /// parked envelope is in no retry group: it goes in when a receive of its key does
-    /// ([`Admission::retry_key`]), and then needs none of that room. Handed in earlier,
-    /// it would only wait in the engine, taking room, and then be matched all the same;
-    /// kept here, it costs no retry pass and the engine's room goes to what needs it.
+    /// Whether `item` is parked: free to go, but refused for a table that only a
+    /// receive of its key makes it not need (the core decides:
+    /// [`RefusalOrder::waits_for_its_receive`]). A parked envelope is in no retry group:
+    /// it goes in when a receive of its key does ([`Admission::retry_key`]), so it costs
+    /// no retry pass and the engine's room goes to what needs it.
     fn parked(item: &RefusedItem) -> bool {
-        item.parks
-            && matches!(
-                item.refused_by,
-                Some(Table::EarlyData | Table::MatchKeys | Table::Requests)
-            )
+        item.refused_by
+            .is_some_and(|t| item.order.waits_for_its_receive(t))
     }
 
     /// Takes `seq` out of the free envelopes of `group`.

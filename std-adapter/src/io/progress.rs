@@ -784,10 +784,6 @@ impl<T: Transport> Admit for Progress<T> {
             .is_some_and(|tag| self.transport.has_message(key.peer, key.comm, tag))
     }
 
-    fn fast_key(&self, key: Key) -> bool {
-        starling_core::fast::fast_tag(self.engine.config(), key.comm, key.tag).is_some()
-    }
-
     fn early_keys(&self, f: &mut dyn FnMut(Key)) {
         self.engine.early_keys().for_each(f);
     }

@@ -79,10 +79,14 @@ impl Admit for Fake {
     }
 
     fn refusal_order(&self, source: Rank, comm: CommId, b: &[u8]) -> Option<RefusalOrder> {
+        let payload = (b[1] != 0).then_some(PhysTag(i32::from(b[1])));
+        let reply = b.get(2) == Some(&1);
         Some(RefusalOrder {
             key: Key::new(comm, source, Tag(i64::from(b[0]))),
-            payload: (b[1] != 0).then_some(PhysTag(i32::from(b[1]))),
-            reply: b.get(2) == Some(&1),
+            payload,
+            reply,
+            // (as the engine decides it, every key having a fast tag while `fast`)
+            receive_lets_in: payload.is_none() && !reply && !self.fast,
         })
     }
 
@@ -127,10 +131,6 @@ impl Admit for Fake {
     }
 
     fn fast_path(&self) -> bool {
-        self.fast
-    }
-
-    fn fast_key(&self, _: Key) -> bool {
         self.fast
     }
 
@@ -522,12 +522,20 @@ fn the_waiting_receives_keys_are_kept_only_while_a_question_needs_them() {
     assert_eq!(a.waiting(Direction::Recv).copied().collect::<Vec<_>>(), [1]);
 }
 
+/// A stand-in with room for submissions and one free receive slot, which keeps every
+/// envelope handed in as early data of its key.
+fn keeping_early_data() -> Fake {
+    Fake {
+        slots: Some(1),
+        room: 5_000,
+        keep_early: true,
+        ..Fake::default()
+    }
+}
+
 #[test]
 fn an_envelope_kept_as_early_data_notes_its_receive_and_spares_a_search_of_the_early_data() {
-    let (mut a, mut f) = (Admission::default(), Fake::default());
-    f.slots = Some(1);
-    f.room = 5_000;
-    f.keep_early = true;
+    let (mut a, mut f) = (Admission::default(), keeping_early_data());
     // 100 receives whose messages are not here wait for the last slot.
     for tag in (1..200).step_by(2) {
         a.offer(&mut f, Direction::Recv, tag);
@@ -559,10 +567,7 @@ fn an_envelope_kept_as_early_data_notes_its_receive_and_spares_a_search_of_the_e
 
 #[test]
 fn two_early_messages_of_a_key_take_its_two_waiting_receives_without_a_search() {
-    let (mut a, mut f) = (Admission::default(), Fake::default());
-    f.slots = Some(1);
-    f.room = 5_000;
-    f.keep_early = true;
+    let (mut a, mut f) = (Admission::default(), keeping_early_data());
     a.offer(&mut f, Direction::Recv, 1); // its message never comes
     a.offer(&mut f, Direction::Recv, 51);
     a.offer(&mut f, Direction::Recv, 51);
